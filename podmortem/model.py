@@ -1,0 +1,185 @@
+"""Plain typed data shared by every stage: what we know of an incident, and what we decide.
+
+Data flows one way — error file → sidecar → gRPC → incident → verdict → publishers — and these are
+the shapes at the two ends that matter most: `Incident` (everything known about the members of one
+failed job attempt) is the only input of the decision engine, and `Verdict` is its only output.
+Both are frozen dataclasses with no behaviour beyond (de)serialisation, so that the engine stays a pure
+function and `podmortem analyze` (offline bundles) and the aggregator (live gRPC events) feed it the
+same thing.
+
+All times are float seconds since the Unix epoch. Times that come from a pod's own clock (error-file
+timestamps, container startedAt/finishedAt, log lines) are kept as the pod wrote them; the member's
+`clock_offset` (aggregator clock = pod clock + offset), when the sidecar measured it, lets the engine
+put them on one clock. Times from the control plane (deletionTimestamp, DisruptionTarget) and sidecar
+observation times already converted by the aggregator are on the reference clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Category = Literal[
+    "user_code",
+    "gpu_oom",
+    "host_oom",
+    "hardware",
+    "network",
+    "hang",
+    "preemption",
+    "node_lost",
+    "crash",
+    "infra",
+]
+CATEGORIES: tuple[Category, ...] = (
+    "user_code",
+    "gpu_oom",
+    "host_oom",
+    "hardware",
+    "network",
+    "hang",
+    "preemption",
+    "node_lost",
+    "crash",
+    "infra",
+)
+# Retryable by category, as in the category vocabulary (docs/engine.md); rules may override.
+RETRYABLE: dict[Category, bool] = {
+    "user_code": False,
+    "gpu_oom": False,
+    "host_oom": False,
+    "hardware": True,
+    "network": True,
+    "hang": True,
+    "preemption": True,
+    "node_lost": True,
+    "crash": False,
+    "infra": True,
+}
+
+
+@dataclass(frozen=True)
+class JobRef:
+    namespace: str
+    name: str
+    kind: str = ""
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """A parsed TorchElastic error file (either format torch writes)."""
+
+    message: str  # "ValueError: bad label" — bounded
+    exception_type: str = ""  # "ValueError"; "" when the message names none
+    traceback: str = ""  # extraInfo.py_callstack — bounded, tail kept
+    timestamp: int | None = None  # whole seconds, the writer's (pod) clock
+    error_code: int | None = None  # added by the agent when it copied a worker's file
+    truncated: bool = False
+    size_bytes: int = 0
+    parse_error: str = ""  # non-empty: the file exists but could not be parsed
+
+
+@dataclass(frozen=True)
+class Termination:
+    """The training container's termination as the kubelet reports it."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""  # Error, OOMKilled, Completed, ContainerStatusUnknown
+    message: str = ""
+    started_at: float | None = None  # pod clock
+    finished_at: float | None = None  # pod clock
+    restart_count: int = 0
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Member:
+    """One pod of the job, with everything observed about it."""
+
+    pod: str
+    namespace: str = ""
+    node: str = ""
+    rank: int | None = None  # torchrun node rank when known
+    replica_type: str = ""
+    replica_index: int | None = None
+    pod_ip: str = ""
+    phase: str = ""  # Running, Succeeded, Failed, Unknown
+    phase_reason: str = ""  # e.g. NodeLost
+    running: bool = False  # the container is still reported running (lost node: never finished)
+    error: ErrorRecord | None = None
+    termination: Termination | None = None
+    conditions: tuple[Condition, ...] = ()
+    deleted_at: float | None = None  # deletionTimestamp (control plane clock)
+    log_tail: str = ""
+    # Reference-clock times at which the sidecar observed things (sub-second).
+    error_observed_at: float | None = None
+    termination_observed_at: float | None = None
+    # aggregator/reference clock = pod clock + clock_offset; None when never measured.
+    clock_offset: float | None = None
+    clock_round_trip: float | None = None
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+
+@dataclass(frozen=True)
+class Incident:
+    job: JobRef
+    world_size: int
+    members: tuple[Member, ...]
+    attempt: str = ""
+    incident_id: str = ""
+    opened_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Secondary:
+    pod: str
+    reason: str  # why it is judged a victim, e.g. "gloo: connection closed by peer"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The engine's decision. `pod` is None for an incident with no failure (clean exit)."""
+
+    pod: str | None
+    category: Category | None
+    retryable: bool | None
+    summary: str  # one or two lines a person can act on
+    rank: int | None = None
+    node: str = ""
+    exception_type: str = ""
+    message: str = ""  # excerpt of the root failure's own message
+    evidence: tuple[str, ...] = ()
+    secondary: tuple[Secondary, ...] = ()
+    confidence: float = 0.0
+    rule: str = ""  # id of the rule that classified the root failure
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["evidence"] = list(self.evidence)
+        d["secondary"] = [dataclasses.asdict(s) for s in self.secondary]
+        return d
+
+    def root_cause(self) -> dict[str, Any]:
+        """The scorer's shape: {"pod", "category", "retryable"}."""
+        return {"pod": self.pod, "category": self.category, "retryable": self.retryable}
