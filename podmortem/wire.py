@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import time
 import uuid
-from typing import Literal
+from typing import Literal, overload
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -28,6 +28,10 @@ PayloadKind = Literal["error_file", "termination", "condition", "deletion", "log
 Payload = pb.ErrorFile | pb.Termination | pb.PodCondition | pb.Deletion | pb.LogTail
 
 
+@overload
+def to_ts(seconds: float) -> Timestamp: ...
+@overload
+def to_ts(seconds: None) -> None: ...
 def to_ts(seconds: float | None) -> Timestamp | None:
     if seconds is None:
         return None

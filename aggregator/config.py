@@ -1,0 +1,122 @@
+"""Aggregator settings, read in one place: flags override environment, environment overrides defaults.
+
+| flag               | env                          | default        | meaning                                        |
+|--------------------|------------------------------|----------------|------------------------------------------------|
+| --listen           | PODMORTEM_LISTEN             | 0.0.0.0:50051  | gRPC address (host:port; port 0 = any free)    |
+| --metrics-listen   | PODMORTEM_METRICS_LISTEN     | 0.0.0.0:9090   | Prometheus /metrics address; "" disables       |
+| --verdict-dir      | PODMORTEM_VERDICT_DIR        | ./podmortem-verdicts | one JSON file per incident; "" disables  |
+| --world-size       | PODMORTEM_WORLD_SIZE         | (none)         | expected pods per job when nothing else says   |
+| --quorum-timeout   | PODMORTEM_QUORUM_TIMEOUT     | 60             | seconds an incident waits for silent members   |
+| --rules            | PODMORTEM_RULES              | (built-in)     | rules file extending the engine's rules        |
+| --ready-file       | PODMORTEM_READY_FILE         | (none)         | written with "host:port" once serving          |
+| --shutdown-grace   | PODMORTEM_SHUTDOWN_GRACE     | 20             | seconds to finish streams and publish on stop  |
+| --log-level        | PODMORTEM_LOG_LEVEL          | INFO           |                                                |
+
+`--shutdown-grace` must stay below the pod's terminationGracePeriodSeconds (chart default 30).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """A setting has a value we cannot use; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    listen: str = "0.0.0.0:50051"
+    metrics_listen: str = "0.0.0.0:9090"
+    verdict_dir: str = "podmortem-verdicts"
+    world_size: int | None = None
+    quorum_timeout: float = 60.0
+    rules: str = ""
+    ready_file: str = ""
+    shutdown_grace: float = 20.0
+    log_level: str = "INFO"
+
+
+_ENV = {
+    "listen": "PODMORTEM_LISTEN",
+    "metrics_listen": "PODMORTEM_METRICS_LISTEN",
+    "verdict_dir": "PODMORTEM_VERDICT_DIR",
+    "world_size": "PODMORTEM_WORLD_SIZE",
+    "quorum_timeout": "PODMORTEM_QUORUM_TIMEOUT",
+    "rules": "PODMORTEM_RULES",
+    "ready_file": "PODMORTEM_READY_FILE",
+    "shutdown_grace": "PODMORTEM_SHUTDOWN_GRACE",
+    "log_level": "PODMORTEM_LOG_LEVEL",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = AggregatorConfig()
+    parser.add_argument("--listen", help=f"gRPC address host:port (env PODMORTEM_LISTEN, default {d.listen})")
+    parser.add_argument(
+        "--metrics-listen", help=f"Prometheus /metrics address; '' disables (default {d.metrics_listen})"
+    )
+    parser.add_argument(
+        "--verdict-dir", help=f"write one JSON verdict per incident here; '' disables (default ./{d.verdict_dir})"
+    )
+    parser.add_argument("--world-size", help="expected pods per job when neither the job nor the sidecars say")
+    parser.add_argument(
+        "--quorum-timeout", help=f"seconds an incident waits for silent members (default {d.quorum_timeout:g})"
+    )
+    parser.add_argument("--rules", help="rules file extending/overriding the built-in classification rules")
+    parser.add_argument("--ready-file", help="write 'host:port' here once serving (for scripts and tests)")
+    parser.add_argument(
+        "--shutdown-grace", help=f"seconds to drain streams and publish on SIGTERM (default {d.shutdown_grace:g})"
+    )
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING (default INFO)")
+
+
+def _positive(name: str, raw: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: {raw!r} is not a number") from None
+    if value <= 0:
+        raise ConfigError(f"{name}: must be > 0, got {raw!r}")
+    return value
+
+
+def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> AggregatorConfig:
+    env = os.environ if env is None else env
+    raw: dict[str, str] = {}
+    for field, var in _ENV.items():
+        flag = getattr(ns, field, None)
+        if flag is not None:
+            raw[field] = str(flag)
+        elif var in env:
+            raw[field] = env[var]
+    d = AggregatorConfig()
+    world = raw.get("world_size")
+    return AggregatorConfig(
+        listen=_address("listen", raw.get("listen", d.listen)),
+        metrics_listen=_address("metrics-listen", raw.get("metrics_listen", d.metrics_listen), allow_empty=True),
+        verdict_dir=raw.get("verdict_dir", d.verdict_dir),
+        world_size=int(_positive("world-size", world, int)) if world else None,
+        quorum_timeout=float(_positive("quorum-timeout", raw.get("quorum_timeout", str(d.quorum_timeout)), float)),
+        rules=raw.get("rules", d.rules),
+        ready_file=raw.get("ready_file", d.ready_file),
+        shutdown_grace=float(_positive("shutdown-grace", raw.get("shutdown_grace", str(d.shutdown_grace)), float)),
+        log_level=raw.get("log_level", d.log_level).upper(),
+    )
+
+
+def _address(name: str, value: str, allow_empty: bool = False) -> str:
+    if not value and allow_empty:
+        return ""
+    _, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"{name}: expected host:port, got {value!r}")
+    return value
+
+
+def split_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
