@@ -23,7 +23,8 @@ def test_stale_code_is_detected(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "podmortem" / "v1", copy / "podmortem" / "v1")
     shutil.copytree(ROOT / "scripts", copy / "scripts")
     proto = next((copy / "protos").rglob("collector.proto"))
-    proto.write_text(proto.read_text().replace("string aggregator_id = 1;", "string aggregator_id = 1;\n  string x = 2;"))
+    text = proto.read_text().replace("string aggregator_id = 1;", "string aggregator_id = 1;\n  string x = 2;")
+    proto.write_text(text)
     result = subprocess.run(
         [sys.executable, str(copy / "scripts" / "gen_protos.py"), "--check"], capture_output=True, text=True
     )
