@@ -164,6 +164,40 @@ def _decode_json_value(chunk: bytes, start: int) -> Any:
     return None
 
 
+_STRING_END = re.compile(rb'(?<!\\)((?:\\\\)*)"\s*[,}]')
+
+
+def _string_is_cut(head: bytes, key: bytes) -> bool:
+    """Whether the string value of the last `key` in `head` runs past the end of `head`."""
+    matches = list(_FIELD.finditer(head))
+    m = matches[-1] if matches else None
+    if m is None or m.group(0)[: len(key)] != key:
+        return False
+    text = head[m.end() :].decode("utf-8", errors="replace")
+    if not text.startswith('"'):
+        return False
+    try:
+        json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return True
+    return False
+
+
+def _string_continuation(tail: bytes) -> str | None:
+    """The end of a JSON string that began before `tail` (a huge callstack whose key is in the head)."""
+    m = _STRING_END.search(tail)
+    if m is None:
+        return None
+    body = tail[: m.end(1)].decode("utf-8", errors="replace")
+    for cut in range(0, 6):  # the chunk may start inside an escape sequence
+        try:
+            value = json.loads('"' + body[cut:] + '"')
+        except json.JSONDecodeError:
+            continue
+        return value if isinstance(value, str) else None
+    return None
+
+
 def _salvage(head: bytes, tail: bytes, size: int) -> ErrorRecord:
     fields: dict[str, list[Any]] = {}
     for chunk in (head, tail):
@@ -173,6 +207,11 @@ def _salvage(head: bytes, tail: bytes, size: int) -> ErrorRecord:
                 fields.setdefault(m.group(1).decode(), []).append(value)
     messages = [v for v in fields.get("message", []) if isinstance(v, str)]
     callstacks = [v for v in fields.get("py_callstack", []) if isinstance(v, str)]
+    if len(callstacks) == 1 and b'"py_callstack"' not in tail and _string_is_cut(head, b'"py_callstack"'):
+        # The callstack began in the head and runs into the tail: its end (the exception) is there.
+        end = _string_continuation(tail)
+        if end:
+            callstacks.append(end)
     if not messages and not callstacks:
         return _invalid(
             f"file is {size} bytes (over the {MAX_FILE_BYTES}-byte limit) and no error message "
