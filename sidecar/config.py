@@ -1,0 +1,203 @@
+"""The sidecar's settings: read once, from the environment first and command-line flags over it.
+
+The sidecar runs as a container next to the training container, so it is configured the way a
+Kubernetes container is: the downward API and the training operator put facts in environment
+variables (POD_NAME, PET_NODE_RANK, ...), and flags exist for local runs and for overriding. Every
+setting is read here, in `from_env_and_args`, into one frozen `Settings`; nothing else in the sidecar
+looks at `os.environ`. A missing required setting or a malformed number is a `ConfigError` that names
+every problem at once.
+
+Settings (flag > environment variable > default):
+
+| flag | environment variable | default | meaning |
+| --- | --- | --- | --- |
+| `--pod-name` | `POD_NAME` | required | this pod's name (downward API `metadata.name`) |
+| `--namespace` | `POD_NAMESPACE` | required | this pod's namespace (downward API `metadata.namespace`) |
+| `--pod-uid` | `POD_UID` | `""` | this pod's uid (downward API `metadata.uid`); keys the pod's event ids |
+| `--node-name` | `NODE_NAME` | `""` | the node (downward API `spec.nodeName`) |
+| `--pod-ip` | `POD_IP` | `""` | the pod IP (downward API `status.podIP`); peers' gloo errors name it |
+| `--error-file` | `TORCHELASTIC_ERROR_FILE` | required | the TorchElastic error file the training container writes |
+| `--aggregator` | `PODMORTEM_AGGREGATOR` | required | the aggregator's gRPC address, `host:port` |
+| `--job-name` | `PODMORTEM_JOB_NAME` | `""` | the job (PyTorchJob, Job, ...) the pod belongs to |
+| `--job-kind` | `PODMORTEM_JOB_KIND` | `""` | its kind: `PyTorchJob`, `Job`, `JobSet`, `TrainJob` |
+| `--job-uid` | `PODMORTEM_JOB_UID` | `""` | its uid |
+| `--replica-type` | `PODMORTEM_REPLICA_TYPE` | `""` | e.g. `master`, `worker` |
+| `--replica-index` | `PODMORTEM_REPLICA_INDEX` | unknown | index within the replica type |
+| `--rank` | `PET_NODE_RANK` | unknown | torchrun node rank (set by the Kubeflow training operator) |
+| `--world-size` | `PET_NNODES` | unknown | number of pods (torchrun nodes); a range `min:max` only when min = max |
+| `--attempt` | `PODMORTEM_ATTEMPT` | `""` | the job's attempt (restart count, generation); incidents are per attempt |
+| `--pod-status-file` | `PODMORTEM_POD_STATUS_FILE` | none | local runs: this pod as `kubectl get pod -o json` |
+| `--log-file` | `PODMORTEM_LOG_FILE` | none | local runs: the training log; its tail is sent at termination |
+| `--log-tail-bytes` | `PODMORTEM_LOG_TAIL_BYTES` | `65536` | size of that tail (at most 1 MiB) |
+| `--container` | `PODMORTEM_CONTAINER` | first not named `podmortem*` | the training container in the pod status |
+| `--settle-seconds` | `PODMORTEM_SETTLE_SECONDS` | `2.0` | report an unparsable error file after this long unchanged |
+| `--flush-timeout` | `PODMORTEM_FLUSH_TIMEOUT` | `10.0` | on SIGTERM, seconds to wait for every event's ack |
+| `--clock-probe-interval` | `PODMORTEM_CLOCK_PROBE_INTERVAL` | `30.0` | seconds between clock probes (after a burst) |
+| `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
+
+`WATCHFILES_FORCE_POLLING` (read by watchfiles itself) switches file watching to polling for
+filesystems without inotify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Keeps a LogTail event far below gRPC's 4 MiB message limit.
+MAX_LOG_TAIL_BYTES = 1 << 20
+
+
+class ConfigError(ValueError):
+    """The settings are incomplete or malformed; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    pod_name: str
+    namespace: str
+    error_file: Path
+    aggregator: str
+    pod_uid: str = ""
+    node_name: str = ""
+    pod_ip: str = ""
+    job_name: str = ""
+    job_kind: str = ""
+    job_uid: str = ""
+    replica_type: str = ""
+    replica_index: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    attempt: str = ""
+    pod_status_file: Path | None = None
+    log_file: Path | None = None
+    log_tail_bytes: int = 64 << 10
+    container: str | None = None
+    settle_seconds: float = 2.0
+    flush_timeout: float = 10.0
+    clock_probe_interval: float = 30.0
+    log_level: str = "INFO"
+
+    @property
+    def pod_key(self) -> str:
+        """The prefix of this pod's event ids: the uid when known (as `wire.events_from_snapshot` does)."""
+        return self.pod_uid or f"{self.namespace}/{self.pod_name}"
+
+
+@dataclass(frozen=True)
+class _Setting:
+    field: str
+    flag: str
+    env: str
+    help: str
+    required: bool = False
+
+
+_SETTINGS: tuple[_Setting, ...] = (
+    _Setting("pod_name", "--pod-name", "POD_NAME", "this pod's name", required=True),
+    _Setting("namespace", "--namespace", "POD_NAMESPACE", "this pod's namespace", required=True),
+    _Setting("pod_uid", "--pod-uid", "POD_UID", "this pod's uid"),
+    _Setting("node_name", "--node-name", "NODE_NAME", "the node the pod runs on"),
+    _Setting("pod_ip", "--pod-ip", "POD_IP", "the pod's IP address"),
+    _Setting("error_file", "--error-file", "TORCHELASTIC_ERROR_FILE", "the TorchElastic error file", required=True),
+    _Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC address host:port", required=True),
+    _Setting("job_name", "--job-name", "PODMORTEM_JOB_NAME", "the job the pod belongs to"),
+    _Setting("job_kind", "--job-kind", "PODMORTEM_JOB_KIND", "the job's kind (PyTorchJob, Job, JobSet, TrainJob)"),
+    _Setting("job_uid", "--job-uid", "PODMORTEM_JOB_UID", "the job's uid"),
+    _Setting("replica_type", "--replica-type", "PODMORTEM_REPLICA_TYPE", "replica type, e.g. master or worker"),
+    _Setting("replica_index", "--replica-index", "PODMORTEM_REPLICA_INDEX", "index within the replica type"),
+    _Setting("rank", "--rank", "PET_NODE_RANK", "torchrun node rank"),
+    _Setting("world_size", "--world-size", "PET_NNODES", "number of pods (torchrun nodes), N or min:max"),
+    _Setting("attempt", "--attempt", "PODMORTEM_ATTEMPT", "the job's attempt (restart count / generation)"),
+    _Setting("pod_status_file", "--pod-status-file", "PODMORTEM_POD_STATUS_FILE", "local runs: pod JSON file"),
+    _Setting("log_file", "--log-file", "PODMORTEM_LOG_FILE", "local runs: the training container's log"),
+    _Setting("log_tail_bytes", "--log-tail-bytes", "PODMORTEM_LOG_TAIL_BYTES", "bytes of log tail to send"),
+    _Setting("container", "--container", "PODMORTEM_CONTAINER", "the training container's name"),
+    _Setting("settle_seconds", "--settle-seconds", "PODMORTEM_SETTLE_SECONDS", "unparsable-file settle period"),
+    _Setting("flush_timeout", "--flush-timeout", "PODMORTEM_FLUSH_TIMEOUT", "seconds to wait for acks at exit"),
+    _Setting(
+        "clock_probe_interval",
+        "--clock-probe-interval",
+        "PODMORTEM_CLOCK_PROBE_INTERVAL",
+        "seconds between clock probes",
+    ),
+    _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
+)
+
+# What the environment/flag text becomes, per field (str fields need no entry).
+_INT_FIELDS = {"replica_index", "rank", "log_tail_bytes"}
+_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "clock_probe_interval"}
+_PATH_FIELDS = {"error_file", "pod_status_file", "log_file"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting. Defaults are None so that an absent flag falls back to the environment."""
+    group = parser.add_argument_group("sidecar settings (each flag overrides its environment variable)")
+    for s in _SETTINGS:
+        group.add_argument(s.flag, dest=s.field, default=None, metavar=s.env, help=f"{s.help} [env {s.env}]")
+
+
+def _parse_world_size(text: str) -> int | None:
+    """'4' -> 4; '4:4' -> 4; '2:4' (elastic, the size is not known up front) -> None."""
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        return int(lo)
+    low, high = int(lo), int(hi)
+    return low if low == high else None
+
+
+def _convert(name: str, text: str) -> Any:
+    if name == "world_size":
+        return _parse_world_size(text)
+    if name in _INT_FIELDS:
+        return int(text)
+    if name in _FLOAT_FIELDS:
+        value = float(text)
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+    if name in _PATH_FIELDS:
+        return Path(text)
+    return text
+
+
+def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = None) -> Settings:
+    """Build the settings: a flag given on the command line wins over its environment variable."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for s in _SETTINGS:
+        flag_value = getattr(ns, s.field, None) if ns is not None else None
+        raw = flag_value if flag_value is not None else env.get(s.env)
+        if raw is not None:
+            raw = str(raw).strip()
+        if not raw:
+            if s.required:
+                problems.append(f"{s.env} (or {s.flag}) is required: {s.help}")
+            continue
+        try:
+            values[s.field] = _convert(s.field, raw)
+        except ValueError as exc:
+            problems.append(f"{s.env} (or {s.flag}) = {raw!r} is not valid: {exc}")
+    level = str(values.get("log_level", "INFO")).upper()
+    if not isinstance(logging.getLevelName(level), int):
+        problems.append(f"PODMORTEM_LOG_LEVEL (or --log-level) = {level!r} is not a logging level")
+    values["log_level"] = level
+    if not 0 <= values.get("log_tail_bytes", 0) <= MAX_LOG_TAIL_BYTES:
+        problems.append(f"PODMORTEM_LOG_TAIL_BYTES (or --log-tail-bytes) must be between 0 and {MAX_LOG_TAIL_BYTES}")
+    aggregator = values.get("aggregator", "")
+    if aggregator and not _looks_like_address(aggregator):
+        problems.append(f"PODMORTEM_AGGREGATOR (or --aggregator) = {aggregator!r} is not host:port")
+    if problems:
+        raise ConfigError("invalid sidecar settings:\n  - " + "\n  - ".join(problems))
+    return Settings(**values)
+
+
+def _looks_like_address(value: str) -> bool:
+    if value.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return True
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit())
