@@ -154,6 +154,12 @@ def _gloo_group_on(address: str, rank: int, world: int, timeout: timedelta) -> A
     return c10d.ProcessGroupGloo(store, rank, world, opts)
 
 
+def same_pod(rank: int, other: int) -> bool:
+    """Are both global ranks workers of this torchrun agent (this pod)?"""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return rank // local == other // local
+
+
 def train(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
@@ -185,10 +191,16 @@ def train(args: argparse.Namespace) -> int:
             if rank == args.fail_rank and args.fault != "none":
                 write_marker(args.fault_dir, rank, args.fault, step)
                 inject(args.fault, rank, step)
-            elif args.fault == "multi" and rank == args.second_rank:
-                time.sleep(args.second_delay)  # slow local work (a data-loading stall), no collective
-                write_marker(args.fault_dir, rank, "multi-second", step)
-                raise KeyError(f"'labels' missing from batch at step {step}")
+            elif args.fault == "multi" and args.second_rank is not None and same_pod(rank, args.second_rank):
+                # The second pod stalls in local work (a slow data-loading step) and then fails on its own:
+                # its error is not a consequence of the first one. Its other ranks stall a little longer,
+                # so that the pod's first failure — the one its agent reports — is the second error.
+                if rank != args.second_rank:
+                    time.sleep(args.second_delay + 1.0)
+                else:
+                    time.sleep(args.second_delay)
+                    write_marker(args.fault_dir, rank, "multi-second", step)
+                    raise KeyError(f"'labels' missing from batch at step {step}")
         for p in model.parameters():
             assert p.grad is not None
             collective(p.grad)
