@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -278,7 +279,7 @@ class _Pod:
 class LocalJob:
     """One local job run: `LocalJob(JobSpec(fault="oom", pods=3)).run()` -> JobResult."""
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, progress: Callable[[str], None] | None = None) -> None:
         if spec.pods < 1 or spec.nproc < 1:
             raise ValueError("pods and nproc must be >= 1")
         if not 0 <= spec.failing_pod() < spec.pods:
@@ -290,6 +291,7 @@ class LocalJob:
         self.nproc = spec.nproc if self.torch else 1
         self.job_name = spec.job_name or f"podmortem-{spec.fault}-{secrets.token_hex(3)}"
         self.job_uid = str(uuid.uuid4())
+        self._progress = progress
         self._tmp: str | None = None
         self.workdir = Path(spec.workdir) if spec.workdir else Path()
         self.pods: list[_Pod] = []
@@ -303,6 +305,14 @@ class LocalJob:
         self._first_verdict: float | None = None
         self._last_doc: dict[str, Any] | None = None
         self._last_doc_time: float | None = None
+
+    def pod_name(self, node_rank: int) -> str:
+        """Kubeflow naming with a Master replica: <job>-master-0, then <job>-worker-<node rank - 1>."""
+        return f"{self.job_name}-master-0" if node_rank == 0 else f"{self.job_name}-worker-{node_rank - 1}"
+
+    def _note(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress(text)
 
     # ---------------------------------------------------------------------------------- running
 
@@ -337,7 +347,7 @@ class LocalJob:
         fail = self.spec.failing_pod()
         for i in range(self.spec.pods):
             rtype, rindex = ("master", 0) if i == 0 else ("worker", i - 1)
-            name = f"{self.job_name}-{rtype}-{rindex}"
+            name = self.pod_name(i)
             shift = -self.spec.skew_seconds if self.spec.fault == "skew" and i != fail else 0.0
             d = self.workdir / "pods" / name
             d.mkdir(parents=True, exist_ok=True)
@@ -385,6 +395,7 @@ class LocalJob:
         while time.monotonic() < limit:
             if ready.exists() and ready.read_text().strip():
                 self.aggregator_address = ready.read_text().strip()
+                self._note(f"aggregator serving on {self.aggregator_address}")
                 return
             if self.aggregator.poll() is not None:
                 raise HarnessError(
@@ -409,6 +420,9 @@ class LocalJob:
         master_port = _free_port()
         for pod in self.pods:
             self._start_agent(pod, master_port)
+        what = "torchrun agents" if self.torch else "worker processes (no torch)"
+        with_sidecars = " with a sidecar each" if self.spec.with_podmortem else ""
+        self._note(f"started {len(self.pods)} pods ({what}{with_sidecars}); torch takes a while to start")
 
     def _shim_env(self, pod: _Pod, base: dict[str, str]) -> dict[str, str]:
         if not pod.shift:
@@ -534,9 +548,11 @@ class LocalJob:
                     _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
             if self._cleanup_at is not None and time.monotonic() >= self._cleanup_at:
                 self._cleanup_at = None
-                for pod in self.pods:
-                    if pod.running and pod.deleted_at is None:
-                        self._delete(pod, now)
+                doomed = [p for p in self.pods if p.running and p.deleted_at is None]
+                if doomed:
+                    self._note(f"job failed: the controller deletes {', '.join(p.name for p in doomed)}")
+                for pod in doomed:
+                    self._delete(pod, now)
             self._scan_verdicts()
             time.sleep(POLL)
 
@@ -549,6 +565,10 @@ class LocalJob:
             except (OSError, ValueError):
                 continue
             self._markers[f.name] = marker
+            where = self.pods[int(marker["rank"]) // self.nproc].name
+            self._note(
+                f"fault: {marker.get('fault')} on rank {marker.get('rank')} ({where}) at step {marker.get('step')}"
+            )
             if marker.get("fault") == "preempt":
                 pod = self.pods[int(marker["rank"]) // self.nproc]
                 if pod.running:
@@ -563,6 +583,7 @@ class LocalJob:
 
     def _preempt(self, pod: _Pod) -> None:
         now = time.time()
+        self._note(f"scheduler preempts {pod.name}: DisruptionTarget, SIGTERM")
         pod.disruption_at = now
         self._delete(pod, now)
 
@@ -588,6 +609,9 @@ class LocalJob:
         )
         pod.reason = "OOMKilled" if oom_killed else ("Completed" if rc == 0 else "Error")
         self._write_pod(pod)
+        how = f"signal {pod.signal}" if pod.signal else f"exit code {pod.exit_code}"
+        wrote = "wrote an error file" if pod.error_file.exists() else "no error file"
+        self._note(f"{pod.name} ended: {how}, {pod.reason}, {wrote}")
         if pod.log is not None:
             pod.log.close()
             pod.log = None
@@ -731,6 +755,9 @@ class LocalJob:
                 continue
             if self._first_verdict is None:
                 self._first_verdict = mtime
+            root = doc.get("root_cause") or {}
+            final = "final" if doc.get("final") else "not final"
+            self._note(f"verdict revision {doc.get('revision')} ({final}): {root.get('pod')} — {root.get('category')}")
             self._verdicts[f.name] = (mtime, int(doc.get("revision") or 0))
             self._last_doc, self._last_doc_time = doc, mtime
 
