@@ -1,0 +1,343 @@
+"""The sidecar's view of its own Pod, read from the Kubernetes API with no client library.
+
+The training container's end — exit code, signal, OOMKilled, a restart (lastState), a
+DisruptionTarget condition, the pod's deletion — is only in the Pod object. The sidecar watches its
+own pod for it, one pod per sidecar on every training pod of the cluster, so it must be cheap: the
+official `kubernetes` package costs ~28 MiB of RSS per process, and this module needs four API calls.
+It speaks HTTP/1.1 over asyncio streams itself (stdlib only: no threads, cancellable at any await):
+
+* `GET /api/v1/namespaces/<ns>/pods?fieldSelector=metadata.name=<pod>` — list, for the state now and
+  the resourceVersion to watch from;
+* the same with `watch=true&resourceVersion=<rv>` — a stream of JSON lines, resumed from the last
+  version seen after a dropped connection, re-listed after 410 Gone (an expired version), and
+  retried with exponential backoff after errors (the API server restarting must not kill us);
+* `GET .../pods/<pod>` — one read (the last look at shutdown);
+* `GET .../pods/<pod>/log?container=&tailLines=&limitBytes=` — the tail of the training container's
+  log, bounded in bytes (`log_tail`).
+
+Credentials come from the projected service-account volume (token re-read on every request: the
+kubelet rotates it; CA bundle; namespace), and the address from KUBERNETES_SERVICE_HOST/PORT — or,
+for tests and local runs, an explicit base URL and token (`ApiEndpoint`). The RBAC this needs is
+`get`, `list`, `watch` on `pods` and `get` on `pods/log` in the pod's namespace (docs/kubernetes.md).
+
+`PodWatch` implements the sidecar's `PodSource` protocol (`pods()`, `read()`); turning pods into
+events is the sidecar core's job (`podsource.PodReporter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+MAX_LINE = 4 << 20  # one watch event (a Pod object) — far above any real pod
+MAX_BODY = 8 << 20
+
+
+class ApiError(Exception):
+    """A non-2xx answer (status 0: the connection failed or the answer was not HTTP)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+
+
+class Gone(ApiError):
+    """410: the resourceVersion we watch from expired; re-list."""
+
+
+@dataclass(frozen=True)
+class ApiEndpoint:
+    """Where the API server is and how to authenticate to it."""
+
+    base_url: str  # "https://10.96.0.1:443", or "http://127.0.0.1:8001" (kubectl proxy, tests)
+    token: str | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = None
+
+    @classmethod
+    def in_cluster(cls, environ: Mapping[str, str] | None = None, directory: Path = SERVICE_ACCOUNT) -> ApiEndpoint:
+        env = os.environ if environ is None else environ
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            raise ValueError("KUBERNETES_SERVICE_HOST is not set: not in a pod, give the API address explicitly")
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        ca = directory / "ca.crt"
+        return cls(f"https://{host}:{port}", token_file=directory / "token", ca_file=ca if ca.exists() else None)
+
+    def bearer(self) -> str | None:
+        if self.token is not None:
+            return self.token
+        if self.token_file is not None:
+            try:
+                return self.token_file.read_text().strip()
+            except OSError as exc:
+                log.warning("cannot read the service-account token %s: %s", self.token_file, exc)
+        return None
+
+
+@dataclass
+class _Response:
+    status: int
+    headers: dict[str, str]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class PodWatch:
+    """This pod, as the API server sees it: `pods()` (every new version), `read()`, `log_tail()`."""
+
+    def __init__(
+        self,
+        endpoint: ApiEndpoint,
+        namespace: str,
+        name: str,
+        *,
+        watch_timeout: int = 300,
+        request_timeout: float = 30.0,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.namespace = namespace
+        self.name = name
+        self.watch_timeout = watch_timeout
+        self.request_timeout = request_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.lists = 0  # for tests and logs
+        self.watches = 0
+        url = urlsplit(endpoint.base_url)
+        self._tls = url.scheme == "https"
+        self._host = url.hostname or "localhost"
+        self._port = url.port or (443 if self._tls else 80)
+        self._ssl: ssl.SSLContext | None = None
+        if self._tls:
+            self._ssl = ssl.create_default_context(cafile=str(endpoint.ca_file) if endpoint.ca_file else None)
+
+    @property
+    def _pods_path(self) -> str:
+        return f"/api/v1/namespaces/{quote(self.namespace, safe='')}/pods"
+
+    # -- PodSource --
+
+    async def pods(self) -> AsyncIterator[dict[str, Any]]:
+        """Every new version of this pod (its deletion included) until cancelled; errors are retried."""
+        selector = {"fieldSelector": f"metadata.name={self.name}"}
+        version = ""
+        last_yielded = ""
+        failures = 0
+        while True:
+            try:
+                if not version:
+                    listing = await self._get_json(f"{self._pods_path}?{urlencode(selector)}")
+                    self.lists += 1
+                    version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                    for pod in listing.get("items") or []:
+                        if isinstance(pod, dict) and _version(pod) != last_yielded:
+                            last_yielded = _version(pod)
+                            yield pod
+                query = dict(selector, watch="true", allowWatchBookmarks="true", resourceVersion=version)
+                query["timeoutSeconds"] = str(self.watch_timeout)
+                self.watches += 1
+                async for event in self._stream(f"{self._pods_path}?{urlencode(query)}"):
+                    failures = 0
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        code = int(obj.get("code") or 0)
+                        raise (Gone if code == 410 else ApiError)(code, str(obj.get("message") or "watch error"))
+                    version = _version(obj) or version
+                    if kind in ("ADDED", "MODIFIED", "DELETED") and _version(obj) != last_yielded:
+                        last_yielded = _version(obj)
+                        yield obj
+            except Gone:
+                log.info("pod watch: resourceVersion %s expired; re-listing", version)
+                version = ""
+            except (ApiError, OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+                delay = self._backoff(failures)
+                failures += 1
+                log.warning("pod watch: %s; again in %.1fs", exc or type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+
+    async def read(self) -> dict[str, Any] | None:
+        """The pod now; None when it is gone or the API cannot be reached (logged)."""
+        try:
+            return await self._get_json(f"{self._pods_path}/{quote(self.name, safe='')}")
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("cannot read pod %s/%s: %s", self.namespace, self.name, exc)
+        except (OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+            log.warning("cannot read pod %s/%s: %s", self.namespace, self.name, exc or type(exc).__name__)
+        return None
+
+    # -- the log --
+
+    async def log_tail(self, container: str, limit_bytes: int, tail_lines: int = 2000, previous: bool = False) -> str:
+        """The last lines of a container's log, at most `limit_bytes` of UTF-8; "" when unavailable.
+
+        The API's `limitBytes` keeps the *first* bytes of what `tailLines` selects, so asking for
+        the tail of a log with long lines can cut off exactly the end we want. We ask for at most
+        4 * limit_bytes and, when that fills up, ask again for fewer lines; then keep the last
+        `limit_bytes`, starting at a line.
+        """
+        if limit_bytes <= 0:
+            return ""
+        cap = 4 * limit_bytes
+        lines = max(tail_lines, 1)
+        data = b""
+        while True:
+            query = {"container": container, "tailLines": str(lines), "limitBytes": str(cap)}
+            if previous:
+                query["previous"] = "true"
+            try:
+                data = await self._get_bytes(
+                    f"{self._pods_path}/{quote(self.name, safe='')}/log?{urlencode(query)}", cap
+                )
+            except (ApiError, OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+                log.warning("cannot read the log of %s/%s[%s]: %s", self.namespace, self.name, container, exc)
+                return ""
+            if len(data) < cap or lines <= 1:
+                break
+            lines = max(lines // 4, 1)
+        if len(data) > limit_bytes:
+            data = data[-limit_bytes:]
+            cut = data.find(b"\n")
+            if 0 <= cut < len(data) - 1:
+                data = data[cut + 1 :]  # start at a whole line
+        return data.decode("utf-8", errors="replace")
+
+    # -- HTTP --
+
+    def _backoff(self, failures: int) -> float:
+        base: float = min(self.backoff_initial * 2.0**failures, self.backoff_max)
+        return base * random.uniform(0.8, 1.2)
+
+    async def _open(self, path: str) -> _Response:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None, limit=MAX_LINE
+            ),
+            self.request_timeout,
+        )
+        try:
+            headers = [
+                f"GET {path} HTTP/1.1",
+                f"Host: {self._host}:{self._port}",
+                "Accept: application/json",
+                "User-Agent: podmortem-sidecar",
+                "Connection: close",
+            ]
+            token = self.endpoint.bearer()
+            if token:
+                headers.append(f"Authorization: Bearer {token}")
+            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), self.request_timeout)
+            parts = status_line.decode("latin-1").split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+                raise ApiError(0, f"not an HTTP answer: {status_line[:80]!r}")
+            fields: dict[str, str] = {}
+            while True:
+                line = await asyncio.wait_for(reader.readline(), self.request_timeout)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                key, _, value = line.decode("latin-1").partition(":")
+                fields[key.strip().lower()] = value.strip()
+            return _Response(int(parts[1]), fields, reader, writer)
+        except BaseException:
+            writer.close()
+            raise
+
+    async def _chunks(self, response: _Response, wait: float, limit: int) -> AsyncIterator[bytes]:
+        reader, total = response.reader, 0
+        if response.headers.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size_line = await asyncio.wait_for(reader.readline(), wait)
+                if not size_line:
+                    raise ApiError(0, "connection closed mid-stream")
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    return
+                chunk = await asyncio.wait_for(reader.readexactly(size + 2), wait)
+                total += size
+                if total > limit:
+                    raise ApiError(0, f"answer over {limit} bytes")
+                yield chunk[:-2]
+        elif "content-length" in response.headers:
+            length = int(response.headers["content-length"])
+            if length > limit:
+                raise ApiError(0, f"answer over {limit} bytes")
+            yield await asyncio.wait_for(reader.readexactly(length), wait)
+        else:
+            while chunk := await asyncio.wait_for(reader.read(65536), wait):
+                total += len(chunk)
+                if total > limit:
+                    raise ApiError(0, f"answer over {limit} bytes")
+                yield chunk
+
+    async def _body(self, response: _Response, limit: int) -> bytes:
+        parts = [c async for c in self._chunks(response, self.request_timeout, limit)]
+        return b"".join(parts)
+
+    async def _get_bytes(self, path: str, limit: int = MAX_BODY) -> bytes:
+        response = await self._open(path)
+        try:
+            body = await self._body(response, max(limit, 64 << 10))
+        finally:
+            response.close()
+        if not 200 <= response.status <= 299:
+            raise _error(response.status, body)
+        return body[:limit]
+
+    async def _get_json(self, path: str) -> dict[str, Any]:
+        data = json.loads(await self._get_bytes(path))
+        if not isinstance(data, dict):
+            raise ValueError("the answer is not a JSON object")
+        return data
+
+    async def _stream(self, path: str) -> AsyncIterator[dict[str, Any]]:
+        """The JSON lines of a watch until the server ends it (normal: after timeoutSeconds)."""
+        response = await self._open(path)
+        try:
+            if not 200 <= response.status <= 299:
+                raise _error(response.status, await self._body(response, 64 << 10))
+            pending = b""
+            async for chunk in self._chunks(response, self.watch_timeout + self.request_timeout, 1 << 62):
+                pending += chunk
+                if len(pending) > MAX_LINE:
+                    raise ApiError(0, f"a watch event over {MAX_LINE} bytes")
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = json.loads(line)
+                        if isinstance(event, dict):
+                            yield event
+        finally:
+            response.close()
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _error(status: int, body: bytes) -> ApiError:
+    try:
+        message = str(json.loads(body).get("message") or "")
+    except (ValueError, AttributeError):
+        message = body[:200].decode("utf-8", errors="replace")
+    return (Gone if status == 410 else ApiError)(status, message or f"HTTP {status}")
