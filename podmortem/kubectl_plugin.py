@@ -1,0 +1,160 @@
+"""`kubectl podmortem explain <kind>/<name>`: the verdict on a job or pod, the way `kubectl describe` shows things.
+
+The aggregator writes its verdict into the cluster (`podmortem.io/summary` and `podmortem.io/verdict`
+annotations on the job and on the root-cause pod, a `PodmortemRootCause` condition on the job); this
+plugin reads it back for a person at a terminal. It is installed as the console script
+`kubectl-podmortem`, which kubectl finds on PATH and runs for `kubectl podmortem ...`.
+
+It reads through the `kubectl` binary itself (`kubectl get -o json`; `$KUBECTL` overrides which), so
+it uses exactly the user's kubeconfig, context, credentials plugins and flags — and needs no
+Kubernetes client library. Asked about a pod that carries no verdict, it follows the pod's controller
+ownerReference to its job and explains that.
+
+Exit status: 0 with a verdict, 1 when the object has none (yet), 2 on usage or kubectl errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+SUMMARY = "podmortem.io/summary"
+VERDICT = "podmortem.io/verdict"
+CONDITION_TYPE = "PodmortemRootCause"
+
+
+class PluginError(Exception):
+    pass
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _field(label: str, value: Any, indent: int = 0) -> str:
+    text = "<none>" if value is None or value == "" else str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{' ' * indent}{label + ':':<{16 - indent}}{text}"
+
+
+def render(obj: dict[str, Any]) -> str | None:
+    """The describe-style text for an object carrying a verdict; None when it carries none (pure)."""
+    annotations = _annotations(obj)
+    if VERDICT not in annotations and SUMMARY not in annotations:
+        return None
+    meta = obj.get("metadata") or {}
+    try:
+        doc: dict[str, Any] = json.loads(annotations.get(VERDICT, "{}"))
+    except ValueError:
+        doc = {}
+    lines = [
+        _field("Name", meta.get("name")),
+        _field("Namespace", meta.get("namespace")),
+        _field("Kind", obj.get("kind")),
+        _field("Verdict", annotations.get(SUMMARY) or doc.get("summary")),
+        "Root Cause:",
+        _field("Pod", doc.get("pod"), 2),
+        _field("Rank", doc.get("rank"), 2),
+        _field("Node", doc.get("node"), 2),
+        _field("Category", doc.get("category"), 2),
+        _field("Retryable", doc.get("retryable"), 2),
+        _field("Exception", doc.get("exceptionType"), 2),
+        _field("Message", doc.get("message"), 2),
+        _field("Confidence", doc.get("confidence"), 2),
+    ]
+    evidence = doc.get("evidence") or []
+    lines.append("Evidence:" + ("" if evidence else "      <none>"))
+    lines += [f"  - {e}" for e in evidence]
+    secondary = doc.get("secondary") or []
+    if secondary:
+        lines.append("Secondary Failures:")
+        width = max(len(str(s.get("pod", ""))) for s in secondary)
+        lines += [f"  {str(s.get('pod', '')):<{width}}  {s.get('reason', '')}" for s in secondary]
+    incident = doc.get("incidentId")
+    if incident:
+        state = "final" if doc.get("final") else "may still be revised"
+        lines.append(_field("Incident", f"{incident} (revision {doc.get('revision')}, {state})"))
+    lines.append(_field("Decided At", doc.get("decidedAt")))
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            lines.append(_field("Condition", f"{CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
+    return "\n".join(lines) + "\n"
+
+
+def _owner_target(obj: dict[str, Any]) -> str | None:
+    """'<kind>.<group>/<name>' of a pod's controller, for kubectl."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            kind = str(ref.get("kind", "")).lower()
+            return f"{kind}.{group}/{ref.get('name')}" if group else f"{kind}/{ref.get('name')}"
+    return None
+
+
+class Kubectl:
+    def __init__(self, binary: str, flags: Sequence[str]) -> None:
+        self.binary = binary
+        self.flags = list(flags)
+
+    def get(self, target: str) -> dict[str, Any]:
+        cmd = [self.binary, *self.flags, "get", target, "-o", "json"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise PluginError(f"cannot run {self.binary}: {exc}") from exc
+        if done.returncode != 0:
+            raise PluginError(done.stderr.strip() or f"{' '.join(cmd)} failed")
+        obj = json.loads(done.stdout)
+        if not isinstance(obj, dict) or obj.get("kind", "").endswith("List"):
+            raise PluginError(f"{target}: name one object, as <kind>/<name>")
+        return obj
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubectl podmortem", description="Why did this training job fail?")
+    sub = parser.add_subparsers(dest="command", required=True)
+    explain = sub.add_parser("explain", help="show the verdict on a job or pod, e.g. pytorchjob/my-job")
+    explain.add_argument("target", help="<kind>/<name>, e.g. pytorchjob/llm, job/ddp, jobset/x, pod/llm-worker-3")
+    explain.add_argument("-n", "--namespace")
+    explain.add_argument("--kubeconfig")
+    explain.add_argument("--context")
+    explain.add_argument("-o", "--output", choices=("describe", "json"), default="describe")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if "/" not in args.target:
+        print("error: name the object as <kind>/<name>, e.g. pytorchjob/my-job", file=sys.stderr)
+        return 2
+    flags = [f"--{name}={value}" for name in ("namespace", "kubeconfig", "context") if (value := getattr(args, name))]
+    kubectl = Kubectl(os.environ.get("KUBECTL", "kubectl"), flags)
+    try:
+        obj = kubectl.get(args.target)
+        note = ""
+        if render(obj) is None and obj.get("kind") == "Pod" and (owner := _owner_target(obj)):
+            note = f"(pod {args.target.split('/', 1)[1]} carries no verdict; showing its job {owner})\n"
+            obj = kubectl.get(owner)
+    except PluginError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        verdict = _annotations(obj).get(VERDICT)
+        if verdict is None:
+            return 1
+        print(verdict)
+        return 0
+    text = render(obj)
+    if text is None:
+        print(f"No podmortem verdict on {args.target} (yet).")
+        return 1
+    sys.stdout.write(note + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
