@@ -73,7 +73,7 @@ def render(obj: dict[str, Any]) -> str | None:
     if secondary:
         lines.append("Secondary Failures:")
         width = max(len(str(s.get("pod", ""))) for s in secondary)
-        lines += [f"  {str(s.get('pod', '')):<{width}}  {s.get('reason', '')}" for s in secondary]
+        lines += [f"  {s.get('pod', '')!s:<{width}}  {s.get('reason', '')}" for s in secondary]
     incident = doc.get("incidentId")
     if incident:
         state = "final" if doc.get("final") else "may still be revised"
