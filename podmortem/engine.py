@@ -63,7 +63,7 @@ _RANK_MENTION = re.compile(r"\[rank(\d+)\]|\brank (\d+):|\[Rank (\d+)\]")
 _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
 _SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
-_TIMEOUT_MS = re.compile(r"Timed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|timed out after (\d+(?:\.\d+)?) ?s", re.I)
+_TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
 _PEER_ADDR = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:\d+")
 _AGENT_WRAPPERS = ("ChildFailedError",)
 _SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
@@ -124,25 +124,34 @@ def _glog_time(m: re.Match[str], near: float) -> float | None:
     return best
 
 
-def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES) -> LogFacts:
+def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
+    for lr in rules.of_kind("log"):  # rule order is precedence; each rule scans the tail once
+        hit = lr.pattern.search(text) if lr.pattern is not None else None
+        if hit is not None:
+            a = text.rfind("\n", 0, hit.start()) + 1
+            b = text.find("\n", hit.end())
+            return lr, text[a : b if b >= 0 else len(text)].strip()
+    return None
+
+
+def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
     """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
-    time; None skips them."""
+    time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""
+    log_rule = _log_rule(text, rules)
+    if not full:
+        return LogFacts(log_rule=log_rule)
     first_failure: float | None = None
     teardown: float | None = None
     exceptions: dict[int, str] = {}
     order: list[int] = []
     loose: list[str] = []
-    ranks: set[int] = set()
-    log_rule: tuple[Rule, str] | None = None
+    ranks: set[int] = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_MENTION.finditer(text)}
     summary: dict[str, list[str]] | None = None
     in_summary = False
     current = ""
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line:
-            continue
-        if "Root Cause (first observed failure)" in line:
-            summary, in_summary, current = {}, True, ""
             continue
         if in_summary and summary is not None:
             if line.startswith("====="):
@@ -155,32 +164,37 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES) -> 
             elif current == "traceback":
                 summary["traceback"].append(line)
             continue
-        for mm in _RANK_MENTION.finditer(line):
-            ranks.add(int(next(g for g in mm.groups() if g is not None)))
-        gm = _GLOG.match(line)
-        if gm:
-            body = gm.group(8)
-            if near is not None:
-                if first_failure is None and gm.group(1) == "E" and "failed (exitcode" in body:
-                    first_failure = _glog_time(gm, near)
-                elif teardown is None and re.search(r"Received \d+ death signal|Received SIG", body):
-                    teardown = _glog_time(gm, near)
-        rm = _RANK_LINE.match(line)
-        if rm:
-            content = rm.group(2)
-            if content[:1] not in (" ", "\t") and not content.startswith("Traceback") and exception_type_of(content):
-                r = int(rm.group(1))
-                if r not in exceptions:
-                    order.append(r)
-                exceptions[r] = content
-        elif line[:1] not in (" ", "\t") and not line.startswith("Traceback"):
+        head = line[:1]
+        if head == "[":
+            rm = _RANK_LINE.match(line)
+            if rm:
+                content = rm.group(2)
+                if (content[:1] not in (" ", "\t", "[") and ": " in content and not content.startswith("Traceback")
+                        and exception_type_of(content)):
+                    r = int(rm.group(1))
+                    if r not in exceptions:
+                        order.append(r)
+                    exceptions[r] = content
+            continue
+        if head in ("E", "W", "I", "F") and line[1:2].isdigit():
+            gm = _GLOG.match(line)
+            if gm:
+                body = gm.group(8)
+                if near is not None:
+                    if first_failure is None and gm.group(1) == "E" and "failed (exitcode" in body:
+                        first_failure = _glog_time(gm, near)
+                    elif teardown is None and ("death signal" in body or "Received SIG" in body):
+                        teardown = _glog_time(gm, near)
+                continue
+        if head in (" ", "\t"):
+            continue
+        if "Root Cause (first observed failure)" in line:
+            summary, in_summary, current = {}, True, ""
+            continue
+        if ": " in line and not line.startswith("Traceback"):
             etype = exception_type_of(line)
-            if etype and not etype.endswith(_AGENT_WRAPPERS) and not _GLOG.match(line):
+            if etype and not etype.endswith(_AGENT_WRAPPERS):
                 loose.append(line)
-        if log_rule is None:
-            lr = rules.classify_log_line(line)
-            if lr is not None:
-                log_rule = (lr, line)
     facts = LogFacts(
         first_failure_at=first_failure,
         teardown_at=teardown,
@@ -289,14 +303,19 @@ def _timeout_seconds(text: str) -> float | None:
     return float(m.group(3))
 
 
-def _candidates(member: Member, log: LogFacts, rules: RuleSet) -> list[_Cand]:
+def _error_rule(member: Member, rules: RuleSet) -> Rule | None:
+    err = member.error
+    if err is None or err.parse_error or not err.message.strip():
+        return None
+    return rules.classify_message(err.message, err.exception_type)
+
+
+def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | None) -> list[_Cand]:
     """Classified observations of one member, most specific source first."""
     out: list[_Cand] = []
     err = member.error
-    if err is not None and not err.parse_error and err.message.strip():
-        r = rules.classify_message(err.message, err.exception_type)
-        if r is not None:
-            out.append(_Cand("error file", r, err.message, err.exception_type, log.summary_rank))
+    if err is not None and err_rule is not None:
+        out.append(_Cand("error file", err_rule, err.message, err.exception_type, log.summary_rank))
     # The log: torch's summary names the first failed rank of this pod; its exception line or signal.
     if log.summary_exitcode is not None:
         code, grank = log.summary_exitcode, log.summary_rank
@@ -424,12 +443,21 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
     return mid, spread
 
 
-def assess(member: Member, rules: RuleSet = DEFAULT_RULES) -> Finding:
-    """Judge one member on its own evidence (see the module docstring)."""
-    log = parse_log(member.log_tail, _time_hint(member), rules) if member.log_tail else LogFacts()
+def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None = None) -> Finding:
+    """Judge one member on its own evidence (see the module docstring).
+
+    The structure of a log tail (torch's summary, tracebacks per rank, glog times) is read only when it
+    can matter — not for a member whose error file already shows it died of a peer, unless `full_log` —
+    so that a cascade of thousands of victims stays cheap. `decide` asks again for the logs of members
+    that timed out when it has to find a silent (hung) rank among them.
+    """
     if _is_clean(member):
         return Finding(member, "clean", evidence=(f"{member.pod}: exited 0",))
-    cands = _candidates(member, log, rules)
+    err_rule = _error_rule(member, rules)
+    # An error file that already shows the member died of a peer: its log adds nothing decisive.
+    full = (err_rule is None or err_rule.secondary is None) if full_log is None else full_log
+    log = parse_log(member.log_tail, _time_hint(member), rules, full) if member.log_tail else LogFacts()
+    cands = _candidates(member, log, rules, err_rule)
     cand = _pick(cands)
     time, spread = _time_of(member, cand, log)
     if cand is None:
@@ -688,6 +716,12 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     if strong:
         root = _choose_primary(strong + weak, named)
     elif timeouts:
+        # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
+        findings = [
+            assess(f.member, ruleset, full_log=True) if f.secondary == "timeout" and f.member.log_tail else f
+            for f in findings
+        ]
+        timeouts = [f for f in findings if f.secondary == "timeout"]
         root = _choose_hang(findings, timeouts, named)
     if root is None and weak:
         root = _choose_primary(weak, named)

@@ -81,6 +81,12 @@ SECONDARY_WHY: dict[SecondaryKind, str] = {
 }
 
 
+# Parts of a message that differ between the victims of one failure and that no rule keys on.
+_VOLATILE = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b|\d{4,}")
+_MEMO_SIZE = 4096
+_MISS = object()
+
+
 class RulesError(ValueError):
     """A rules file that cannot be used; the message names the file and the offending rule."""
 
@@ -134,6 +140,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     source: str = "built-in"
     _by_kind: dict[str, tuple[Rule, ...]] = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[tuple[str, str], object] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         grouped: dict[str, list[Rule]] = {}
@@ -147,12 +154,26 @@ class RuleSet:
         return self._by_kind.get(kind, ())
 
     def classify_message(self, message: str, exception_type: str = "") -> Rule | None:
-        """The first message or exception-type rule, in rule order, that matches an error message."""
+        """The first message or exception-type rule, in rule order, that matches an error message.
+
+        Memoised: the victims of one failure write near-identical messages that differ only in peer
+        addresses, ports, pids and durations, so messages equal up to IPv4 addresses and numbers of four
+        or more digits share one classification (rules must not key on such numbers; see docs/engine.md).
+        """
         text = message or ""
+        key = (_VOLATILE.sub("#", text), exception_type)
+        hit = self._memo.get(key, _MISS)
+        if hit is not _MISS:
+            return cast(Rule | None, hit)
+        found: Rule | None = None
         for r in self._by_kind.get("text", ()):
             if r.matches_text(text) if r.kind == "message" else r.matches_type(exception_type):
-                return r
-        return None
+                found = r
+                break
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = found
+        return found
 
     def classify_log_line(self, line: str) -> Rule | None:
         for r in self.of_kind("log"):
@@ -440,10 +461,12 @@ _B: list[dict[str, Any]] = [
     {"id": "message.unclassified", "message": r"\S", "category": "user_code", "weak": True,
      "why": "an unclassified error message"},
     # --- Log tails: lines worth a verdict even without an error file -----------------------------------
-    {"id": "log.xid", "log": r"NVRM: Xid|\bXid \(PCI", "category": "hardware", "why": "NVIDIA driver Xid error"},
-    {"id": "log.ecc", "log": r"uncorrectable ECC error", "category": "hardware",
+    {"id": "log.xid", "log": r"NVRM: Xid|\bXid \(PCI", "ignore_case": False, "category": "hardware",
+     "why": "NVIDIA driver Xid error"},
+    {"id": "log.ecc", "log": r"uncorrectable ECC error", "ignore_case": False, "category": "hardware",
      "why": "uncorrectable GPU memory (ECC) error"},
-    {"id": "log.ib", "log": r"NCCL WARN NET/IB|transport retry counter exceeded", "category": "network",
+    {"id": "log.ib", "log": r"NCCL WARN NET/IB|transport retry counter exceeded", "ignore_case": False,
+     "category": "network",
      "why": "InfiniBand transport error"},
     # --- Exit codes (Kubeflow ExitCode policy) and signals --------------------------------------------
     {"id": "exit.teardown", "exit_code": [130, 143], "secondary": "teardown",
