@@ -54,13 +54,16 @@ def build(cache_dir: Path | None = None) -> Path:
         c_file = Path(tmp) / "clockshim.c"
         c_file.write_bytes(src)
         so_tmp = Path(tmp) / "clockshim.so"
-        proc = subprocess.run(
-            [cc, "-shared", "-fPIC", "-O2", "-o", str(so_tmp), str(c_file), "-ldl"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        try:
+            proc = subprocess.run(
+                [cc, "-shared", "-fPIC", "-O2", "-o", str(so_tmp), str(c_file), "-ldl"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ShimUnavailable(f"cannot run the C compiler {cc!r}: {exc}") from exc
         if proc.returncode != 0:
             raise ShimUnavailable(f"building the clock shim failed: {proc.stderr.strip()[:2000]}")
         os.replace(so_tmp, target)  # atomic: concurrent builders both end with a whole file

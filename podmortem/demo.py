@@ -107,7 +107,7 @@ def main(fault: str = "exception", pods: int = 3, fail_rank: int | None = None, 
     _say(
         out,
         f"podmortem demo: job {job.job_name}, {pods} pods x {job.nproc} worker(s)"
-        + ("" if job.torch else " — torch not installed: plain worker processes stand in for torchrun"),
+        + ("" if job.torch else " — without torch: plain worker processes stand in for torchrun"),
     )
     _say(out, f"  fault: pod {job.pod_name(target)} (node rank {target}) {FAULT_TEXT[fault]}")
     result = job.run()

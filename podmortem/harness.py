@@ -173,6 +173,9 @@ class JobResult:
 
 
 def torch_available() -> bool:
+    """Is torch importable here? PODMORTEM_HARNESS_TORCH=0 forces the no-torch fallback."""
+    if os.environ.get("PODMORTEM_HARNESS_TORCH") == "0":
+        return False
     return importlib.util.find_spec("torch") is not None
 
 
