@@ -573,7 +573,7 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
     return out
 
 
-def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named: Counter[str]) -> _Root | None:
+def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named: Counter[str]) -> _Root:
     cands = _hang_candidates(findings)
     stops = [f.time - f.timeout_s for f in timeouts if f.time is not None and f.timeout_s is not None]
     waited = max((f.timeout_s for f in timeouts if f.timeout_s), default=None)
@@ -581,7 +581,14 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
           + (f" after {waited:g} s" if waited else "")
           + (f"; the missing peer stopped around {_fmt_time(min(stops))}" if stops else "")]
     if not cands:
-        return None
+        # Everyone who failed waited for someone; nobody is visibly stuck. The one who waited first is
+        # the best guess for where the stuck rank lives (e.g. its sibling on the same pod).
+        first = min(timeouts, key=lambda f: (f.time if f.time is not None else math.inf,
+                                             f.member.rank if f.member.rank is not None else 1 << 30, f.member.pod))
+        ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
+        head = "a rank stopped making progress; this pod timed out first and may host it"
+        return _Root(first, "hang", RETRYABLE["hang"], "engine.hang-unlocated", "hang attribution", 0.3, head,
+                     tuple(ev))
     cands.sort(key=lambda c: (-c[0], -named[c[1].member.pod],
                               c[1].member.rank if c[1].member.rank is not None else 1 << 30, c[1].member.pod))
     score, root, why = cands[0]
@@ -715,6 +722,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     root: _Root | None = None
     if strong:
         root = _choose_primary(strong + weak, named)
+    elif timeouts and any(f.source != "termination" for f in weak):
+        # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
+        root = _choose_primary([f for f in weak if f.source != "termination"], named)
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [

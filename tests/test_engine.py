@@ -275,6 +275,25 @@ def test_hang_inside_a_pod_with_a_silent_rank() -> None:
     assert any("rank(s) 3 never raised" in e for e in v.evidence)
 
 
+def test_hang_without_a_visible_stuck_member_is_still_a_hang() -> None:
+    # Without logs nobody stands out; the pod that waited first is the best guess, with low confidence.
+    a = member("w-0", rank=0, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0 + 1, exit_code=1)
+    b = member("w-1", rank=1, msg=GLOO_TIMEOUT.format(ms=10000), ts=T0, exit_code=1)
+    v = decide(incident(a, b))
+    check(v, "w-1", "hang", True)
+    assert v.confidence <= 0.35 and v.rule == "engine.hang-unlocated"
+
+
+def test_network_error_among_watchdog_timeouts() -> None:
+    watchdog = ("RuntimeError: [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80, "
+                "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.")
+    peers = [member(f"w-{i}", rank=i, msg=watchdog.format(r=i), ts=T0 + 600, exit_code=1) for i in (0, 2, 3)]
+    remote = member("w-1", rank=1, msg="torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process "
+                    "exited or there was a network error\nncclRemoteError: socketProgress: Connection reset",
+                    ts=T0, exit_code=1)
+    check(decide(incident(peers[0], remote, *peers[1:])), "w-1", "network", True)
+
+
 def test_slow_exception_handler_still_wins_over_earlier_timeouts() -> None:
     # The root spends 16 s in an emergency-checkpoint handler; its peers time out (10 s) and write first.
     root = member("w-1", rank=1, msg="KeyError: 'cosine_restarts'", ts=T0 + 16, exit_code=1)
