@@ -1,6 +1,6 @@
 """Score the engine on a labelled corpus, next to two naive baselines computed the same way.
 
-    python bench/accuracy.py CORPUS_DIR [--rules FILE] [--json] [--misses]
+    python bench/accuracy.py CORPUS_DIR [--rules FILE] [--json] [--misses] [--no-logs] [--skew S]
 
 For every bundle (a directory with incident.json) the engine decides from the bundle alone; the
 bundle's truth.json is read only afterwards, to score. Printed per scenario and overall: root-pod top-1,
@@ -18,8 +18,10 @@ the comparison isolates *who* is blamed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import random
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -82,7 +84,22 @@ METHODS: dict[str, Callable[[Incident, RuleSet], Answer]] = {
 }
 
 
-def score(corpus: Path, rules: RuleSet) -> dict[str, Any]:
+def perturb(incident: Incident, no_logs: bool = False, skew: float = 0.0, seed: int = 0) -> Incident:
+    """Robustness variants: drop every log tail (what an aggregator without log access sees) and/or
+    shift each member's error-file timestamp by a random whole-second skew in [-skew, +skew]."""
+    rnd = random.Random(f"{seed}/{incident.incident_id}")
+    members = []
+    for m in incident.members:
+        if no_logs:
+            m = dataclasses.replace(m, log_tail="")
+        if skew and m.error is not None and m.error.timestamp is not None:
+            shifted = m.error.timestamp + round(rnd.uniform(-skew, skew))
+            m = dataclasses.replace(m, error=dataclasses.replace(m.error, timestamp=shifted))
+        members.append(m)
+    return dataclasses.replace(incident, members=tuple(members))
+
+
+def score(corpus: Path, rules: RuleSet, no_logs: bool = False, skew: float = 0.0) -> dict[str, Any]:
     """{"rows": [...per incident...], "table": {scenario: {method: {pod, category, retryable, n}}}}"""
     rows: list[dict[str, Any]] = []
     bundles = sorted(p for p in corpus.iterdir() if (p / "incident.json").is_file())
@@ -92,6 +109,8 @@ def score(corpus: Path, rules: RuleSet) -> dict[str, Any]:
         except BundleError as exc:
             print(f"skipping {b.name}: {exc}", file=sys.stderr)
             continue
+        if no_logs or skew:
+            incident = perturb(incident, no_logs, skew)
         truth = json.loads((b / "truth.json").read_text())  # scoring only, after deciding
         answers = {name: fn(incident, rules) for name, fn in METHODS.items()}
         rows.append({"incident": b.name, "scenario": truth.get("scenario", "?"), "truth": truth, "answers": answers})
@@ -134,12 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rules", help="operator rules file to load in front of the built-in rules")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     ap.add_argument("--misses", action="store_true", help="list the incidents the engine got wrong")
+    ap.add_argument("--no-logs", action="store_true", help="robustness: drop every log tail before deciding")
+    ap.add_argument("--skew", type=float, default=0.0, metavar="S",
+                    help="robustness: shift error-file timestamps by a random skew in [-S, +S] seconds")
     ns = ap.parse_args(argv)
     if not ns.corpus.is_dir():
         print(f"{ns.corpus}: not a directory", file=sys.stderr)
         return 2
     rules = load_rules(ns.rules) if ns.rules else DEFAULT_RULES
-    result = score(ns.corpus, rules)
+    result = score(ns.corpus, rules, ns.no_logs, ns.skew)
     if ns.json:
         print(json.dumps(result["table"], indent=2, sort_keys=True))
     else:
