@@ -164,14 +164,16 @@ def condition(decision: Decision, now: float) -> JSON:
     v = decision.verdict
     tag = f"(incident {decision.incident.incident_id}, revision {decision.revision})"
     text = summary(decision)
-    return {
+    out: JSON = {
         "type": CONDITION_TYPE,
         "status": "True" if v.pod is not None else "False",
         "reason": condition_reason(v.category),
         "message": _cut(text, MAX_NOTE - len(tag) - 1) + " " + tag,
         "lastTransitionTime": rfc3339(now),
-        "lastUpdateTime": rfc3339(now),  # Kubeflow's JobCondition has it; others ignore it
     }
+    if decision.incident.job.kind == "PyTorchJob":
+        out["lastUpdateTime"] = out["lastTransitionTime"]  # Kubeflow's JobCondition has it; others do not
+    return out
 
 
 def condition_is_current(conditions: list[JSON], decision: Decision) -> bool:

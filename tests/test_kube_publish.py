@@ -8,7 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_emulator import NS, PYTORCHJOBS, EmulatorHandle, decision, make_kube, seed_pytorchjob
+from kube_emulator import (
+    JOBS,
+    NS,
+    PODS,
+    PYTORCHJOBS,
+    EmulatorHandle,
+    decision,
+    indexed_job,
+    indexed_pod,
+    make_kube,
+    seed_pytorchjob,
+)
 
 from podmortem.aggregator import kubepublish as kp
 from podmortem.aggregator.kube import Kube, KubeSettings
@@ -23,6 +34,7 @@ from podmortem.aggregator.kubepublish import (
     kube_publishers,
 )
 from podmortem.aggregator.publishing import Publisher
+from podmortem.model import JobRef
 
 
 @pytest.fixture
@@ -173,6 +185,21 @@ async def test_no_failure_sets_condition_false_and_no_warning(kube_api: Emulator
     ours = stored["status"]["conditions"][-1]
     assert (ours["type"], ours["status"], ours["reason"]) == (CONDITION_TYPE, "False", "NoFailure")
     assert kube_api.list("v1/events", NS) == []
+
+
+async def test_an_indexed_batch_job_gets_the_same(kube_api: EmulatorHandle, kube: Kube) -> None:
+    job = kube_api.put(JOBS, indexed_job("ddp", 2))
+    complete = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": "T"}]
+    kube_api.change(JOBS, NS, "ddp", {"status": {"conditions": complete}})
+    pods = [kube_api.put(PODS, indexed_pod(job, i))["metadata"]["name"] for i in range(2)]
+    d = decision(pod=pods[1], job=JobRef(NS, "ddp", "Job"), members=tuple(pods))
+    await publish_all(kube, d)
+    stored = kube_api.get(JOBS, NS, "ddp")
+    assert stored is not None and stored["metadata"]["annotations"][PUBLISHED_ANNOTATION] == "kubeflow-user.ddp.0#1"
+    assert stored["status"]["conditions"][0] == complete[0]
+    ours = stored["status"]["conditions"][1]
+    assert ours["type"] == CONDITION_TYPE and "lastUpdateTime" not in ours  # batch's JobCondition has none
+    assert {e["involvedObject"]["kind"] for e in kube_api.list("v1/events", NS)} == {"Job", "Pod"}
 
 
 def test_builders_stay_bounded() -> None:
