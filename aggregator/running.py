@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -141,7 +142,7 @@ def run(ns: argparse.Namespace) -> int:
         if config.rules:
             rules.load_rules(config.rules)  # fail fast, with the file's own error
     except (config_mod.ConfigError, rules.RulesError) as exc:
-        print(f"podmortem aggregator: {exc}")
+        print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(config))

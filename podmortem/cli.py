@@ -1,0 +1,109 @@
+"""`podmortem` — one command, four jobs.
+
+    podmortem sidecar      run next to a training container: watch its error file and pod, stream events
+    podmortem aggregator   collect events from every sidecar, decide each incident's root cause, publish it
+    podmortem analyze DIR  decide offline from a copied incident bundle (error files, pod JSON, logs)
+    podmortem demo         run a small local training job with an injected fault, end to end, no cluster
+
+Only the chosen subcommand's module is imported: the sidecar runs in every training pod, and its
+memory must not pay for the aggregator's or the engine's imports (nor the kubernetes client's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
+
+from podmortem import __version__
+
+FAULTS = ("exception", "oom", "sigkill", "segfault", "hang", "preempt", "multi", "skew")
+
+
+class _Command(Protocol):
+    def build_parser(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, ns: argparse.Namespace) -> int: ...
+
+
+def _analyze_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", metavar="DIR", help="incident bundle: incident.json + pods/<pod>/{pod.json,...}")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument("--rules", help="rules file extending/overriding the built-in classification rules")
+
+
+def _analyze_run(ns: argparse.Namespace) -> int:
+    from podmortem import analyze
+
+    return analyze.main(ns.bundle, as_json=ns.json, rules_path=ns.rules)
+
+
+def _demo_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fault", choices=FAULTS, default="exception", help="what goes wrong (default exception)")
+    parser.add_argument("--pods", type=int, default=3, help="number of pods, i.e. torchrun nodes (default 3)")
+    parser.add_argument("--fail-rank", type=int, default=None, help="node rank made to fail (default: the last)")
+    parser.add_argument("--nproc", type=int, default=1, help="worker processes per pod (default 1)")
+
+
+def _demo_run(ns: argparse.Namespace) -> int:
+    from podmortem import demo
+
+    return demo.main(fault=ns.fault, pods=ns.pods, fail_rank=ns.fail_rank, nproc=ns.nproc)
+
+
+_LOCAL: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "analyze": (_analyze_parser, _analyze_run),
+    "demo": (_demo_parser, _demo_run),
+}
+_MODULES = {"sidecar": "podmortem.sidecar.running", "aggregator": "podmortem.aggregator.running"}
+_HELP = {
+    "sidecar": "run beside a training container: watch its error file and pod, stream events to the aggregator",
+    "aggregator": "collect events from all sidecars, decide each incident's root cause, publish the verdict",
+    "analyze": "decide offline from an incident bundle (copied error files, pod JSON, log tails)",
+    "demo": "run a local multi-pod training job with an injected fault and print the verdict (no cluster)",
+}
+
+
+def _selected(argv: Sequence[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in _HELP else None
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="podmortem",
+        description="Which pod of a failed distributed PyTorch job failed first, and why.",
+        epilog="Run 'podmortem <command> --help' for a command's options. Start with 'podmortem demo'.",
+    )
+    parser.add_argument("--version", action="version", version=f"podmortem {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+    chosen = _selected(argv)
+    runner: Callable[[argparse.Namespace], int] | None = None
+    for name, text in _HELP.items():
+        cmd_parser = sub.add_parser(name, help=text, description=text)
+        if name != chosen:
+            continue
+        if name in _LOCAL:
+            build, runner = _LOCAL[name]
+            build(cmd_parser)
+        else:
+            module = cast(_Command, importlib.import_module(_MODULES[name]))
+            module.build_parser(cmd_parser)
+            runner = module.run
+    ns = parser.parse_args(argv)
+    if runner is None:
+        parser.print_help()
+        return 2
+    try:
+        return runner(ns)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
