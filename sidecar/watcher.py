@@ -13,7 +13,8 @@ it is user-controlled (it can be huge or garbage). So:
 * The watch also ticks every ~0.5 s; each tick compares the file's (inode, size, mtime) with the last
   read, so an event lost by the OS watcher delays a report by a tick, never forever.
 * A file that does not parse may be half written: it is reported (once, with `parse_error`) only after
-  it stayed unchanged and unparsable for the settle period, or at shutdown. Parsing is bounded in
+  it stayed unchanged and unparsable for the settle period, or at shutdown. The same goes for a file
+  over 1 MiB (torch writes a few KiB; a huge one is probably still growing). Parsing is bounded in
   memory by `podmortem.errorfile.read_error_file` (files over 1 MiB are salvaged from head and tail).
 * Event ids are `wire.error_event_id` (a hash of the content's facts): a rewrite with new content is
   a new event, the same content seen again (or after a sidecar restart) is the same event.
@@ -100,7 +101,7 @@ async def watch_path(
 
 
 @dataclass
-class _Unparsable:
+class _Unsettled:
     record: ErrorRecord
     since: float  # monotonic seconds
     wall: float
@@ -136,7 +137,7 @@ class ErrorFileWatcher:
             "force_polling": force_polling,
         }
         self._signature: tuple[int, int, int] | None = None
-        self._unparsable: _Unparsable | None = None
+        self._unsettled: _Unsettled | None = None
         self._sent: set[str] = set()
 
     async def run(self) -> None:
@@ -157,7 +158,7 @@ class ErrorFileWatcher:
             if self._signature is not None:
                 logger.info("error file %s was removed", self.path)
             self._signature = None
-            self._unparsable = None
+            self._unsettled = None
             return None
         except OSError:
             st = None  # read_error_file reports it as a parse error
@@ -168,38 +169,46 @@ class ErrorFileWatcher:
         record = errorfile.read_error_file(self.path)
         if record is None:  # removed between stat and open
             self._signature = None
-            self._unparsable = None
+            self._unsettled = None
             return None
         wall = self._wall_time(st)
-        if record.parse_error:
-            if self._unparsable is None or self._unparsable.record != record:
-                logger.info("error file %s is not parsable (yet): %s", self.path, record.parse_error)
-                self._unparsable = _Unparsable(record, self._monotonic(), wall)
+        huge = record.size_bytes > errorfile.MAX_FILE_BYTES
+        if record.parse_error or huge:
+            # Maybe still being written: report it once it stopped changing (a huge file would
+            # otherwise give one event per watch batch while it grows).
+            if self._unsettled is None or self._unsettled.record != record:
+                if record.parse_error:
+                    logger.info("error file %s is not parsable (yet): %s", self.path, record.parse_error)
+                else:
+                    logger.info("error file %s is %d bytes; waiting for it to settle", self.path, record.size_bytes)
+                self._unsettled = _Unsettled(record, self._monotonic(), wall)
             return self._settle(final)
-        self._unparsable = None
-        if record.size_bytes > errorfile.MAX_FILE_BYTES:
+        self._unsettled = None
+        return self._send(record, wall)
+
+    def _settle(self, final: bool) -> pb.Event | None:
+        pending = self._unsettled
+        if pending is None:
+            return None
+        if not final and self._monotonic() - pending.since < self.settle_seconds:
+            return None
+        self._unsettled = None
+        record = pending.record
+        if record.parse_error:
             logger.warning(
-                "error file %s is %d bytes (over the %d-byte limit): read only its head and tail",
+                "error file %s stayed unparsable%s: %s",
+                self.path,
+                "" if final else f" for {self.settle_seconds:g}s",
+                record.parse_error,
+            )
+        else:
+            logger.warning(
+                "error file %s is %d bytes (over the %d-byte limit): only its head and tail were read",
                 self.path,
                 record.size_bytes,
                 errorfile.MAX_FILE_BYTES,
             )
-        return self._send(record, wall)
-
-    def _settle(self, final: bool) -> pb.Event | None:
-        bad = self._unparsable
-        if bad is None:
-            return None
-        if not final and self._monotonic() - bad.since < self.settle_seconds:
-            return None
-        self._unparsable = None
-        logger.warning(
-            "error file %s stayed unparsable%s: %s",
-            self.path,
-            "" if final else f" for {self.settle_seconds:g}s",
-            bad.record.parse_error,
-        )
-        return self._send(bad.record, bad.wall)
+        return self._send(record, pending.wall)
 
     def _send(self, record: ErrorRecord, wall: float) -> pb.Event | None:
         event_id = wire.error_event_id(self.pod_key, record)

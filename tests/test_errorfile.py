@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from podmortem import errorfile
 from podmortem.errorfile import MAX_FILE_BYTES, MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, read_error_file
+from podmortem.model import ErrorRecord
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\nValueError: bad label\n'
 RECORD = {
@@ -183,7 +184,7 @@ def test_50_mb_error_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
     assert path.stat().st_size == size
     rec, peak = _peak_while(lambda: read_error_file(path))
     assert peak < 4 << 20, f"peak {peak} bytes"
-    assert rec is not None and isinstance(rec, errorfile.ErrorRecord)
+    assert rec is not None and isinstance(rec, ErrorRecord)
     assert rec.parse_error == ""
     assert rec.message == "ValueError: bad label"
     assert rec.timestamp == 1795271119
@@ -198,7 +199,7 @@ def test_50_mb_garbage_is_a_parse_error_in_bounded_memory(tmp_path: Path) -> Non
     _write_huge(path, 50 << 20, "", b"\x00\xffgarbage", "")
     rec, peak = _peak_while(lambda: read_error_file(path))
     assert peak < 4 << 20, f"peak {peak} bytes"
-    assert rec is not None and isinstance(rec, errorfile.ErrorRecord)
+    assert rec is not None and isinstance(rec, ErrorRecord)
     assert f"over the {MAX_FILE_BYTES}-byte limit" in rec.parse_error
     assert rec.size_bytes == 50 << 20
 

@@ -37,7 +37,7 @@ from podmortem.v1 import collector_pb2_grpc as pb_grpc
 HANG_GUARD = 20.0
 
 
-class FakeCollector(pb_grpc.CollectorServicer):  # type: ignore[misc]
+class FakeCollector(pb_grpc.CollectorServicer):
     """A test aggregator: records what it receives and answers as the contract says."""
 
     def __init__(self, *, clock_offset_ns: int = 0, ack: bool = True, reject: str = "") -> None:
@@ -65,7 +65,7 @@ class FakeCollector(pb_grpc.CollectorServicer):  # type: ignore[misc]
                 self._changed.clear()
                 await self._changed.wait()
 
-    async def Report(  # noqa: N802 - the gRPC method name
+    async def Report(
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: Any
     ) -> AsyncIterator[pb.AggregatorMessage]:
         first = True
@@ -123,7 +123,7 @@ class Served:
         if collector is not None:
             self.collector = collector
         server = grpc.aio.server()
-        pb_grpc.add_CollectorServicer_to_server(self.collector, server)
+        pb_grpc.add_CollectorServicer_to_server(self.collector, server)  # type: ignore[no-untyped-call]
         self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
         await server.start()
         self.server = server

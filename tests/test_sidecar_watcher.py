@@ -209,3 +209,25 @@ def test_mtime_in_the_future_is_not_trusted(tmp_path: Path) -> None:
     watcher = ErrorFileWatcher(path, "ns/pod", Collected(), wall=lambda: 1_800_000_000.5)
     event = watcher.check()
     assert event is not None and wire.from_ts(event.wall_time) == 1_800_000_000.5
+
+
+def test_huge_file_still_growing_is_reported_once_settled(tmp_path: Path) -> None:
+    path = tmp_path / "error.json"
+    clock = FakeClock()
+    collected = Collected()
+    watcher = ErrorFileWatcher(path, "ns/pod", collected, settle_seconds=2.0, monotonic=clock)
+    head = '{"message": {"message": "RecursionError: deep", "extraInfo": {"py_callstack": "'
+    with path.open("w") as f:
+        f.write(head + "frame\\n" * 400_000)  # 2.4 MB so far
+        f.flush()
+        assert watcher.check(force=True) is None  # over 1 MiB: wait until it stops growing
+        f.write("frame\\n" * 400_000 + 'RecursionError: deep\\n", "timestamp": "5"}}}')
+    clock.now += 1.0
+    assert watcher.check() is None  # it changed: the settle period started again
+    clock.now += 2.0
+    event = watcher.check()
+    assert event is not None
+    assert event.error_file.message == "RecursionError: deep"
+    assert event.error_file.size_bytes == path.stat().st_size
+    assert event.error_file.traceback.endswith("RecursionError: deep\n")
+    assert len(collected.events) == 1
