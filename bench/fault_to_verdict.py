@@ -1,0 +1,83 @@
+"""How long from a real fault to podmortem's published verdict, per fault kind.
+
+Runs each fault once as a real local torchrun job (podmortem.harness.LocalJob: aggregator, one sidecar
+per pod, torchrun agents on loopback) and prints, per case, the seconds from the fault (the marker the
+workload writes right before injecting it) to the final verdict file, split into the part torch and the
+"cluster" take (fault -> last pod ended) and the part podmortem takes (last pod ended -> verdict), with
+whether the verdict named the right pod and category. The split matters: most of the time is torch
+noticing the failure and the controller tearing the job down; podmortem's own share is the second one.
+
+    python bench/fault_to_verdict.py [--pods 3] [--nproc 1] [--only exception,hang] [--json]
+
+Without torch the harness falls back to plain worker processes (the numbers then say nothing about
+torch). Run it alone: the machine's cores are the bottleneck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from podmortem.harness import EXPECTED_CATEGORY, JobSpec, LocalJob
+
+
+def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:
+    job = LocalJob(JobSpec(fault=fault, pods=pods, nproc=nproc))
+    started = time.monotonic()
+    result = job.run()
+    category, retryable = EXPECTED_CATEGORY[fault]
+    ended = max((p.finished_at for p in job.pods if p.finished_at is not None), default=None)
+    teardown = ended - result.fault_time if ended is not None and result.fault_time is not None else None
+    decide = result.verdict_time - ended if ended is not None and result.verdict_time is not None else None
+    return {
+        "fault": fault,
+        "torch": result.torch,
+        "fault_to_verdict_s": result.fault_to_verdict,
+        "fault_to_first_verdict_s": result.fault_to_first_verdict,
+        "fault_to_last_pod_end_s": teardown,
+        "last_pod_end_to_verdict_s": decide,
+        "correct": result.root_cause == {"pod": result.root_pod, "category": category, "retryable": retryable},
+        "root_cause": result.root_cause,
+        "revisions": result.revisions,
+        "final": result.final,
+        "run_s": time.monotonic() - started,
+        "error": result.error,
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "   -  " if x is None else f"{x:6.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pods", type=int, default=3)
+    p.add_argument("--nproc", type=int, default=1)
+    p.add_argument("--only", default="", help="comma-separated fault kinds (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON object per case instead of the table")
+    args = p.parse_args(argv)
+    faults = [f for f in args.only.split(",") if f] or list(EXPECTED_CATEGORY)
+    if not args.json:
+        print(f"{'fault':10} {'fault->verdict':>14} {'fault->pods gone':>16} {'pods gone->verdict':>18}  correct  run")
+    ok = True
+    for fault in faults:
+        row = run_case(fault, args.pods, args.nproc)
+        ok &= bool(row["correct"])
+        if args.json:
+            print(json.dumps(row), flush=True)
+            continue
+        print(
+            f"{fault:10} {_fmt(row['fault_to_verdict_s']):>14} {_fmt(row['fault_to_last_pod_end_s']):>16} "
+            f"{_fmt(row['last_pod_end_to_verdict_s']):>18}  {'yes' if row['correct'] else 'NO ':7}  "
+            f"{row['run_s']:.0f}s{'  ' + row['error'] if row['error'] else ''}"
+            f"{'' if row['torch'] else '  (no torch)'}",
+            flush=True,
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
