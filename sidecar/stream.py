@@ -208,6 +208,12 @@ class StreamClient:
     async def _session(self, stub: Any) -> tuple[Any, str, bool]:
         """One stream, from Register to its end: (status code or None when closed OK, details, registered)."""
         self.sessions += 1
+        logger.info(
+            "opening stream %d to aggregator %s (waits until it is reachable); %d event(s) pending",
+            self.sessions,
+            self.target,
+            len(self.outbox),
+        )
         self._probes.clear()
         control = _Control()
         call = stub.Report(wait_for_ready=True)
