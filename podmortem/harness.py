@@ -90,7 +90,9 @@ class JobSpec:
     fail_pod: int | None = None  # default: the last pod
     fail_local_rank: int = 0
     fail_step: int = 8
-    second_pod: int | None = None  # multi: the pod with the second error (default: the one before)
+    # multi: the pod with the second error (default: the one before); skew: when set, that pod (clock
+    # behind) also fails on its own a moment after the root, with a timestamp that reads earlier.
+    second_pod: int | None = None
     second_delay: float = 1.0  # multi: seconds between the two errors
     skew_seconds: float = 6.0  # skew: how far behind the other pods' clocks run
     pg_timeout: float = 6.0  # gloo collective timeout
@@ -486,7 +488,7 @@ class LocalJob:
             "--fault-dir",
             str(self.workdir / "faults"),
         ]
-        if s.fault == "multi":
+        if s.fault == "multi" or (s.fault == "skew" and s.second_pod is not None):
             second = (s.failing_pod() - 1) % s.pods if s.second_pod is None else s.second_pod
             args += ["--second-rank", str(second * self.nproc), "--second-delay", str(s.second_delay)]
         return args

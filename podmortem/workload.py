@@ -27,7 +27,9 @@ multi       `ValueError` on the fail rank, and independently `KeyError` on `--se
             about `--second-delay` seconds later (that rank is busy in local work, not in a
             collective, so its error is its own and not a secondary one)
 skew        `ValueError` like `exception`; the harness runs the other pods under the clock shim
-            (podmortem.clockshim) so their wall clocks — and error-file timestamps — run behind
+            (podmortem.clockshim) so their wall clocks — and error-file timestamps — run behind;
+            with `--second-rank`, that rank also fails on its own later, like `multi`, but its
+            timestamp reads earlier than the root's
 ==========  ==================================================================================
 
 The collectives run on a gloo device bound to the pod's own address (`--pod-ip`, any 127.0.0.0/8
@@ -191,7 +193,7 @@ def train(args: argparse.Namespace) -> int:
             if rank == args.fail_rank and args.fault != "none":
                 write_marker(args.fault_dir, rank, args.fault, step)
                 inject(args.fault, rank, step)
-            elif args.fault == "multi" and args.second_rank is not None and same_pod(rank, args.second_rank):
+            elif args.fault in ("multi", "skew") and args.second_rank is not None and same_pod(rank, args.second_rank):
                 # The second pod stalls in local work (a slow data-loading step) and then fails on its own:
                 # its error is not a consequence of the first one. Its other ranks stall a little longer,
                 # so that the pod's first failure — the one its agent reports — is the second error.

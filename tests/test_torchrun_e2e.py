@@ -112,3 +112,13 @@ def test_skewed_clocks_do_not_blame_a_victim() -> None:
     # Raw timestamps would blame a victim: theirs read earlier than the root's own error.
     victims = [p for p in result.pods if p.name != result.root_pod and p.error_file is not None]
     assert victims and all(_timestamp(v) < _timestamp(_root(result)) for v in victims)
+
+
+def test_skewed_clock_with_a_later_independent_error() -> None:
+    # master-0's clock runs 6 s behind; it fails on its own ~1 s after the root, so its KeyError's
+    # timestamp reads ~5 s *earlier* than the root's ValueError: only clock correction gets this right.
+    result = _run(JobSpec(fault="skew", pods=3, fail_pod=2, second_pod=0, skew_seconds=6.0))
+    _check(result)
+    second = result.pods[0]
+    assert _message(second).startswith("KeyError")
+    assert _timestamp(second) < _timestamp(_root(result))
