@@ -440,13 +440,23 @@ class Kube:
             params["resourceVersion"] = resource_version
         holder: dict[str, Any] = {}
         stopping = threading.Event()
+        guard = threading.Lock()  # orders "the reader has a response" against "the consumer left"
 
         def put(item: JSON | BaseException | None) -> None:
             if not stopping.is_set():
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
+        def close(raw: Any) -> None:
+            try:
+                raw.shutdown()  # unblocks a read() in progress in the reader thread
+                raw.close()  # and never back to the pool: the server may still be streaming on it
+            except Exception:  # pragma: no cover - best effort on a dying connection
+                log.debug("closing watch %s", path, exc_info=True)
+
         def reader() -> None:
             self.calls += 1
+            raw: Any = None
+            finished = False
             try:
                 request = self._api.param_serialize(
                     method="GET",
@@ -458,8 +468,10 @@ class Kube:
                 response = self._api.call_api(
                     *request, _request_timeout=(self.request_timeout, self.watch_timeout + self.request_timeout)
                 )
-                raw = response.response
-                holder["raw"] = raw
+                with guard:
+                    raw = holder["raw"] = response.response
+                    if stopping.is_set():
+                        return  # the consumer left while we connected
                 if not 200 <= response.status <= 299:
                     text = response.read().decode("utf-8", errors="replace")  # type: ignore[no-untyped-call]
                     put(_from_api_exception(ApiException(status=response.status, reason=response.reason, body=text)))
@@ -469,6 +481,8 @@ class Kube:
                         return
                     if line.strip():
                         put(json.loads(line))
+                with guard:
+                    finished = holder["finished"] = True  # the server ended the stream: the connection is reusable
                 put(None)
             except ApiException as exc:
                 put(_from_api_exception(exc))
@@ -476,6 +490,9 @@ class Kube:
                 put(None if stopping.is_set() else TemporaryError(0, type(exc).__name__, str(exc)))
             except BaseException as exc:  # pragma: no cover - handed to the awaiting task
                 put(exc)
+            finally:
+                if raw is not None and not finished:
+                    close(raw)
 
         thread = threading.Thread(target=reader, name=f"watch {path}", daemon=True)
         thread.start()
@@ -492,11 +509,8 @@ class Kube:
                     raise translate(code, str(status.get("reason") or ""), str(status.get("message") or ""))
                 yield item
         finally:
-            stopping.set()
-            raw = holder.get("raw")
+            with guard:
+                stopping.set()
+                raw = None if holder.get("finished") else holder.get("raw")
             if raw is not None:
-                try:
-                    raw.shutdown()  # unblocks the reader thread's read()
-                    raw.release_conn()
-                except Exception:  # pragma: no cover - best effort on a dying connection
-                    log.debug("closing watch %s", path, exc_info=True)
+                close(raw)

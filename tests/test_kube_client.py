@@ -158,3 +158,26 @@ async def test_book_to_cluster_with_the_real_engine(kube_api: EmulatorHandle, tm
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         kube.close()
+
+
+async def test_a_watch_left_early_never_blocks_the_next_request(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    """A watch abandoned at any point must not hand its connection — still streaming — to the pool."""
+    seed_pytorchjob(kube_api)
+    kube = make_kube(kube_api, tmp_path, request_timeout=2, retries=0)
+    for round_ in range(20):
+        streams = [
+            kube.watch("/api/v1/pods", {"labelSelector": s})
+            for s in ("none-has-this", "training.kubeflow.org/job-name")
+        ]
+        tasks = [asyncio.create_task(anext(s)) for s in streams]
+        for _ in range(round_ % 4):
+            await asyncio.sleep(0.005)  # leave before, while and after it connects
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for s in streams:
+            await s.aclose()
+        for _ in range(3):  # a request pipelined behind a live watch would time out here
+            pod = await kube.get(POD_PATH)
+            assert pod["metadata"]["name"] == "mixtral-cpt-worker-0"
+    kube.close()
