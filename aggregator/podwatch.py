@@ -71,9 +71,12 @@ class ResolvedJob:
 class JobResolver:
     """Pod -> its outermost workload, walking controller ownerReferences; objects cached for `ttl`."""
 
-    def __init__(self, kube: Kube, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, kube: Kube, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic, max_entries: int = 4096
+    ) -> None:
         self.kube = kube
         self.ttl = ttl
+        self.max_entries = max_entries
         self._clock = clock
         self._cache: dict[tuple[str, str, str], tuple[float, JSON | None]] = {}
 
@@ -91,7 +94,10 @@ class JobResolver:
         except (NotFoundError, PermanentError) as exc:
             log.info("cannot read %s %s/%s: %s", ref.kind, namespace, ref.name, exc)
             obj = None
-        self._cache[key] = (self._clock(), obj)
+        now = self._clock()
+        if len(self._cache) >= self.max_entries:  # forget expired jobs (finished long ago) now and then
+            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self.ttl}
+        self._cache[key] = (now, obj)
         return obj
 
     async def resolve(self, pod: JSON) -> ResolvedJob | None:
@@ -227,6 +233,8 @@ class PodWatch:
         if resolved.world_size:
             jkey = (resolved.job.namespace, resolved.job.name, attempt)
             if self._expected.get(jkey) != resolved.world_size:
+                if len(self._expected) >= 10_000:
+                    self._expected.clear()  # a bound; telling the book again is harmless
                 self._expected[jkey] = resolved.world_size
                 self.book.expect(resolved.job, attempt, resolved.world_size)
         previous = self._known.get(uid)
