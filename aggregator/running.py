@@ -27,6 +27,7 @@ from podmortem import engine, rules
 from podmortem.aggregator import config as config_mod
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.incidents import Decide, IncidentBook
+from podmortem.aggregator.kube import Kube, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
@@ -54,12 +55,21 @@ class Aggregator:
         publishers: Sequence[Publisher] = (),
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        kube_settings: KubeSettings | None = None,
     ) -> None:
         self.config = config
         self.metrics = Metrics(registry)
         chain: list[Publisher] = [LogPublisher(), MetricsPublisher(self.metrics)]
         if config.verdict_dir:
             chain.append(JsonFilePublisher(config.verdict_dir))
+        self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
+        self._kube: Kube | None = None
+        if self.kube_settings is not None:
+            from podmortem.aggregator.kubepublish import kube_publishers
+
+            # One client for the pod watch and the publishers, so they share one rate limit.
+            self._kube = Kube.from_settings(self.kube_settings)
+            chain.extend(kube_publishers(self.kube_settings, self._kube))
         chain.extend(publishers)
         self.queue = PublishQueue(chain)
         self.book = IncidentBook(
@@ -77,6 +87,8 @@ class Aggregator:
         self._health: object = None
         self._httpd: WSGIServer | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._kube_stop = asyncio.Event()
+        self._kube_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         server, self.port, health = create_server(self.config.listen, self.service)
@@ -84,6 +96,12 @@ class Aggregator:
         await server.start()
         await set_serving(health, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
+        if self.kube_settings is not None:
+            from podmortem.aggregator.podwatch import run_kubernetes
+
+            self._kube_task = asyncio.create_task(
+                run_kubernetes(self.book, self.kube_settings, self._kube_stop, self._kube), name="pod-watch"
+            )
         if self.config.metrics_listen:
             host, port = config_mod.split_address(self.config.metrics_listen)
             self._httpd, _ = start_http_server(port, host, registry=self.metrics.registry)
@@ -100,12 +118,20 @@ class Aggregator:
         if self._server is not None:
             await set_serving(self._health, False)
             await self._server.stop(grace / 2)
+        self._kube_stop.set()
+        if self._kube_task is not None:
+            try:
+                await self._kube_task
+            except Exception:
+                log.exception("the Kubernetes pod watch had failed")
         self.book.close_all()
         await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
+        if self._kube is not None:
+            self._kube.close()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -118,12 +144,14 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-async def serve(config: AggregatorConfig, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    config: AggregatorConfig, kube_settings: KubeSettings | None = None, stop: asyncio.Event | None = None
+) -> None:
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    aggregator = Aggregator(config)
+    aggregator = Aggregator(config, kube_settings=kube_settings)
     await aggregator.start()
     try:
         await stop.wait()
@@ -134,16 +162,18 @@ async def serve(config: AggregatorConfig, stop: asyncio.Event | None = None) -> 
 
 def build_parser(parser: argparse.ArgumentParser) -> None:
     config_mod.add_arguments(parser)
+    add_kube_arguments(parser)
 
 
 def run(ns: argparse.Namespace) -> int:
     try:
         config = config_mod.load(ns)
+        kube_settings = load_kube_settings(ns)
         if config.rules:
             rules.load_rules(config.rules)  # fail fast, with the file's own error
-    except (config_mod.ConfigError, rules.RulesError) as exc:
+    except (ValueError, rules.RulesError) as exc:
         print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, kube_settings))
     return 0
