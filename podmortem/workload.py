@@ -107,15 +107,21 @@ def log(rank: int, text: str) -> None:
 
 
 def _parent_is_torchrun() -> bool:
+    """Is our parent a torchrun agent (`python -m torch.distributed.run ...` or `torchrun ...`)?"""
     try:
-        cmdline = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"torch.distributed.run" in cmdline or b"torchrun" in cmdline
+    if len(argv) > 2 and argv[1] == b"-m" and argv[2] in (b"torch.distributed.run", b"torch.distributed.launch"):
+        return True
+    return any(Path(a.decode(errors="replace")).name == "torchrun" for a in argv[:2])
 
 
-def inject(fault: str, rank: int, step: int) -> None:
-    """Make this process fail the way `fault` says. Returns only for `preempt` (the harness acts)."""
+def inject(fault: str, rank: int, step: int, kill_agent: bool = False) -> None:
+    """Make this process fail the way `fault` says. Returns only for `preempt` (the harness acts).
+
+    `kill_agent`: for `sigkill`, also SIGKILL our parent, the torchrun agent (never anything else).
+    """
     if fault in ("exception", "skew", "multi"):
         raise ValueError(f"learning rate must be positive, got -0.0031 at step {step}")
     if fault == "oom":
@@ -126,7 +132,7 @@ def inject(fault: str, rank: int, step: int) -> None:
         # The container's memory cgroup is OOM-killed as a whole (memory.oom.group): the agent goes
         # down with the worker. The agent is our parent (torchrun starts workers directly).
         log(rank, "allocating host memory ...")
-        if _parent_is_torchrun():
+        if kill_agent and _parent_is_torchrun():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -192,7 +198,7 @@ def train(args: argparse.Namespace) -> int:
         if step == args.fail_step:
             if rank == args.fail_rank and args.fault != "none":
                 write_marker(args.fault_dir, rank, args.fault, step)
-                inject(args.fault, rank, step)
+                inject(args.fault, rank, step, kill_agent=True)
             elif args.fault in ("multi", "skew") and args.second_rank is not None and same_pod(rank, args.second_rank):
                 # The second pod stalls in local work (a slow data-loading step) and then fails on its own:
                 # its error is not a consequence of the first one. Its other ranks stall a little longer,

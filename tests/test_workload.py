@@ -83,3 +83,18 @@ def test_fallback_job_gets_the_right_verdict(fault: str) -> None:
     if fault == "preempt":
         assert root.preempted and root.error_file is not None
         assert root.error_file["message"]["message"].startswith("SignalException: Process")
+
+
+def test_sigkill_only_ever_kills_a_real_torchrun_parent() -> None:
+    # A parent whose command line merely mentions torchrun (pytest running test_torchrun_e2e.py, say)
+    # must not be taken for the agent: the sigkill fault would kill the test run.
+    child = "import podmortem.workload as w; print(w._parent_is_torchrun())"
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
+    out = subprocess.run(
+        [sys.executable, "-c", parent, "tests/test_torchrun_e2e.py", "torchrun"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
