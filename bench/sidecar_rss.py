@@ -101,6 +101,7 @@ async def main(writes: int) -> int:
             "TORCHELASTIC_ERROR_FILE": str(error_file),
             "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}",
             "PODMORTEM_LOG_LEVEL": "WARNING",
+            "PODMORTEM_POD_SOURCE": "none",
         }
         proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "podmortem.sidecar.running", env=env)
         try:

@@ -26,6 +26,7 @@ Settings (flag > environment variable > default):
 | `--rank` | `PET_NODE_RANK` | unknown | torchrun node rank (set by the Kubeflow training operator) |
 | `--world-size` | `PET_NNODES` | unknown | number of pods (torchrun nodes); a range `min:max` only when min = max |
 | `--attempt` | `PODMORTEM_ATTEMPT` | `""` | the job's attempt (restart count, generation); incidents are per attempt |
+| `--pod-source` | `PODMORTEM_POD_SOURCE` | `auto` | `file`, `api` (Kubernetes API), `none`; `auto`: see below |
 | `--pod-status-file` | `PODMORTEM_POD_STATUS_FILE` | none | local runs: this pod as `kubectl get pod -o json` |
 | `--log-file` | `PODMORTEM_LOG_FILE` | none | local runs: the training log; its tail is sent at termination |
 | `--log-tail-bytes` | `PODMORTEM_LOG_TAIL_BYTES` | `65536` | size of that tail (at most 1 MiB) |
@@ -35,6 +36,8 @@ Settings (flag > environment variable > default):
 | `--clock-probe-interval` | `PODMORTEM_CLOCK_PROBE_INTERVAL` | `30.0` | seconds between clock probes (after a burst) |
 | `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
 
+`auto` pod source: `file` when a pod status file is given, else `api` when running in a pod
+(`KUBERNETES_SERVICE_HOST` is set), else `none` (the error file is then all the sidecar reports).
 `WATCHFILES_FORCE_POLLING` (read by watchfiles itself) switches file watching to polling for
 filesystems without inotify.
 """
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+POD_SOURCES = ("file", "api", "none")
 # Keeps a LogTail event far below gRPC's 4 MiB message limit.
 MAX_LOG_TAIL_BYTES = 1 << 20
 
@@ -73,6 +77,7 @@ class Settings:
     rank: int | None = None
     world_size: int | None = None
     attempt: str = ""
+    pod_source: str = "none"  # "file", "api" or "none" ("auto" is resolved when reading)
     pod_status_file: Path | None = None
     log_file: Path | None = None
     log_tail_bytes: int = 64 << 10
@@ -113,6 +118,7 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("rank", "--rank", "PET_NODE_RANK", "torchrun node rank"),
     _Setting("world_size", "--world-size", "PET_NNODES", "number of pods (torchrun nodes), N or min:max"),
     _Setting("attempt", "--attempt", "PODMORTEM_ATTEMPT", "the job's attempt (restart count / generation)"),
+    _Setting("pod_source", "--pod-source", "PODMORTEM_POD_SOURCE", "where the pod status comes from"),
     _Setting("pod_status_file", "--pod-status-file", "PODMORTEM_POD_STATUS_FILE", "local runs: pod JSON file"),
     _Setting("log_file", "--log-file", "PODMORTEM_LOG_FILE", "local runs: the training container's log"),
     _Setting("log_tail_bytes", "--log-tail-bytes", "PODMORTEM_LOG_TAIL_BYTES", "bytes of log tail to send"),
@@ -188,6 +194,16 @@ def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = No
     values["log_level"] = level
     if not 0 <= values.get("log_tail_bytes", 0) <= MAX_LOG_TAIL_BYTES:
         problems.append(f"PODMORTEM_LOG_TAIL_BYTES (or --log-tail-bytes) must be between 0 and {MAX_LOG_TAIL_BYTES}")
+    source = str(values.get("pod_source", "auto")).lower()
+    if source == "auto":
+        source = "file" if "pod_status_file" in values else "api" if env.get("KUBERNETES_SERVICE_HOST") else "none"
+    if source not in POD_SOURCES:
+        problems.append(
+            f"PODMORTEM_POD_SOURCE (or --pod-source) = {source!r} is not one of auto, {', '.join(POD_SOURCES)}"
+        )
+    elif source == "file" and "pod_status_file" not in values:
+        problems.append("PODMORTEM_POD_SOURCE=file needs PODMORTEM_POD_STATUS_FILE (or --pod-status-file)")
+    values["pod_source"] = source
     aggregator = values.get("aggregator", "")
     if aggregator and not _looks_like_address(aggregator):
         problems.append(f"PODMORTEM_AGGREGATOR (or --aggregator) = {aggregator!r} is not host:port")

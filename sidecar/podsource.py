@@ -17,8 +17,10 @@ deterministic ids, so a fact seen by both is one event).
         async def read(self) -> dict[str, Any] | None:
             ...  # the pod as it is now, once (the last look on SIGTERM); None when unknown
 
-When a new termination arrives and a log file is configured (`PODMORTEM_LOG_FILE`, local runs), the
-reporter attaches a bounded tail of that log as a `LogTail` event.
+When a new termination arrives, the reporter attaches a bounded tail of the training container's log
+as a `LogTail` event: from the log file when one is configured (`PODMORTEM_LOG_FILE`, local runs),
+else from the source when it can fetch logs (an optional
+`async def log_tail(self, container: str, limit_bytes: int) -> str`, as `PodWatch` has).
 """
 
 from __future__ import annotations
@@ -154,36 +156,53 @@ class PodReporter:
     async def run(self) -> None:
         """Report every version of the pod the source yields, until cancelled."""
         async for pod in self.source.pods():
-            self.observe(pod)
+            await self.observe(pod)
 
     async def refresh(self) -> list[pb.Event]:
         """One more look at the pod (at shutdown)."""
         pod = await self.source.read()
-        return self.observe(pod) if pod is not None else []
+        return await self.observe(pod) if pod is not None else []
 
-    def observe(self, pod: dict[str, Any]) -> list[pb.Event]:
+    async def observe(self, pod: dict[str, Any]) -> list[pb.Event]:
         snap = podstatus.snapshot(pod, self.container)
         if self.pod_name and snap.name and snap.name != self.pod_name and not self._warned_name:
             self._warned_name = True
             logger.warning("pod status names pod %r, but this sidecar is for %r", snap.name, self.pod_name)
         events = wire.events_from_snapshot(snap, self.previous)
         self.previous = snap
-        if self.log_file is not None and any(e.WhichOneof("payload") == "termination" for e in events):
-            tail = read_log_tail(self.log_file, self.log_tail_bytes)
-            if tail is not None:
-                key = snap.uid or f"{snap.namespace}/{snap.name}"
-                events.append(wire.make_event(tail, f"{key}/log_tail/{snap.restart_count}"))
         for event in events:
             logger.info("observed %s", describe(event))
             self._emit(event)
+        if any(e.WhichOneof("payload") == "termination" for e in events):
+            tail = await self._log_tail(snap)
+            if tail is not None:
+                key = snap.uid or f"{snap.namespace}/{snap.name}"
+                event = wire.make_event(tail, f"{key}/log_tail/{snap.restart_count}")
+                logger.info("observed %s", describe(event))
+                self._emit(event)
+                events.append(event)
         return events
+
+    async def _log_tail(self, snap: PodSnapshot) -> pb.LogTail | None:
+        """The training container's log tail: from the local log file, or from a source that can fetch it."""
+        if self.log_file is not None:
+            return read_log_tail(self.log_file, self.log_tail_bytes)
+        fetch = getattr(self.source, "log_tail", None)  # optional capability (podwatch.PodWatch has it)
+        if fetch is None or not snap.container or self.log_tail_bytes <= 0:
+            return None
+        text = await fetch(snap.container, self.log_tail_bytes)
+        if not isinstance(text, str) or not text:
+            return None
+        # The source keeps whole lines within the limit: a tail that nearly fills it was probably cut.
+        return pb.LogTail(text=text, truncated=len(text.encode()) >= self.log_tail_bytes * 9 // 10)
 
 
 def make_pod_source(settings: Settings) -> PodSource | None:
-    """The pod source the settings ask for; None when there is none (the error file is then all we watch).
-
-    Local runs name a pod status file. In Kubernetes, the API-backed source (`podwatch`) plugs in here.
-    """
-    if settings.pod_status_file is not None:
+    """The pod source the settings ask for; None when there is none (the error file is then all we watch)."""
+    if settings.pod_source == "file" and settings.pod_status_file is not None:
         return LocalFilePodSource(settings.pod_status_file)
+    if settings.pod_source == "api":
+        from podmortem.sidecar.podwatch import ApiEndpoint, PodWatch  # only in a pod: raw HTTP, no client
+
+        return PodWatch(ApiEndpoint.in_cluster(), settings.namespace, settings.pod_name)
     return None

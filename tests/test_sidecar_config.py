@@ -106,6 +106,8 @@ def test_empty_value_counts_as_missing() -> None:
         ({"PODMORTEM_AGGREGATOR": "no-port"}, "PODMORTEM_AGGREGATOR"),
         ({"PODMORTEM_LOG_LEVEL": "LOUD"}, "PODMORTEM_LOG_LEVEL"),
         ({"PET_NNODES": "x:y"}, "PET_NNODES"),
+        ({"PODMORTEM_POD_SOURCE": "etcd"}, "PODMORTEM_POD_SOURCE"),
+        ({"PODMORTEM_POD_SOURCE": "file"}, "needs PODMORTEM_POD_STATUS_FILE"),
     ],
 )
 def test_malformed_values(env: dict[str, str], problem: str) -> None:

@@ -86,7 +86,7 @@ def kinds(events: list[pb.Event]) -> list[str]:
     return [e.WhichOneof("payload") or "" for e in events]
 
 
-def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -> None:
+async def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
     log.write_text("".join(f"line {i}\n" for i in range(10_000)))
     sent: list[pb.Event] = []
@@ -97,8 +97,8 @@ def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -> None
         log_file=log,
         log_tail_bytes=1000,
     )
-    assert reporter.observe(running_pod()) == []
-    events = reporter.observe(terminated(running_pod()))
+    assert await reporter.observe(running_pod()) == []
+    events = await reporter.observe(terminated(running_pod()))
     assert kinds(events) == ["termination", "log_tail"]
     term = events[0].termination
     assert (term.exit_code, term.signal, term.reason, term.container) == (137, 9, "OOMKilled", "pytorch")
@@ -107,22 +107,22 @@ def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -> None
     assert tail.truncated and tail.text.endswith("line 9999\n") and tail.text.startswith("line ")
     assert len(tail.text) <= 1000
     assert events[1].id == f"{UID}/log_tail/0"
-    assert reporter.observe(terminated(running_pod())) == []  # the same again: nothing new
-    events = reporter.observe(preempted(terminated(running_pod())))
+    assert await reporter.observe(terminated(running_pod())) == []  # the same again: nothing new
+    events = await reporter.observe(preempted(terminated(running_pod())))
     assert kinds(events) == ["condition", "deletion"]
     assert events[0].condition.reason == "PreemptionByScheduler"
     assert kinds(sent) == ["termination", "log_tail", "condition", "deletion"]
 
 
-def test_reporter_without_log_file_sends_no_tail(tmp_path: Path) -> None:
+async def test_reporter_without_log_file_sends_no_tail(tmp_path: Path) -> None:
     reporter = PodReporter(LocalFilePodSource(tmp_path / "pod.json"), lambda e: None)
-    assert kinds(reporter.observe(terminated(running_pod(), exit_code=1, signal=None))) == ["termination"]
+    assert kinds(await reporter.observe(terminated(running_pod(), exit_code=1, signal=None))) == ["termination"]
 
 
-def test_reporter_warns_about_another_pods_status(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_reporter_warns_about_another_pods_status(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     reporter = PodReporter(LocalFilePodSource(tmp_path / "p.json"), lambda e: None, pod_name="someone-else")
-    reporter.observe(running_pod())
-    reporter.observe(running_pod())
+    await reporter.observe(running_pod())
+    await reporter.observe(running_pod())
     assert caplog.text.count("but this sidecar is for 'someone-else'") == 1
 
 
@@ -207,8 +207,38 @@ async def test_any_pod_source_plugs_into_the_reporter() -> None:
     assert await reporter.refresh() == []  # the last look finds nothing new
 
 
+ENV = {"POD_NAME": "p", "POD_NAMESPACE": "n", "TORCHELASTIC_ERROR_FILE": "/e", "PODMORTEM_AGGREGATOR": "h:1"}
+
+
 def test_make_pod_source() -> None:
-    env = {"POD_NAME": "p", "POD_NAMESPACE": "n", "TORCHELASTIC_ERROR_FILE": "/e", "PODMORTEM_AGGREGATOR": "h:1"}
-    assert make_pod_source(config.from_env_and_args(env)) is None
-    source = make_pod_source(config.from_env_and_args({**env, "PODMORTEM_POD_STATUS_FILE": "/run/pod.json"}))
+    assert make_pod_source(config.from_env_and_args(ENV)) is None
+    source = make_pod_source(config.from_env_and_args({**ENV, "PODMORTEM_POD_STATUS_FILE": "/run/pod.json"}))
     assert isinstance(source, LocalFilePodSource) and source.path == Path("/run/pod.json")
+
+
+def test_in_a_pod_the_source_is_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from podmortem.sidecar.podwatch import PodWatch
+
+    env = {**ENV, "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    settings = config.from_env_and_args(env)
+    assert settings.pod_source == "api"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    source = make_pod_source(settings)
+    assert isinstance(source, PodWatch) and isinstance(source, PodSource)
+    assert (source.namespace, source.name) == ("n", "p")
+    # A pod status file wins over the API; "none" switches pod status off.
+    assert config.from_env_and_args({**env, "PODMORTEM_POD_STATUS_FILE": "/p.json"}).pod_source == "file"
+    assert make_pod_source(config.from_env_and_args({**env, "PODMORTEM_POD_SOURCE": "none"})) is None
+
+
+class LoggingSource(MemorySource):
+    async def log_tail(self, container: str, limit_bytes: int) -> str:
+        return f"{container}: last words\n"
+
+
+async def test_log_tail_from_a_source_that_can_fetch_logs() -> None:
+    sent: list[pb.Event] = []
+    reporter = PodReporter(LoggingSource([terminated(running_pod())]), sent.append)
+    await reporter.run()
+    assert kinds(sent) == ["termination", "log_tail"]
+    assert sent[1].log_tail.text == "pytorch: last words\n" and not sent[1].log_tail.truncated

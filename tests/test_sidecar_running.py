@@ -182,6 +182,7 @@ async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
             "POD_NAMESPACE": "ns",
             "TORCHELASTIC_ERROR_FILE": str(error_file),
             "PODMORTEM_AGGREGATOR": served.target,
+            "PODMORTEM_POD_SOURCE": "none",  # also when the tests themselves run in a pod
         }
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
