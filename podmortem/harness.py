@@ -102,6 +102,9 @@ class JobSpec:
     quorum_timeout: float = 15.0
     deadline: float = 150.0  # whole run, start to verdict
     verdict_wait: float = 25.0  # after every pod ended: how long to wait for a final verdict
+    # After a final verdict, keep watching this long: a "final" revision has been seen to be revised
+    # milliseconds later (a member's log tail arriving after its termination).
+    settle: float = 1.0
     namespace: str = "default"
     job_name: str = ""  # default: podmortem-<fault>-<random>
     workdir: str = ""  # default: a fresh temporary directory
@@ -306,7 +309,8 @@ class LocalJob:
         self._markers: dict[str, dict[str, Any]] = {}
         self._cleanup_at: float | None = None
         self._controller_fired = False
-        self._verdicts: dict[str, tuple[float, int]] = {}  # file -> (mtime, revision) last read
+        self._verdicts: dict[str, float] = {}  # file -> mtime last read
+        self._revisions: set[tuple[str, int]] = set()  # (file, revision) seen
         self._first_verdict: float | None = None
         self._last_doc: dict[str, Any] | None = None
         self._last_doc_time: float | None = None
@@ -751,7 +755,7 @@ class LocalJob:
                 continue
             try:
                 mtime = f.stat().st_mtime
-                if self._verdicts.get(f.name, (None, 0))[0] == mtime:
+                if self._verdicts.get(f.name) == mtime:
                     continue
                 doc = json.loads(f.read_text())
             except (OSError, ValueError):
@@ -763,15 +767,19 @@ class LocalJob:
             root = doc.get("root_cause") or {}
             final = "final" if doc.get("final") else "not final"
             self._note(f"verdict revision {doc.get('revision')} ({final}): {root.get('pod')} — {root.get('category')}")
-            self._verdicts[f.name] = (mtime, int(doc.get("revision") or 0))
+            self._verdicts[f.name] = mtime
+            self._revisions.add((f.name, int(doc.get("revision") or 0)))
             self._last_doc, self._last_doc_time = doc, mtime
 
     def _await_verdict(self, deadline: float) -> None:
         limit = min(deadline, time.monotonic() + self.spec.verdict_wait)
+        settled_at: float | None = None
         while time.monotonic() < limit:
             self._scan_verdicts()
             if self._last_doc is not None and self._last_doc.get("final"):
-                return
+                settled_at = settled_at or time.monotonic() + self.spec.settle
+                if time.monotonic() >= settled_at:
+                    return
             if self.aggregator is not None and self.aggregator.poll() is not None:
                 raise HarnessError(f"aggregator exited with {self.aggregator.returncode}")
             time.sleep(POLL)
@@ -832,7 +840,7 @@ class LocalJob:
             root_pod=self.pods[self.spec.failing_pod()].name if self.pods else "",
             pods=outcomes,
             verdict_doc=copy.deepcopy(self._last_doc),
-            revisions=len({rev for _, rev in self._verdicts.values()}),
+            revisions=len(self._revisions),
             fault_time=self._fault_time(),
             first_verdict_time=self._first_verdict,
             verdict_time=self._last_doc_time,

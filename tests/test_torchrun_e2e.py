@@ -94,6 +94,14 @@ def test_hang() -> None:
     assert _root(result).deleted
 
 
+def test_hang_with_a_sibling_that_times_out_too() -> None:
+    # With two workers per pod, the hung rank's own sibling times out waiting for it as well: every pod
+    # then writes a gloo timeout and exits on its own, so error-file messages alone do not single it out.
+    result = _run(JobSpec(fault="hang", pods=3, nproc=2, fail_pod=1, pg_timeout=5.0))
+    _check(result)
+    assert "Timed out waiting" in _message(_root(result))
+
+
 def test_preemption() -> None:
     result = _run(JobSpec(fault="preempt", pods=3, fail_pod=2))
     _check(result)
