@@ -80,7 +80,9 @@ class _MemberState:
         m = dataclasses.replace(
             self.identity, clock_offset=self.clock_offset, clock_round_trip=self.clock_round_trip
         )
-        for event in self.events.values():
+        # In the pod's own order, not arrival order: events resent after a reconnect arrive late.
+        ordered = sorted(self.events.values(), key=lambda e: (e.wall_time.seconds, e.wall_time.nanos))
+        for event in ordered:
             m = apply_event(m, event, self.clock_offset)
         return m
 

@@ -82,6 +82,9 @@ class Outbox:
         self._seq = 0
         self._acked: deque[str] = deque(maxlen=remember_acked)
         self._acked_set: set[str] = set()
+        # Acknowledged events, kept (bounded) so that a *restarted* aggregator, which lost what its
+        # previous incarnation acknowledged, can be given them again (`redeliver`).
+        self._delivered: OrderedDict[str, pb.Event] = OrderedDict()
         self._waiters: list[asyncio.Future[None]] = []
         self.dropped = 0
         self._over_warned = False
@@ -125,9 +128,34 @@ class Outbox:
             self._bytes -= entry.size
             done.append(entry.event)
             self._remember(event_id)
+            self._keep_delivered(entry)
         if done:
             self._wake()
         return done
+
+    def redeliver(self) -> int:
+        """Put every kept acknowledged event back in line (the aggregator restarted); returns how many."""
+        moved = 0
+        for event_id, event in list(self._delivered.items()):
+            if event_id in self._entries:
+                continue
+            self._seq += 1
+            self._entries[event_id] = _Entry(self._seq, event, event.ByteSize(), event.WhichOneof("payload") or "")
+            self._bytes += self._entries[event_id].size
+            moved += 1
+        self._delivered.clear()
+        if moved:
+            self._wake()
+        return moved
+
+    def _keep_delivered(self, entry: _Entry) -> None:
+        if entry.kind in DROPPABLE_KINDS:  # only the newest log tail is worth giving again
+            for old in [i for i, e in self._delivered.items() if e.WhichOneof("payload") == entry.kind]:
+                del self._delivered[old]
+        self._delivered[entry.event.id] = entry.event
+        while len(self._delivered) > self.max_events:
+            _, dropped = self._delivered.popitem(last=False)
+            logger.warning("forgetting acknowledged %s (history bound)", describe(dropped))
 
     def pending(self) -> list[pb.Event]:
         """Every unacknowledged event, oldest first."""

@@ -177,6 +177,7 @@ class StreamClient:
         self._probe_seq = 0
         self._probes: dict[int, int] = {}  # seq -> t1 (ns) of probes awaiting replies
         self._ever_sent: set[str] = set()  # ids sent on some stream (to log resends as such)
+        self.aggregator_id: str | None = None  # of the aggregator incarnation last registered with
 
     async def run(self) -> None:
         channel = grpc.aio.insecure_channel(self.target, options=self._channel_options)
@@ -228,6 +229,15 @@ class StreamClient:
                 kind = msg.WhichOneof("body")
                 if kind == "registered":
                     was_registered = True
+                    new_id = msg.registered.aggregator_id
+                    if self.aggregator_id is not None and new_id != self.aggregator_id:
+                        # A new incarnation lost what the old one acknowledged: give it everything again.
+                        again = self.outbox.redeliver()
+                        logger.warning(
+                            "aggregator changed (%r -> %r): re-sending %d acknowledged event(s)",
+                            self.aggregator_id, new_id, again,
+                        )
+                    self.aggregator_id = new_id
                     self.registered.set()
                     logger.info(
                         "registered with aggregator %s (id %r) as pod %s/%s; %d event(s) pending",

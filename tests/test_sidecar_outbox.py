@@ -115,3 +115,19 @@ def test_describe_is_one_readable_line() -> None:
     bad = wire.make_event(pb.ErrorFile(parse_error="empty file", size_bytes=0), "b")
     assert describe(bad) == "unparsable error file (empty file, 0 bytes) [id b]"
     assert "\n" not in describe(log_event(1))
+
+
+def test_redeliver_gives_acknowledged_events_again_once() -> None:
+    box = Outbox()
+    for n in range(3):
+        box.put(error_event(n))
+    box.put(log_event(1))
+    box.put(log_event(2))
+    box.ack([e.id for e in box.pending()])
+    assert len(box) == 0
+    # A restarted aggregator: every failure event again, and only the newest log tail.
+    assert box.redeliver() == 4
+    assert ids(box.pending()) == [error_event(n).id for n in range(3)] + [log_event(2).id]
+    box.ack([e.id for e in box.pending()])
+    assert box.redeliver() == 4  # kept again after the second acknowledgement
+    assert box.put(error_event(0)) is False  # still known: not a new event
