@@ -75,6 +75,14 @@ class _MemberState:
     events: dict[str, pb.Event] = field(default_factory=dict)  # id -> event, in arrival order
     clock_offset: float | None = None
     clock_round_trip: float | None = None
+    streams: int = 0  # open sidecar streams of this member
+    sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
+
+    def reported(self) -> bool:
+        """Terminal for quorum. While its sidecar is connected, only the sidecar's own report of the end
+        counts: the sidecar sends the error file before the termination, whereas the aggregator's pod
+        watch may see the exit before the error file's event arrives."""
+        return is_terminal(self.member()) and (self.streams == 0 or self.sidecar_saw_end)
 
     def member(self) -> Member:
         m = dataclasses.replace(
@@ -143,7 +151,16 @@ class IncidentBook:
         self._merge_identity(state, identity)
         if reg.HasField("world_size_hint") and reg.world_size_hint > 0:
             state.world_size_hint = max(state.world_size_hint or 0, reg.world_size_hint)
+        state.members[reg.pod].streams += 1
         return MemberKey(job_key(job, reg.attempt), reg.pod)
+
+    def disconnected(self, key: MemberKey) -> None:
+        """A sidecar's stream ended: what it could say is said; quorum no longer waits on it."""
+        state, member = self._jobs.get(key.job), self._member(key)
+        if state is None or member is None:
+            return
+        member.streams = max(member.streams - 1, 0)
+        self._check_quorum(state)
 
     def observe_member(self, job: JobRef, attempt: str, identity: Member) -> MemberKey:
         """A member known from elsewhere than its sidecar (the aggregator's pod watch)."""
@@ -164,7 +181,7 @@ class IncidentBook:
         if member.clock_round_trip is None or round_trip <= member.clock_round_trip:
             member.clock_offset, member.clock_round_trip = offset, round_trip
 
-    def ingest(self, key: MemberKey, event: pb.Event) -> bool:
+    def ingest(self, key: MemberKey, event: pb.Event, from_sidecar: bool = False) -> bool:
         """Take one event. Returns False for a duplicate (already known id) — still to be acked."""
         state = self._jobs.get(key.job)
         member = self._member(key)
@@ -173,8 +190,13 @@ class IncidentBook:
         if event.id in member.events:
             if self._metrics:
                 self._metrics.duplicates.inc()
+            if from_sidecar and event.WhichOneof("payload") in ("termination", "deletion"):
+                member.sidecar_saw_end = True  # the watch saw it first; the sidecar confirms it
+                self._check_quorum(state)
             return False
         kind = event.WhichOneof("payload")
+        if from_sidecar and kind in ("termination", "deletion"):
+            member.sidecar_saw_end = True
         if kind == "log_tail":  # only the newest tail matters: keep one
             for old in [i for i, e in member.events.items() if e.WhichOneof("payload") == "log_tail"]:
                 del member.events[old]
@@ -249,7 +271,7 @@ class IncidentBook:
         return max(sizes) if sizes else len(state.members)
 
     def _reported(self, state: _JobState) -> int:
-        return sum(1 for m in state.members.values() if is_terminal(m.member()))
+        return sum(1 for m in state.members.values() if m.reported())
 
     def _open(self, state: _JobState) -> None:
         state.opened_at = self._clock()

@@ -89,7 +89,7 @@ class CollectorService(pb_grpc.CollectorServicer):
             async for msg in request_iterator:
                 body = msg.WhichOneof("body")
                 if body == "event":
-                    self.book.ingest(key, msg.event)
+                    self.book.ingest(key, msg.event, from_sidecar=True)
                     yield pb.AggregatorMessage(ack=pb.Ack(event_ids=[msg.event.id]))
                 elif body == "clock_probe":
                     t2 = self.clock()
@@ -104,6 +104,7 @@ class CollectorService(pb_grpc.CollectorServicer):
                 elif body == "register":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'register' may only be sent once")
         finally:
+            self.book.disconnected(key)
             if self.metrics:
                 self.metrics.connected.dec()
             log.info("sidecar %s/%s stream closed", first.register.job.namespace, first.register.pod)

@@ -124,10 +124,17 @@ async def serve(
         settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
     )
     source = pod_source if pod_source is not None else make_pod_source(settings)
+
+    def emit_pod_event(event: pb.Event) -> None:
+        if event.WhichOneof("payload") in ("termination", "deletion"):
+            # The container has ended, so its error file is complete: send it before the end itself.
+            watcher.check(force=True, final=True)
+        outbox.put(event)
+
     reporter = (
         PodReporter(
             source,
-            outbox.put,
+            emit_pod_event,
             pod_name=settings.pod_name,
             container=settings.container,
             log_file=settings.log_file,

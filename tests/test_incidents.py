@@ -54,12 +54,13 @@ def make_book(world: int | None = None, timeout: float = 30.0) -> tuple[Incident
 async def test_quorum_closes_as_soon_as_last_member_reports() -> None:
     book, rec, _ = make_book()
     keys = [register(book, f"job-worker-{i}", i, world=3) for i in range(3)]
-    book.ingest(keys[1], error("ValueError: bad label", int(T0)))
-    book.ingest(keys[1], ended(1, T0 + 1))
-    book.ingest(keys[0], error("RuntimeError: Connection closed by peer [10.0.0.2]:2900", int(T0) + 1))
-    book.ingest(keys[0], ended(1, T0 + 2))
+    book.ingest(keys[1], error("ValueError: bad label", int(T0)), from_sidecar=True)
+    book.ingest(keys[1], ended(1, T0 + 1), from_sidecar=True)
+    peer_gone = "RuntimeError: Connection closed by peer [10.0.0.2]:2900"
+    book.ingest(keys[0], error(peer_gone, int(T0) + 1), from_sidecar=True)
+    book.ingest(keys[0], ended(1, T0 + 2), from_sidecar=True)
     assert rec.decisions == []  # one member still silent
-    book.ingest(keys[2], ended(143, T0 + 3, signal=15))
+    book.ingest(keys[2], ended(143, T0 + 3, signal=15), from_sidecar=True)
     assert len(rec.decisions) == 1
     d = rec.decisions[0]
     assert d.closed_by == "quorum" and d.final and d.revision == 1
@@ -71,9 +72,9 @@ async def test_quorum_closes_as_soon_as_last_member_reports() -> None:
 async def test_timeout_closes_when_a_member_never_reports() -> None:
     book, rec, metrics = make_book(timeout=45)
     keys = [register(book, f"p-{i}", i, world=3) for i in range(3)]
-    book.ingest(keys[0], error("ValueError: x", int(T0)))
-    book.ingest(keys[0], ended(1, T0 + 1))
-    book.ingest(keys[1], ended(143, T0 + 2, signal=15))
+    book.ingest(keys[0], error("ValueError: x", int(T0)), from_sidecar=True)
+    book.ingest(keys[0], ended(1, T0 + 1), from_sidecar=True)
+    book.ingest(keys[1], ended(143, T0 + 2, signal=15), from_sidecar=True)
     await asyncio.sleep(44)
     assert rec.decisions == []
     assert metrics.open_incidents._value.get() == 1
@@ -93,8 +94,8 @@ async def test_duplicates_are_ignored_but_counted() -> None:
     assert book.ingest(a, ev) is False
     assert metrics.duplicates._value.get() == 1
     assert metrics.registry.get_sample_value("podmortem_events_received_total", {"kind": "error_file"}) == 1
-    book.ingest(a, ended(1, T0 + 1))
-    book.ingest(b, ended(1, T0 + 2))
+    book.ingest(a, ended(1, T0 + 1), from_sidecar=True)
+    book.ingest(b, ended(1, T0 + 2), from_sidecar=True)
     assert len(rec.decisions) == 1
 
 
@@ -102,13 +103,14 @@ async def test_late_report_revises_the_verdict() -> None:
     book, rec, _ = make_book(world=2, timeout=5)
     a, b = register(book, "a", 0), register(book, "b", 1)
     # Only the victim's story is known at first...
-    book.ingest(a, error("RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [1.2.3.4]:1", 100))
-    book.ingest(a, ended(1, 101))
+    peer_gone = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [1.2.3.4]:1"
+    book.ingest(a, error(peer_gone, 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101), from_sidecar=True)
     book.close_all()
     assert rec.decisions[-1].revision == 1
     # ... then the real root reports: an OOM kill with no error file.
-    book.ingest(b, make_event(termination_to_pb(Termination(exit_code=137, signal=9, reason="OOMKilled",
-                                                            finished_at=99.0))))
+    oom = Termination(exit_code=137, signal=9, reason="OOMKilled", finished_at=99.0)
+    book.ingest(b, make_event(termination_to_pb(oom)), from_sidecar=True)
     assert len(rec.decisions) == 2
     assert rec.decisions[-1].revision == 2 and rec.decisions[-1].closed_by == "revision"
     assert rec.decisions[-1].verdict.pod == "b"
@@ -118,8 +120,8 @@ async def test_late_report_revises_the_verdict() -> None:
 async def test_no_incident_when_every_member_succeeds() -> None:
     book, rec, _ = make_book(world=2)
     a, b = register(book, "a", 0), register(book, "b", 1)
-    book.ingest(a, ended(0, T0))
-    book.ingest(b, ended(0, T0))
+    book.ingest(a, ended(0, T0), from_sidecar=True)
+    book.ingest(b, ended(0, T0), from_sidecar=True)
     assert rec.decisions == []
     assert book.open_incidents() == []
 
@@ -133,7 +135,7 @@ async def test_events_from_unregistered_members_are_refused() -> None:
 async def test_clock_offset_measured_later_still_corrects_observation_times() -> None:
     book, _, _ = make_book(world=2)
     a = register(book, "a", 0)
-    book.ingest(a, error("ValueError: x", 100, wall=100.25))
+    book.ingest(a, error("ValueError: x", 100, wall=100.25), from_sidecar=True)
     book.set_clock(a, offset=-3.0, round_trip=0.004)
     book.set_clock(a, offset=+9.0, round_trip=0.5)  # a worse sample is not kept
     incident = book.incident(a.job)
@@ -141,3 +143,28 @@ async def test_clock_offset_measured_later_still_corrects_observation_times() ->
     member = next(m for m in incident.members if m.pod == "a")
     assert member.clock_offset == -3.0
     assert member.error_observed_at == pytest.approx(97.25)
+
+
+async def test_a_connected_sidecar_is_waited_for_even_when_the_pod_watch_saw_the_exit() -> None:
+    book, rec, _ = make_book(world=2)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    # The aggregator's pod watch sees both containers end before b's sidecar has said anything.
+    book.ingest(a, error("RuntimeError: Connection closed by peer [10.0.0.2]:29500", 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101.0, event_id="a/termination/0"), from_sidecar=True)
+    book.ingest(b, ended(1, 100.5, event_id="b/termination/0"))  # from the pod watch
+    assert rec.decisions == []  # b's sidecar is connected and may still be sending its error file
+    book.ingest(b, error("ValueError: the real root cause", 99), from_sidecar=True)
+    book.ingest(b, ended(1, 100.5, event_id="b/termination/0"), from_sidecar=True)  # its own report
+    assert len(rec.decisions) == 1 and rec.decisions[0].closed_by == "quorum"
+    assert rec.decisions[0].verdict.pod == "b"
+
+
+async def test_a_closed_stream_stops_the_wait_for_its_sidecar() -> None:
+    book, rec, _ = make_book(world=2)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    book.ingest(a, error("ValueError: x", 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101.0), from_sidecar=True)
+    book.ingest(b, ended(143, 102.0, signal=15))  # pod watch only
+    assert rec.decisions == []
+    book.disconnected(b)
+    assert len(rec.decisions) == 1 and rec.decisions[0].verdict.pod == "a"
