@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from typing import Any
@@ -25,10 +26,13 @@ from podmortem.harness import EXPECTED_CATEGORY, JobSpec, LocalJob
 
 
 def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:
-    job = LocalJob(JobSpec(fault=fault, pods=pods, nproc=nproc))
+    job = LocalJob(JobSpec(fault=fault, pods=pods, nproc=nproc, keep_workdir=True))
     started = time.monotonic()
     result = job.run()
     category, retryable = EXPECTED_CATEGORY[fault]
+    correct = result.root_cause == {"pod": result.root_pod, "category": category, "retryable": retryable}
+    if correct and not result.error:
+        shutil.rmtree(result.workdir, ignore_errors=True)  # kept only to look into a wrong or failed run
     ended = max((p.finished_at for p in job.pods if p.finished_at is not None), default=None)
     teardown = ended - result.fault_time if ended is not None and result.fault_time is not None else None
     decide = result.verdict_time - ended if ended is not None and result.verdict_time is not None else None
@@ -39,7 +43,9 @@ def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:
         "fault_to_first_verdict_s": result.fault_to_first_verdict,
         "fault_to_last_pod_end_s": teardown,
         "last_pod_end_to_verdict_s": decide,
-        "correct": result.root_cause == {"pod": result.root_pod, "category": category, "retryable": retryable},
+        "correct": correct,
+        "expected_pod": result.root_pod,
+        "workdir": "" if correct and not result.error else result.workdir,
         "root_cause": result.root_cause,
         "revisions": result.revisions,
         "final": result.final,
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pods", type=int, default=3)
     p.add_argument("--nproc", type=int, default=1)
-    p.add_argument("--only", default="", help="comma-separated fault kinds (default: all)")
+    p.add_argument("--only", default="", help="comma-separated fault kinds, repeats allowed (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object per case instead of the table")
     args = p.parse_args(argv)
     faults = [f for f in args.only.split(",") if f] or list(EXPECTED_CATEGORY)
@@ -73,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{fault:10} {_fmt(row['fault_to_verdict_s']):>14} {_fmt(row['fault_to_last_pod_end_s']):>16} "
             f"{_fmt(row['last_pod_end_to_verdict_s']):>18}  {'yes' if row['correct'] else 'NO ':7}  "
             f"{row['run_s']:.0f}s{'  ' + row['error'] if row['error'] else ''}"
-            f"{'' if row['torch'] else '  (no torch)'}",
+            f"{'' if row['torch'] else '  (no torch)'}"
+            f"{'  kept: ' + row['workdir'] if row['workdir'] else ''}",
             flush=True,
         )
     return 0 if ok else 1

@@ -9,7 +9,9 @@ machine has two cores; every run has a hard deadline and kills all its processes
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +23,9 @@ pytestmark = [
 ]
 
 
-def _run(spec: JobSpec) -> JobResult:
-    result = LocalJob(spec).run()
+def _run(spec: JobSpec, tmp_path: Path) -> JobResult:
+    # pytest keeps tmp_path of recent runs: pod logs, error files, sidecar and aggregator logs stay there.
+    result = LocalJob(dataclasses.replace(spec, workdir=str(tmp_path / "job"))).run()
     assert not result.error, f"{result.error}\n{_diagnose(result)}"
     return result
 
@@ -57,8 +60,8 @@ def _timestamp(pod: PodOutcome) -> int:
     return int(pod.error_file["message"]["extraInfo"]["timestamp"])
 
 
-def test_exception_two_workers_per_pod() -> None:
-    result = _run(JobSpec(fault="exception", pods=2, nproc=2, fail_pod=1, fail_local_rank=1))
+def test_exception_two_workers_per_pod(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="exception", pods=2, nproc=2, fail_pod=1, fail_local_rank=1), tmp_path)
     _check(result)
     root = _root(result)
     assert root.exit_code == 1
@@ -66,66 +69,66 @@ def test_exception_two_workers_per_pod() -> None:
     assert result.verdict is not None and result.verdict["exception_type"] == "ValueError"
 
 
-def test_gpu_oom() -> None:
-    result = _run(JobSpec(fault="oom", pods=2, fail_pod=0))
+def test_gpu_oom(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="oom", pods=2, fail_pod=0), tmp_path)
     _check(result)
     assert _message(_root(result)).startswith("OutOfMemoryError: CUDA out of memory")
 
 
-def test_host_oom_sigkill() -> None:
-    result = _run(JobSpec(fault="sigkill", pods=3, fail_pod=1))
+def test_host_oom_sigkill(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="sigkill", pods=3, fail_pod=1), tmp_path)
     _check(result)
     root = _root(result)
     assert (root.exit_code, root.signal, root.reason, root.error_file) == (137, 9, "OOMKilled", None)
 
 
-def test_segfault() -> None:
-    result = _run(JobSpec(fault="segfault", pods=2, fail_pod=1))
+def test_segfault(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="segfault", pods=2, fail_pod=1), tmp_path)
     _check(result)
     root = _root(result)
     # The agent survives its worker's SIGSEGV, reports it and exits 1; nobody wrote an error file.
     assert (root.exit_code, root.error_file) == (1, None)
 
 
-def test_hang() -> None:
-    result = _run(JobSpec(fault="hang", pods=3, fail_pod=0, pg_timeout=5.0))
+def test_hang(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="hang", pods=3, fail_pod=0, pg_timeout=5.0), tmp_path)
     _check(result)
     # The peers time out first; the hung pod is deleted by the controller afterwards.
     assert _root(result).deleted
 
 
-def test_hang_with_a_sibling_that_times_out_too() -> None:
+def test_hang_with_a_sibling_that_times_out_too(tmp_path: Path) -> None:
     # With two workers per pod, the hung rank's own sibling times out waiting for it as well: every pod
     # then writes a gloo timeout and exits on its own, so error-file messages alone do not single it out.
-    result = _run(JobSpec(fault="hang", pods=3, nproc=2, fail_pod=1, pg_timeout=5.0))
+    result = _run(JobSpec(fault="hang", pods=3, nproc=2, fail_pod=1, pg_timeout=5.0), tmp_path)
     _check(result)
     assert "Timed out waiting" in _message(_root(result))
 
 
-def test_preemption() -> None:
-    result = _run(JobSpec(fault="preempt", pods=3, fail_pod=2))
+def test_preemption(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="preempt", pods=3, fail_pod=2), tmp_path)
     _check(result)
     assert _root(result).preempted
 
 
-def test_two_unrelated_errors() -> None:
-    result = _run(JobSpec(fault="multi", pods=3, fail_pod=2, second_pod=1))
+def test_two_unrelated_errors(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="multi", pods=3, fail_pod=2, second_pod=1), tmp_path)
     _check(result)
     assert _message(result.pods[1]).startswith("KeyError")
 
 
-def test_skewed_clocks_do_not_blame_a_victim() -> None:
-    result = _run(JobSpec(fault="skew", pods=3, fail_pod=1, skew_seconds=6.0))
+def test_skewed_clocks_do_not_blame_a_victim(tmp_path: Path) -> None:
+    result = _run(JobSpec(fault="skew", pods=3, fail_pod=1, skew_seconds=6.0), tmp_path)
     _check(result)
     # Raw timestamps would blame a victim: theirs read earlier than the root's own error.
     victims = [p for p in result.pods if p.name != result.root_pod and p.error_file is not None]
     assert victims and all(_timestamp(v) < _timestamp(_root(result)) for v in victims)
 
 
-def test_skewed_clock_with_a_later_independent_error() -> None:
+def test_skewed_clock_with_a_later_independent_error(tmp_path: Path) -> None:
     # master-0's clock runs 6 s behind; it fails on its own ~1 s after the root, so its KeyError's
     # timestamp reads ~5 s *earlier* than the root's ValueError: only clock correction gets this right.
-    result = _run(JobSpec(fault="skew", pods=3, fail_pod=2, second_pod=0, skew_seconds=6.0))
+    result = _run(JobSpec(fault="skew", pods=3, fail_pod=2, second_pod=0, skew_seconds=6.0), tmp_path)
     _check(result)
     second = result.pods[0]
     assert _message(second).startswith("KeyError")
