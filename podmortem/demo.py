@@ -47,7 +47,8 @@ def render(result: JobResult, out: TextIO) -> bool:
     _say(out, "=" * 78)
     _say(out, f"VERDICT (revision {doc.get('revision')}, {'final' if result.final else 'not final'})")
     _say(out, "=" * 78)
-    _say(out, _indent(str(verdict.get("summary", "")), "  "))
+    for line in str(verdict.get("summary", "")).splitlines():
+        _say(out, textwrap.fill(line, 100, initial_indent="  ", subsequent_indent="  "))
     _say(out)
     rank = verdict.get("rank")
     _say(
