@@ -326,6 +326,9 @@ class LocalJob:
     # ---------------------------------------------------------------------------------- running
 
     def run(self) -> JobResult:
+        """Start everything, play Kubernetes until the verdict (or a deadline), stop everything. Once."""
+        if self.pods:
+            raise HarnessError("a LocalJob runs once; make a new one")
         started = time.time()
         deadline = time.monotonic() + self.spec.deadline
         error = ""
