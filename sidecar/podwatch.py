@@ -27,12 +27,13 @@ events is the sidecar core's job (`podsource.PodReporter`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import random
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,16 +156,19 @@ class PodWatch:
                 query = dict(selector, watch="true", allowWatchBookmarks="true", resourceVersion=version)
                 query["timeoutSeconds"] = str(self.watch_timeout)
                 self.watches += 1
-                async for event in self._stream(f"{self._pods_path}?{urlencode(query)}"):
-                    failures = 0
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        code = int(obj.get("code") or 0)
-                        raise (Gone if code == 410 else ApiError)(code, str(obj.get("message") or "watch error"))
-                    version = _version(obj) or version
-                    if kind in ("ADDED", "MODIFIED", "DELETED") and _version(obj) != last_yielded:
-                        last_yielded = _version(obj)
-                        yield obj
+                # aclosing: a cancelled consumer must close the watch's connection now, not at GC —
+                # an open watch keeps the API server's handler (and a test emulator's shutdown) waiting.
+                async with contextlib.aclosing(self._stream(f"{self._pods_path}?{urlencode(query)}")) as events:
+                    async for event in events:
+                        failures = 0
+                        kind, obj = event.get("type"), event.get("object") or {}
+                        if kind == "ERROR":
+                            code = int(obj.get("code") or 0)
+                            raise (Gone if code == 410 else ApiError)(code, str(obj.get("message") or "watch error"))
+                        version = _version(obj) or version
+                        if kind in ("ADDED", "MODIFIED", "DELETED") and _version(obj) != last_yielded:
+                            last_yielded = _version(obj)
+                            yield obj
             except Gone:
                 log.info("pod watch: resourceVersion %s expired; re-listing", version)
                 version = ""
@@ -310,7 +314,7 @@ class PodWatch:
             raise ValueError("the answer is not a JSON object")
         return data
 
-    async def _stream(self, path: str) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, path: str) -> AsyncGenerator[dict[str, Any], None]:
         """The JSON lines of a watch until the server ends it (normal: after timeoutSeconds)."""
         response = await self._open(path)
         try:
