@@ -170,17 +170,16 @@ class PodReporter:
             logger.warning("pod status names pod %r, but this sidecar is for %r", snap.name, self.pod_name)
         events = wire.events_from_snapshot(snap, self.previous)
         self.previous = snap
-        for event in events:
-            logger.info("observed %s", describe(event))
-            self._emit(event)
         if any(e.WhichOneof("payload") == "termination" for e in events):
+            # The log tail goes out before the termination: once every member reported its end the
+            # aggregator decides, and a crash may be visible only in the log ("exitcode: -11").
             tail = await self._log_tail(snap)
             if tail is not None:
                 key = snap.uid or f"{snap.namespace}/{snap.name}"
-                event = wire.make_event(tail, f"{key}/log_tail/{snap.restart_count}")
-                logger.info("observed %s", describe(event))
-                self._emit(event)
-                events.append(event)
+                events.insert(0, wire.make_event(tail, f"{key}/log_tail/{snap.restart_count}"))
+        for event in events:
+            logger.info("observed %s", describe(event))
+            self._emit(event)
         return events
 
     async def _log_tail(self, snap: PodSnapshot) -> pb.LogTail | None:

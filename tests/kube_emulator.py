@@ -475,9 +475,11 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
                 position = int(since)
             while self.watch_epoch == epoch:
                 for rv, r, kind, obj in list(self.history):
-                    if rv <= position or r != res:
+                    if rv <= position:
                         continue
-                    position = rv
+                    position = rv  # past other resources' changes too, or the wait below never happens
+                    if r != res:
+                        continue
                     ns = (obj.get("metadata") or {}).get("namespace")
                     if request.namespace is not None and ns != request.namespace:
                         continue

@@ -99,19 +99,21 @@ async def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -
     )
     assert await reporter.observe(running_pod()) == []
     events = await reporter.observe(terminated(running_pod()))
-    assert kinds(events) == ["termination", "log_tail"]
-    term = events[0].termination
+    # The log tail first: the aggregator may decide as soon as the termination arrives.
+    assert kinds(events) == ["log_tail", "termination"]
+    assert kinds(sent) == ["log_tail", "termination"]
+    term = events[1].termination
     assert (term.exit_code, term.signal, term.reason, term.container) == (137, 9, "OOMKilled", "pytorch")
-    assert events[0].id == f"{UID}/termination/0"
-    tail = events[1].log_tail
+    assert events[1].id == f"{UID}/termination/0"
+    tail = events[0].log_tail
     assert tail.truncated and tail.text.endswith("line 9999\n") and tail.text.startswith("line ")
     assert len(tail.text) <= 1000
-    assert events[1].id == f"{UID}/log_tail/0"
+    assert events[0].id == f"{UID}/log_tail/0"
     assert await reporter.observe(terminated(running_pod())) == []  # the same again: nothing new
     events = await reporter.observe(preempted(terminated(running_pod())))
     assert kinds(events) == ["condition", "deletion"]
     assert events[0].condition.reason == "PreemptionByScheduler"
-    assert kinds(sent) == ["termination", "log_tail", "condition", "deletion"]
+    assert kinds(sent) == ["log_tail", "termination", "condition", "deletion"]
 
 
 async def test_reporter_without_log_file_sends_no_tail(tmp_path: Path) -> None:
@@ -240,5 +242,5 @@ async def test_log_tail_from_a_source_that_can_fetch_logs() -> None:
     sent: list[pb.Event] = []
     reporter = PodReporter(LoggingSource([terminated(running_pod())]), sent.append)
     await reporter.run()
-    assert kinds(sent) == ["termination", "log_tail"]
-    assert sent[1].log_tail.text == "pytorch: last words\n" and not sent[1].log_tail.truncated
+    assert kinds(sent) == ["log_tail", "termination"]
+    assert sent[0].log_tail.text == "pytorch: last words\n" and not sent[0].log_tail.truncated
