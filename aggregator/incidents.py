@@ -77,6 +77,12 @@ class _MemberState:
     clock_round_trip: float | None = None
     streams: int = 0  # open sidecar streams of this member
     sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
+    # The fold of `events` is needed on every quorum check (for every member); it is kept until
+    # something it depends on changes, so that an ingest does not re-fold the whole job.
+    _folded: Member | None = field(default=None, repr=False)
+
+    def changed(self) -> None:
+        self._folded = None
 
     def reported(self) -> bool:
         """Terminal for quorum. While its sidecar is connected, only the sidecar's own report of the end
@@ -85,6 +91,8 @@ class _MemberState:
         return is_terminal(self.member()) and (self.streams == 0 or self.sidecar_saw_end)
 
     def member(self) -> Member:
+        if self._folded is not None:
+            return self._folded
         m = dataclasses.replace(
             self.identity, clock_offset=self.clock_offset, clock_round_trip=self.clock_round_trip
         )
@@ -92,6 +100,7 @@ class _MemberState:
         ordered = sorted(self.events.values(), key=lambda e: (e.wall_time.seconds, e.wall_time.nanos))
         for event in ordered:
             m = apply_event(m, event, self.clock_offset)
+        self._folded = m
         return m
 
 
@@ -180,6 +189,7 @@ class IncidentBook:
             return
         if member.clock_round_trip is None or round_trip <= member.clock_round_trip:
             member.clock_offset, member.clock_round_trip = offset, round_trip
+            member.changed()
 
     def ingest(self, key: MemberKey, event: pb.Event, from_sidecar: bool = False) -> bool:
         """Take one event. Returns False for a duplicate (already known id) — still to be acked."""
@@ -201,6 +211,7 @@ class IncidentBook:
             for old in [i for i, e in member.events.items() if e.WhichOneof("payload") == "log_tail"]:
                 del member.events[old]
         member.events[event.id] = event
+        member.changed()
         if self._metrics and kind:
             self._metrics.events.labels(kind=kind).inc()
         if state.opened_at is None and is_failure(event):
@@ -252,6 +263,7 @@ class IncidentBook:
             state.members[identity.pod] = _MemberState(identity=identity)
             return
         old = current.identity
+        current.changed()
         current.identity = dataclasses.replace(
             old,
             namespace=identity.namespace or old.namespace,
@@ -339,7 +351,7 @@ class IncidentBook:
         verdict = verdict or self._decide(incident)
         state.verdict = verdict
         state.revision += 1
-        reported = sum(1 for m in incident.members if is_terminal(m))
+        reported = self._reported(state)
         self._publish(
             Decision(
                 incident=incident,
