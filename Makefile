@@ -1,9 +1,13 @@
 # The two commands of the README:  `make demo`  and  `make test`.  Both do all set-up on a fresh machine.
+# `make test` = `make check` (lint, types, import contracts, unit tests; about a minute)
+#             + `make e2e`  (integration and end-to-end: real gRPC, sidecar processes, the Kubernetes
+#                            emulator, kubectl, Prometheus, torchrun).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PYTEST := $(PY) -m pytest
 
-.PHONY: setup demo test lint proto bench clean
+.PHONY: setup demo test check lint unit e2e proto bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,10 +26,21 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/podmortem demo
 
-test: $(STAMP)
+test: check e2e
+
+check: lint unit
+
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy podmortem  # sidecar/ and aggregator/ are checked through the podmortem/ symlinks
-	$(PY) -m pytest
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy podmortem tests bench scripts
+	$(VENV)/bin/lint-imports
+
+unit: $(STAMP)
+	$(PYTEST) tests/unit
+
+e2e: $(STAMP)
+	$(PYTEST) tests/integration tests/e2e
 
 proto: $(STAMP)
 	$(PY) scripts/gen_protos.py

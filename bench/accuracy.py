@@ -6,7 +6,7 @@ For every bundle (a directory with incident.json) the engine decides from the bu
 bundle's truth.json is read only afterwards, to score. Printed per scenario and overall: root-pod top-1,
 category and retryable accuracy for
 
-* engine      — `podmortem.engine.decide`
+* engine      — `podmortem.core.engine.decide`
 * earliest    — smallest error-file timestamp, else earliest container finishedAt (torch's
                 `get_first_failure` applied across pods); category from the rules for that pod's message
 * last writer — largest error-file timestamp
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from podmortem.bundle import BundleError, load_bundle
-from podmortem.engine import assess, decide
-from podmortem.model import Incident, Member
-from podmortem.rules import DEFAULT_RULES, RuleSet, load_rules
+from podmortem.core.engine import assess, decide
+from podmortem.core.model import Incident, Member
+from podmortem.core.rules import DEFAULT_RULES, RuleSet, load_rules
+from podmortem.offline.bundle import BundleError, load_bundle
 
 Answer = tuple[str | None, str | None, bool | None]
 
@@ -56,8 +56,13 @@ def earliest(incident: Incident, rules: RuleSet) -> Answer:
     if with_ts:
         pick = min(with_ts, key=lambda m: (m.error.timestamp if m.error else 0, m.pod))
     else:
-        pick = min(failed, key=lambda m: (m.termination.finished_at if m.termination and m.termination.finished_at
-                                         else math.inf, m.pod))
+        pick = min(
+            failed,
+            key=lambda m: (
+                m.termination.finished_at if m.termination and m.termination.finished_at else math.inf,
+                m.pod,
+            ),
+        )
     return _classify(pick, rules)
 
 
@@ -154,8 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     ap.add_argument("--misses", action="store_true", help="list the incidents the engine got wrong")
     ap.add_argument("--no-logs", action="store_true", help="robustness: drop every log tail before deciding")
-    ap.add_argument("--skew", type=float, default=0.0, metavar="S",
-                    help="robustness: shift error-file timestamps by a random skew in [-S, +S] seconds")
+    ap.add_argument(
+        "--skew",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="robustness: shift error-file timestamps by a random skew in [-S, +S] seconds",
+    )
     ns = ap.parse_args(argv)
     if not ns.corpus.is_dir():
         print(f"{ns.corpus}: not a directory", file=sys.stderr)
@@ -171,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             t = row["truth"]
             pod, cat, retry = row["answers"]["engine"]
             if (pod, cat, retry) != (t.get("root_pod"), t.get("category"), t.get("retryable")):
-                print(f"MISS {row['incident']} [{row['scenario']}]: engine {pod} {cat} {retry}; "
-                      f"truth {t.get('root_pod')} {t.get('category')} {t.get('retryable')}")
+                print(
+                    f"MISS {row['incident']} [{row['scenario']}]: engine {pod} {cat} {retry}; "
+                    f"truth {t.get('root_pod')} {t.get('category')} {t.get('retryable')}"
+                )
     return 0
 
 

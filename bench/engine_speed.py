@@ -14,9 +14,9 @@ import argparse
 import sys
 import time
 
-from podmortem.engine import decide
-from podmortem.errorfile import exception_type_of
-from podmortem.model import ErrorRecord, Incident, JobRef, Member, Termination
+from podmortem.core.engine import decide
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.model import ErrorRecord, Incident, JobRef, Member, Termination
 
 T0 = 1_800_000_000
 
@@ -24,10 +24,13 @@ T0 = 1_800_000_000
 def _log(rank: int, message: str) -> str:
     return "\n".join(
         [f"[rank{rank}] step {s} loss 1.{s:03d} acc 0.5 (0.21 s/step)" for s in range(0, 40, 10)]
-        + [f"[rank{rank}]: Traceback (most recent call last):", f"[rank{rank}]:   File \"/opt/app/train.py\", line 310",
-           f"[rank{rank}]: {message}",
-           f"E1121 14:58:15.{rank % 1000:03d}000 {20000 + rank} site-packages/torch/distributed/elastic/"
-           f"multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: {30000 + rank}) of binary: python"]
+        + [
+            f"[rank{rank}]: Traceback (most recent call last):",
+            f'[rank{rank}]:   File "/opt/app/train.py", line 310',
+            f"[rank{rank}]: {message}",
+            f"E1121 14:58:15.{rank % 1000:03d}000 {20000 + rank} site-packages/torch/distributed/elastic/"
+            f"multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: {30000 + rank}) of binary: python",
+        ]
     )
 
 
@@ -38,21 +41,30 @@ def build(n: int) -> Incident:
         if i == 0:
             msg, ts, code = "KeyError: 'cosine_restarts'", T0 + 2, 1
         elif i % 3 == 1:
-            msg = (f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
-                   f"peer [10.0.0.1]:{20000 + i % 40000}. This is typically caused by a remote worker crashing.")
+            msg = (
+                f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+                f"peer [10.0.0.1]:{20000 + i % 40000}. This is typically caused by a remote worker crashing."
+            )
             ts, code = T0 + i % 2, 143
         elif i % 3 == 2:
-            msg = (f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
-                   f"waiting {10000 + i % 7 * 1000}ms for recv operation to complete")
+            msg = (
+                f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+                f"waiting {10000 + i % 7 * 1000}ms for recv operation to complete"
+            )
             ts, code = T0 + 1, 1
         else:
             msg, ts, code = f"SignalException: Process {40000 + i} got signal: 15", T0 + 3, 1
-        members.append(Member(
-            pod=f"job-worker-{i}", rank=i, pod_ip=ip, node=f"node-{i}",
-            error=ErrorRecord(message=msg, exception_type=exception_type_of(msg), timestamp=ts),
-            termination=Termination(exit_code=code, reason="Error", finished_at=float(ts + 1)),
-            log_tail=_log(i, msg),
-        ))
+        members.append(
+            Member(
+                pod=f"job-worker-{i}",
+                rank=i,
+                pod_ip=ip,
+                node=f"node-{i}",
+                error=ErrorRecord(message=msg, exception_type=exception_type_of(msg), timestamp=ts),
+                termination=Termination(exit_code=code, reason="Error", finished_at=float(ts + 1)),
+                log_tail=_log(i, msg),
+            )
+        )
     return Incident(job=JobRef("ns", "job", "PyTorchJob"), world_size=n, members=tuple(members))
 
 
@@ -69,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         verdict = decide(incident)
         best = min(best, time.perf_counter() - start)
     assert verdict is not None and verdict.pod == "job-worker-0", verdict
-    print(f"engine.decide: {ns.members} members in {best * 1000:.0f} ms "
-          f"({best / ns.members * 1e6:.1f} us/member, best of {ns.repeat}); root {verdict.pod} ({verdict.category})")
+    print(
+        f"engine.decide: {ns.members} members in {best * 1000:.0f} ms "
+        f"({best / ns.members * 1e6:.1f} us/member, best of {ns.repeat}); root {verdict.pod} ({verdict.category})"
+    )
     return 0
 
 

@@ -1,6 +1,6 @@
 """How long from a real fault to podmortem's published verdict, per fault kind.
 
-Runs each fault once as a real local torchrun job (podmortem.harness.LocalJob: aggregator, one sidecar
+Runs each fault once as a real local torchrun job (podmortem.local.harness.LocalJob: aggregator, one sidecar
 per pod, torchrun agents on loopback) and prints, per case, the seconds from the fault (the marker the
 workload writes right before injecting it) to the final verdict file, split into the part torch and the
 "cluster" take (fault -> last pod ended) and the part podmortem takes (last pod ended -> verdict), with
@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from podmortem.harness import EXPECTED_CATEGORY, JobSpec, LocalJob
+from podmortem.local.harness import EXPECTED_CATEGORY, JobSpec, LocalJob
 
 
 def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:

@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from podmortem.v1 import collector_pb2 as pb
-from podmortem.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
 
 class AckingCollector(pb_grpc.CollectorServicer):

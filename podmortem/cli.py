@@ -35,7 +35,7 @@ def _analyze_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _analyze_run(ns: argparse.Namespace) -> int:
-    from podmortem import analyze
+    from podmortem.offline import analyze
 
     return analyze.main(ns.bundle, as_json=ns.json, rules_path=ns.rules)
 
@@ -48,7 +48,7 @@ def _demo_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_run(ns: argparse.Namespace) -> int:
-    from podmortem import demo
+    from podmortem.local import demo
 
     return demo.main(fault=ns.fault, pods=ns.pods, fail_rank=ns.fail_rank, nproc=ns.nproc)
 

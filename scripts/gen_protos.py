@@ -1,4 +1,4 @@
-"""Regenerate podmortem/v1/*_pb2*.py from protos/ (run: `make proto`).
+"""Regenerate podmortem/protocol/v1/*_pb2*.py from protos/ (run: `make proto`).
 
 With `--check`, generate into a temporary directory and exit 1 if the checked-in code differs:
 tests/test_protos.py runs that so stale generated code fails the suite.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
-PACKAGE_DIR = Path("podmortem") / "v1"
+PACKAGE_DIR = Path("podmortem") / "protocol" / "v1"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
@@ -38,11 +38,7 @@ def generate(out: Path) -> None:
 
 
 def generated_files(base: Path) -> list[Path]:
-    return sorted(
-        p.relative_to(base)
-        for p in (base / PACKAGE_DIR).glob("*")
-        if p.name.endswith(GENERATED_SUFFIXES)
-    )
+    return sorted(p.relative_to(base) for p in (base / PACKAGE_DIR).glob("*") if p.name.endswith(GENERATED_SUFFIXES))
 
 
 def main() -> int:

@@ -1,4 +1,8 @@
-"""Shared fixtures: the Kubernetes API emulator (tests/kube_emulator.py) for the test_kube_* modules."""
+"""Shared fixtures. Test helpers live in tests/support/ (a package importable as `support`).
+
+Tiers: tests/unit (pure, fast: `make check`), tests/integration (real gRPC, the Kubernetes emulator,
+real sidecar processes) and tests/e2e (real torchrun, Prometheus, kubectl): `make e2e`.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # so that test modules can `import kube_emulator`
+sys.path.insert(0, str(Path(__file__).parent))  # so that test modules can `import support.*`
 
-from kube_emulator import EmulatorHandle, running_emulator
+from support.kube_emulator import EmulatorHandle, running_emulator
 
 
 @pytest.fixture

@@ -1,0 +1,362 @@
+"""Incidents: group events per job attempt, open on the first failure, close on quorum or timeout.
+
+Every sidecar registers when its pod starts, so the book knows a job's members before anything
+fails. The first event that means failure (an error file, a non-zero exit, a DisruptionTarget
+condition, a lost or deleted pod) opens the job attempt's incident and arms a timer. The incident
+closes — and the engine decides — as soon as every expected member has reported a terminal state
+(quorum), or when the timer fires with members still silent. A member reporting after that may
+change the verdict; the book then publishes a revision. The expected size is the largest of the
+configured size, the job's own size (`expect`, from the Kubernetes job spec) and the sidecars'
+world-size hints.
+
+Events are kept per member (deduplicated by id) and folded into `Member`s only when deciding, with
+the member's best clock offset at that moment — an offset measured after an event arrived still
+corrects it. This module does no I/O: decisions go to a `publish` callable (the publish queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from podmortem.aggregator.metrics import Metrics
+from podmortem.aggregator.publishing import ClosedBy, Decision
+from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import apply_event
+
+log = logging.getLogger(__name__)
+
+Decide = Callable[[Incident], Verdict]
+JobKey = tuple[str, str, str]  # namespace, name, attempt
+
+
+@dataclass(frozen=True)
+class MemberKey:
+    job: JobKey
+    pod: str
+
+
+def job_key(job: JobRef, attempt: str) -> JobKey:
+    return (job.namespace, job.name, attempt)
+
+
+def is_failure(event: pb.Event) -> bool:
+    """Does this event mean something went wrong (and so open an incident)?"""
+    kind = event.WhichOneof("payload")
+    if kind == "error_file":
+        return True
+    if kind == "termination":
+        t = event.termination
+        return (t.HasField("exit_code") and t.exit_code != 0) or t.HasField("signal") or t.reason == "OOMKilled"
+    if kind == "condition":
+        return event.condition.type == "DisruptionTarget" and event.condition.status == "True"
+    if kind == "deletion":
+        return event.deletion.phase in ("Unknown", "Failed", "Running", "") or event.deletion.reason == "NodeLost"
+    return False
+
+
+def is_terminal(member: Member) -> bool:
+    """Has this member reported how it ended (so quorum need not wait for it)?"""
+    return (
+        member.termination is not None
+        or member.phase in ("Failed", "Succeeded", "Unknown")
+        or member.phase_reason in ("NodeLost", "Deleted")
+    )
+
+
+@dataclass
+class _MemberState:
+    identity: Member
+    events: dict[str, pb.Event] = field(default_factory=dict)  # id -> event, in arrival order
+    clock_offset: float | None = None
+    clock_round_trip: float | None = None
+    streams: int = 0  # open sidecar streams of this member
+    sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
+    # The fold of `events` is needed on every quorum check (for every member); it is kept until
+    # something it depends on changes, so that an ingest does not re-fold the whole job.
+    _folded: Member | None = field(default=None, repr=False)
+
+    def changed(self) -> None:
+        self._folded = None
+
+    def reported(self) -> bool:
+        """Terminal for quorum. While its sidecar is connected, only the sidecar's own report of the end
+        counts: the sidecar sends the error file before the termination, whereas the aggregator's pod
+        watch may see the exit before the error file's event arrives."""
+        return is_terminal(self.member()) and (self.streams == 0 or self.sidecar_saw_end)
+
+    def member(self) -> Member:
+        if self._folded is not None:
+            return self._folded
+        m = dataclasses.replace(self.identity, clock_offset=self.clock_offset, clock_round_trip=self.clock_round_trip)
+        # In the pod's own order, not arrival order: events resent after a reconnect arrive late.
+        ordered = sorted(self.events.values(), key=lambda e: (e.wall_time.seconds, e.wall_time.nanos))
+        for event in ordered:
+            m = apply_event(m, event, self.clock_offset)
+        self._folded = m
+        return m
+
+
+@dataclass
+class _JobState:
+    job: JobRef
+    attempt: str
+    members: dict[str, _MemberState] = field(default_factory=dict)
+    world_size_hint: int | None = None
+    expected: int | None = None
+    opened_at: float | None = None
+    timer: asyncio.TimerHandle | None = None
+    closed_by: ClosedBy | None = None
+    revision: int = 0
+    verdict: Verdict | None = None
+
+    @property
+    def incident_id(self) -> str:
+        return f"{self.job.namespace}.{self.job.name}.{self.attempt or '0'}"
+
+
+class IncidentBook:
+    def __init__(
+        self,
+        decide: Decide,
+        publish: Callable[[Decision], None],
+        quorum_timeout: float = 60.0,
+        default_world_size: int | None = None,
+        clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
+        max_jobs: int = 10_000,
+    ) -> None:
+        self._decide = decide
+        self._publish = publish
+        self.quorum_timeout = quorum_timeout
+        self.default_world_size = default_world_size
+        self._clock = clock
+        self._metrics = metrics
+        self._max_jobs = max_jobs
+        self._jobs: dict[JobKey, _JobState] = {}
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def register(self, reg: pb.Register) -> MemberKey:
+        """A sidecar says who it is (again after every reconnect)."""
+        job = JobRef(reg.job.namespace, reg.job.name, reg.job.kind, reg.job.uid)
+        state = self._job(job, reg.attempt)
+        identity = Member(
+            pod=reg.pod,
+            namespace=reg.job.namespace,
+            node=reg.node,
+            rank=reg.rank if reg.HasField("rank") else None,
+            replica_type=reg.replica_type,
+            replica_index=reg.replica_index if reg.HasField("replica_index") else None,
+            pod_ip=reg.pod_ip,
+        )
+        self._merge_identity(state, identity)
+        if reg.HasField("world_size_hint") and reg.world_size_hint > 0:
+            state.world_size_hint = max(state.world_size_hint or 0, reg.world_size_hint)
+        state.members[reg.pod].streams += 1
+        return MemberKey(job_key(job, reg.attempt), reg.pod)
+
+    def disconnected(self, key: MemberKey) -> None:
+        """A sidecar's stream ended: what it could say is said; quorum no longer waits on it."""
+        state, member = self._jobs.get(key.job), self._member(key)
+        if state is None or member is None:
+            return
+        member.streams = max(member.streams - 1, 0)
+        self._check_quorum(state)
+
+    def observe_member(self, job: JobRef, attempt: str, identity: Member) -> MemberKey:
+        """A member known from elsewhere than its sidecar (the aggregator's pod watch)."""
+        state = self._job(job, attempt)
+        self._merge_identity(state, identity)
+        return MemberKey(job_key(job, attempt), identity.pod)
+
+    def expect(self, job: JobRef, attempt: str, world_size: int) -> None:
+        """The job's own size (from its spec or an annotation)."""
+        state = self._job(job, attempt)
+        state.expected = world_size
+        self._check_quorum(state)
+
+    def set_clock(self, key: MemberKey, offset: float, round_trip: float) -> None:
+        member = self._member(key)
+        if member is None:
+            return
+        if member.clock_round_trip is None or round_trip <= member.clock_round_trip:
+            member.clock_offset, member.clock_round_trip = offset, round_trip
+            member.changed()
+
+    def ingest(self, key: MemberKey, event: pb.Event, from_sidecar: bool = False) -> bool:
+        """Take one event. Returns False for a duplicate (already known id) — still to be acked."""
+        state = self._jobs.get(key.job)
+        member = self._member(key)
+        if state is None or member is None:
+            raise KeyError(f"unknown member {key}: register first")
+        if event.id in member.events:
+            if self._metrics:
+                self._metrics.duplicates.inc()
+            if from_sidecar and event.WhichOneof("payload") in ("termination", "deletion"):
+                member.sidecar_saw_end = True  # the watch saw it first; the sidecar confirms it
+                self._check_quorum(state)
+            return False
+        kind = event.WhichOneof("payload")
+        if from_sidecar and kind in ("termination", "deletion"):
+            member.sidecar_saw_end = True
+        if kind == "log_tail":  # only the newest tail matters: keep one
+            for old in [i for i, e in member.events.items() if e.WhichOneof("payload") == "log_tail"]:
+                del member.events[old]
+        member.events[event.id] = event
+        member.changed()
+        if self._metrics and kind:
+            self._metrics.events.labels(kind=kind).inc()
+        if state.opened_at is None and is_failure(event):
+            self._open(state)
+        elif state.closed_by is not None:
+            self._revise(state)
+            return True
+        self._check_quorum(state)
+        return True
+
+    # -- state -------------------------------------------------------------------------------
+
+    def incident(self, key: JobKey) -> Incident | None:
+        state = self._jobs.get(key)
+        return self._incident(state) if state else None
+
+    def open_incidents(self) -> list[JobKey]:
+        return [k for k, s in self._jobs.items() if s.opened_at is not None and s.closed_by is None]
+
+    def close_all(self) -> None:
+        """Shutdown: decide every open incident now rather than lose it."""
+        for key in self.open_incidents():
+            self._close(self._jobs[key], "timeout")
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _job(self, job: JobRef, attempt: str) -> _JobState:
+        key = job_key(job, attempt)
+        state = self._jobs.get(key)
+        if state is None:
+            if len(self._jobs) >= self._max_jobs:
+                self._evict()
+            state = self._jobs[key] = _JobState(job=job, attempt=attempt)
+        elif (job.kind and not state.job.kind) or (job.uid and not state.job.uid):
+            state.job = JobRef(job.namespace, job.name, job.kind or state.job.kind, job.uid or state.job.uid)
+        return state
+
+    def _evict(self) -> None:
+        """Forget the oldest decided jobs (never an open incident)."""
+        for key in [k for k, s in self._jobs.items() if s.closed_by is not None or s.opened_at is None]:
+            del self._jobs[key]
+            if len(self._jobs) < self._max_jobs * 0.9:
+                return
+
+    @staticmethod
+    def _merge_identity(state: _JobState, identity: Member) -> None:
+        current = state.members.get(identity.pod)
+        if current is None:
+            state.members[identity.pod] = _MemberState(identity=identity)
+            return
+        old = current.identity
+        current.changed()
+        current.identity = dataclasses.replace(
+            old,
+            namespace=identity.namespace or old.namespace,
+            node=identity.node or old.node,
+            rank=identity.rank if identity.rank is not None else old.rank,
+            replica_type=identity.replica_type or old.replica_type,
+            replica_index=identity.replica_index if identity.replica_index is not None else old.replica_index,
+            pod_ip=identity.pod_ip or old.pod_ip,
+        )
+
+    def _member(self, key: MemberKey) -> _MemberState | None:
+        state = self._jobs.get(key.job)
+        return state.members.get(key.pod) if state else None
+
+    def world_size(self, state: _JobState) -> int:
+        sizes = [s for s in (state.expected, state.world_size_hint, self.default_world_size) if s]
+        return max(sizes) if sizes else len(state.members)
+
+    def _reported(self, state: _JobState) -> int:
+        return sum(1 for m in state.members.values() if m.reported())
+
+    def _open(self, state: _JobState) -> None:
+        state.opened_at = self._clock()
+        log.info("incident %s opened (%d members known)", state.incident_id, len(state.members))
+        if self._metrics:
+            self._metrics.open_incidents.inc()
+        loop = asyncio.get_running_loop()
+        state.timer = loop.call_later(self.quorum_timeout, self._on_timeout, job_key(state.job, state.attempt))
+
+    def _on_timeout(self, key: JobKey) -> None:
+        state = self._jobs.get(key)
+        if state is not None and state.closed_by is None:
+            log.info(
+                "incident %s: quorum timeout after %.1fs (%d/%d reported)",
+                state.incident_id,
+                self.quorum_timeout,
+                self._reported(state),
+                self.world_size(state),
+            )
+            self._close(state, "timeout")
+
+    def _check_quorum(self, state: _JobState) -> None:
+        if state.opened_at is None or state.closed_by is not None:
+            return
+        if self._reported(state) >= self.world_size(state):
+            self._close(state, "quorum")
+
+    def _incident(self, state: _JobState) -> Incident:
+        return Incident(
+            job=state.job,
+            world_size=self.world_size(state),
+            members=tuple(m.member() for m in state.members.values()),
+            attempt=state.attempt,
+            incident_id=state.incident_id,
+            opened_at=state.opened_at,
+        )
+
+    def _close(self, state: _JobState, closed_by: ClosedBy) -> None:
+        if state.timer is not None:
+            state.timer.cancel()
+            state.timer = None
+        state.closed_by = closed_by
+        if self._metrics:
+            self._metrics.open_incidents.dec()
+        self._emit(state, closed_by)
+
+    def _revise(self, state: _JobState) -> None:
+        incident = self._incident(state)
+        verdict = self._decide(incident)
+        old = state.verdict
+        same = old is not None and (old.pod, old.category, old.retryable) == (
+            verdict.pod,
+            verdict.category,
+            verdict.retryable,
+        )
+        if same:
+            state.verdict = verdict  # same answer; evidence may have grown, nothing to republish
+            return
+        self._emit(state, "revision", incident, verdict)
+
+    def _emit(
+        self, state: _JobState, closed_by: ClosedBy, incident: Incident | None = None, verdict: Verdict | None = None
+    ) -> None:
+        incident = incident or self._incident(state)
+        verdict = verdict or self._decide(incident)
+        state.verdict = verdict
+        state.revision += 1
+        reported = self._reported(state)
+        self._publish(
+            Decision(
+                incident=incident,
+                verdict=verdict,
+                decided_at=self._clock(),
+                revision=state.revision,
+                closed_by=closed_by,
+                reported=reported,
+            )
+        )

@@ -1,0 +1,203 @@
+"""Which job a training pod belongs to, and how many pods that job expects — pure functions over dicts.
+
+The incident book keys incidents by (namespace, job name, attempt) and needs the job's size to know
+when every member has reported. A pod does not carry either directly: its controller ownerReference
+names the object that created it (a PyTorchJob, or a batch Job that a JobSet created, which a TrainJob
+created), and the size is in that object's spec. This module knows the workload kinds we support:
+
+| kind (apiVersion)                        | pods carry labels           | world size (pods)              |
+| ----------------------------------------- | --------------------------- | ------------------------------ |
+| PyTorchJob (kubeflow.org/v1)              | training.kubeflow.org/*     | sum of replicas of all types   |
+| Job (batch/v1)                            | batch.kubernetes.io/*       | completions if Indexed, else   |
+|                                           |                             | parallelism                    |
+| JobSet (jobset.x-k8s.io/v1alpha2)         | jobset.sigs.k8s.io/*        | sum of replicas x pods per Job |
+| TrainJob (trainer.kubeflow.org/v1alpha1)  | (those of its JobSet)       | spec.trainer.numNodes          |
+
+The annotation `podmortem.io/world-size` on the job overrides the computed size (elastic jobs, or a
+spec we do not understand).
+
+The job an incident is filed under is the outermost workload we know (a TrainJob over its JobSet, a
+JobSet over its child Jobs), because that is what the user submitted and what a sidecar registers
+with when it is told its job name from the `jobset.sigs.k8s.io/jobset-name` label. `workload_from_labels`
+gives the same answer from a pod's labels alone, without reading any object (what the sidecar can do).
+The attempt is `jobset.sigs.k8s.io/restart-attempt` for JobSet pods and "" otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from podmortem.core.model import JobRef
+from podmortem.core.podstatus import (
+    BATCH_COMPLETION_INDEX,
+    BATCH_JOB_NAME,
+    JOBSET_NAME,
+    KUBEFLOW_JOB,
+    KUBEFLOW_REPLICA_INDEX,
+    KUBEFLOW_REPLICA_TYPE,
+)
+
+JSON = dict[str, Any]
+
+WORLD_SIZE_ANNOTATION = "podmortem.io/world-size"
+JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Where a kind of job lives in the API."""
+
+    kind: str
+    api_version: str
+    plural: str
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.kind: w
+    for w in (
+        Workload("PyTorchJob", "kubeflow.org/v1", "pytorchjobs"),
+        Workload("Job", "batch/v1", "jobs"),
+        Workload("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets"),
+        Workload("TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    kind: str
+    api_version: str
+    name: str
+    uid: str = ""
+
+    @property
+    def workload(self) -> Workload | None:
+        w = WORKLOADS.get(self.kind)
+        # Match the group too: another operator may call its kind "Job".
+        if w is None or w.api_version.split("/")[0] != self.api_version.split("/")[0]:
+            return None
+        return w
+
+
+def _int(value: Any, default: int | None = None) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def controller_of(obj: JSON) -> OwnerRef | None:
+    """The controller ownerReference of any object (a pod, a Job, a JobSet), if it is one we know."""
+    refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict)]
+    chosen = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if chosen is None:
+        return None
+    ref = OwnerRef(str(chosen.get("kind", "")), str(chosen.get("apiVersion", "")), str(chosen.get("name", "")),
+                   str(chosen.get("uid", "")))  # fmt: skip
+    return ref if ref.workload is not None else None
+
+
+def workload_from_labels(pod: JSON) -> JobRef | None:
+    """The outermost workload a pod belongs to, from its labels alone (no API reads).
+
+    A TrainJob's pods are labelled with its JobSet, which has the TrainJob's name, so the key
+    (namespace, name) is the same; only the kind differs (JobSet), which `resolve` refines.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    namespace = str(meta.get("namespace") or "")
+    if KUBEFLOW_JOB in labels:
+        return JobRef(namespace, str(labels[KUBEFLOW_JOB]), "PyTorchJob")
+    if JOBSET_NAME in labels:
+        return JobRef(namespace, str(labels[JOBSET_NAME]), "JobSet")
+    if BATCH_JOB_NAME in labels:
+        return JobRef(namespace, str(labels[BATCH_JOB_NAME]), "Job")
+    owner = controller_of(pod)
+    return JobRef(namespace, owner.name, owner.kind, owner.uid) if owner else None
+
+
+def attempt_of(pod: JSON) -> str:
+    """The job attempt a pod belongs to: JobSet's restart attempt, else "" (one attempt)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(JOBSET_RESTART_ATTEMPT, ""))
+
+
+def world_size(job: JSON) -> int | None:
+    """Expected number of pods (torchrun nodes) of a job object; None when its spec does not say."""
+    meta = job.get("metadata") or {}
+    override = _int((meta.get("annotations") or {}).get(WORLD_SIZE_ANNOTATION))
+    if override is not None and override > 0:
+        return override
+    kind = str(job.get("kind", ""))
+    spec = job.get("spec") or {}
+    size: int | None = None
+    if kind == "PyTorchJob":
+        replicas = spec.get("pytorchReplicaSpecs") or {}
+        size = sum(_int((r or {}).get("replicas"), 1) or 0 for r in replicas.values()) if replicas else None
+    elif kind == "Job":
+        size = _batch_job_pods(spec)
+    elif kind == "JobSet":
+        total = 0
+        for rj in spec.get("replicatedJobs") or []:
+            per_job = _batch_job_pods(((rj or {}).get("template") or {}).get("spec") or {})
+            total += (_int((rj or {}).get("replicas"), 1) or 0) * (per_job or 0)
+        size = total or None
+    elif kind == "TrainJob":
+        size = _int((spec.get("trainer") or {}).get("numNodes"))
+    return size if size and size > 0 else None
+
+
+def _batch_job_pods(spec: JSON) -> int | None:
+    parallelism = _int(spec.get("parallelism"), 1)
+    if spec.get("completionMode") == "Indexed":
+        completions = _int(spec.get("completions"), parallelism)
+        # Every index of a torchrun job must run at once: the size is the number of indexes.
+        return completions
+    return parallelism
+
+
+def node_rank(job: JSON | None, pod: JSON) -> int | None:
+    """The pod's torchrun node rank, using the job spec where the pod's labels are not enough.
+
+    Kubeflow names ranks per replica type: with a Master replica, master-0 is rank 0 and worker-i is
+    rank i+1; without one, worker-i is rank i. Only the job's spec tells which.
+    """
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if KUBEFLOW_REPLICA_TYPE in labels:
+        rtype = str(labels[KUBEFLOW_REPLICA_TYPE]).lower()
+        index = _int(labels.get(KUBEFLOW_REPLICA_INDEX))
+        if index is None:
+            return None
+        if rtype == "master":
+            return index
+        if job is None:
+            return None
+        specs = {str(k).lower(): v for k, v in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items()}
+        if rtype == "worker":
+            masters = _int((specs.get("master") or {}).get("replicas"), 1) if "master" in specs else 0
+            return (masters or 0) + index
+        return None
+    if BATCH_COMPLETION_INDEX in labels and "jobset.sigs.k8s.io/job-global-index" not in labels:
+        return _int(labels[BATCH_COMPLETION_INDEX])
+    return _jobset_rank(job, labels)
+
+
+def _jobset_rank(jobset: JSON | None, labels: dict[str, Any]) -> int | None:
+    """JobSet: rank = pods of the child Jobs before this one + this pod's completion index."""
+    index = _int(labels.get(BATCH_COMPLETION_INDEX))
+    global_index = _int(labels.get("jobset.sigs.k8s.io/job-global-index"))
+    if index is None or global_index is None:
+        return None
+    if jobset is None or jobset.get("kind") != "JobSet":
+        return None
+    before = 0
+    seen_jobs = 0
+    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        per_job = _batch_job_pods(((rj or {}).get("template") or {}).get("spec") or {}) or 0
+        for _ in range(_int((rj or {}).get("replicas"), 1) or 0):
+            if seen_jobs == global_index:
+                return before + index
+            before += per_job
+            seen_jobs += 1
+    return None

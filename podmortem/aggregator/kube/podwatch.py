@@ -1,0 +1,280 @@
+"""The aggregator's own view of the training pods, for members whose sidecar never speaks.
+
+A sidecar reports its pod's end — unless the pod vanished first (deleted, evicted with its sidecar)
+or its node died (no kubelet, no sidecar, no network). Those are exactly the pods that often failed
+first, so the aggregator watches the training pods itself and feeds what it sees into the same
+incident book, as the same events a sidecar would send (`wire.events_from_snapshot`: deterministic
+ids, so a fact seen by both is one event):
+
+* every training pod becomes a member of its job attempt (`book.observe_member`), so quorum waits
+  for it and the engine sees it even if its sidecar never registered;
+* a pod that disappears (a DELETED watch event, or missing from a re-list) becomes a
+  `Deletion(reason="Deleted")` event — a terminal state for quorum;
+* a pod on a lost node (phase Unknown / reason NodeLost) and any termination, restart or
+  DisruptionTarget the watch shows become their events;
+* the job's size, resolved from its spec (`jobs.world_size`), goes to `book.expect`.
+
+Pods are found by label selector (one watch per selector and namespace: `KubeSettings.pod_selectors`,
+`KubeSettings.namespaces`). A watch resumes from the last resourceVersion it saw after a dropped
+connection, re-lists after 410 Gone, and backs off after errors. Job objects are read through a small
+cache (`JobResolver`): one GET per job and minute, however many pods it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from podmortem.aggregator.incidents import IncidentBook, MemberKey
+from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.jobs import (
+    WORKLOADS,
+    OwnerRef,
+    attempt_of,
+    controller_of,
+    node_rank,
+    workload_from_labels,
+    world_size,
+)
+from podmortem.core import podstatus
+from podmortem.core.model import JobRef
+from podmortem.core.podstatus import PodSnapshot
+from podmortem.k8s.backoff import Backoff
+from podmortem.k8s.errors import NotFoundError, PermanentError
+from podmortem.k8s.listwatch import Listed, list_watch
+from podmortem.k8s.objects import resource_path
+from podmortem.protocol import wire
+from podmortem.protocol.v1 import collector_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    job: JobRef
+    world_size: int | None
+    spec_object: JSON | None  # the object whose spec gives ranks (PyTorchJob or JobSet), if read
+
+
+class JobResolver:
+    """Pod -> its outermost workload, walking controller ownerReferences; objects cached for `ttl`."""
+
+    def __init__(
+        self, kube: Kube, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic, max_entries: int = 4096
+    ) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._cache: dict[tuple[str, str, str], tuple[float, JSON | None]] = {}
+
+    async def fetch(self, namespace: str, ref: OwnerRef) -> JSON | None:
+        workload = ref.workload
+        if workload is None:
+            return None
+        key = (namespace, ref.kind, ref.name)
+        hit = self._cache.get(key)
+        if hit is not None and self._clock() - hit[0] < self.ttl:
+            return hit[1]
+        try:
+            path = resource_path(workload.api_version, workload.plural, namespace, ref.name)
+            obj: JSON | None = await self.kube.get(path)
+        except (NotFoundError, PermanentError) as exc:
+            log.info("cannot read %s %s/%s: %s", ref.kind, namespace, ref.name, exc)
+            obj = None
+        now = self._clock()
+        if len(self._cache) >= self.max_entries:  # forget expired jobs (finished long ago) now and then
+            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self.ttl}
+        self._cache[key] = (now, obj)
+        return obj
+
+    async def resolve(self, pod: JSON) -> ResolvedJob | None:
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        owner = controller_of(pod)
+        if owner is None:
+            # No ownerReference we know (e.g. a pod created by hand with the labels): labels only.
+            ref = workload_from_labels(pod)
+            if ref is None:
+                return None
+            w = WORKLOADS.get(ref.kind)
+            owner = OwnerRef(ref.kind, w.api_version, ref.name) if w else None
+            if owner is None:
+                return ResolvedJob(ref, None, None)
+        chain: list[JSON] = []
+        seen: set[tuple[str, str]] = set()
+        last = owner
+        while owner is not None and len(chain) < 4 and (owner.kind, owner.name) not in seen:
+            seen.add((owner.kind, owner.name))
+            last = owner
+            obj = await self.fetch(namespace, owner)
+            if obj is None:
+                break
+            chain.append(obj)
+            owner = controller_of(obj)
+        if not chain:
+            return ResolvedJob(JobRef(namespace, last.name, last.kind, last.uid), None, None)
+        top = chain[-1]
+        meta = top.get("metadata") or {}
+        kind = str(top.get("kind") or last.kind)
+        job = JobRef(namespace, str(meta.get("name", last.name)), kind, str(meta.get("uid", "")))
+        size = next((s for s in (world_size(o) for o in reversed(chain)) if s), None)
+        spec_object = next((o for o in chain if o.get("kind") in ("PyTorchJob", "JobSet")), None)
+        return ResolvedJob(job, size, spec_object)
+
+
+@dataclass
+class _Known:
+    key: MemberKey
+    snapshot: PodSnapshot
+    scope: tuple[str | None, str]
+
+
+class PodWatch:
+    """Feeds the incident book from pod watches. `run()` until cancelled."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        book: IncidentBook,
+        settings: KubeSettings,
+        resolver: JobResolver | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.kube = kube
+        self.book = book
+        self.settings = settings
+        self.resolver = resolver or JobResolver(kube)
+        self.backoff = backoff or Backoff(settings.backoff_initial, settings.backoff_max)
+        self._known: dict[str, _Known] = {}  # pod uid (or ns/name) -> last observation
+        self._expected: dict[tuple[str, str, str], int] = {}
+        self.relists = 0  # lists done (the first one included), for tests and logs
+        self.observed = 0
+
+    async def run(self) -> None:
+        scopes = [(ns, sel) for ns in (self.settings.namespaces or (None,)) for sel in self.settings.pod_selectors]
+        async with asyncio.TaskGroup() as tg:
+            for namespace, selector in scopes:
+                tg.create_task(self.watch_scope(namespace, selector), name=f"podwatch {namespace or '*'} {selector}")
+
+    async def watch_scope(self, namespace: str | None, selector: str) -> None:
+        path = resource_path("v1", "pods", namespace)
+        query = {"labelSelector": selector}
+        scope = (namespace, selector)
+
+        async def list_() -> JSON:
+            self.relists += 1
+            return await self.kube.get(path, query)
+
+        def watch(version: str) -> AsyncGenerator[JSON, None]:
+            return self.kube.watch(path, query, version)
+
+        what = f"pod watch {scope}"
+        async with contextlib.aclosing(list_watch(list_, watch, backoff=self.backoff, what=what)) as changes:
+            async for change in changes:
+                if isinstance(change, Listed):
+                    await self._relisted(scope, change.items)
+                elif change.type == "DELETED":
+                    await self.vanished(change.object)
+                else:
+                    await self.observe(change.object, scope)
+
+    async def _relisted(self, scope: tuple[str | None, str], pods: list[JSON]) -> None:
+        present = set()
+        for pod in pods:
+            known = await self.observe(pod, scope)
+            if known is not None:
+                present.add(known)
+        for uid, was in list(self._known.items()):
+            if was.scope == scope and uid not in present:
+                await self._vanish(uid, was)  # deleted while we were not watching
+
+    @staticmethod
+    def _uid(pod: JSON) -> str:
+        meta = pod.get("metadata") or {}
+        return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+    async def observe(self, pod: JSON, scope: tuple[str | None, str] = (None, "")) -> str | None:
+        """One version of a training pod: its membership, the job's size, and the facts it adds."""
+        resolved = await self.resolver.resolve(pod)
+        if resolved is None:
+            return None
+        uid = self._uid(pod)
+        snap = podstatus.snapshot(pod)
+        attempt = attempt_of(pod)
+        identity = wire.member_from_snapshot(snap)
+        rank = node_rank(resolved.spec_object, pod)
+        if rank is not None:
+            identity = dataclasses.replace(identity, rank=rank)
+        key = self.book.observe_member(resolved.job, attempt, identity)
+        if resolved.world_size:
+            jkey = (resolved.job.namespace, resolved.job.name, attempt)
+            if self._expected.get(jkey) != resolved.world_size:
+                if len(self._expected) >= 10_000:
+                    self._expected.clear()  # a bound; telling the book again is harmless
+                self._expected[jkey] = resolved.world_size
+                self.book.expect(resolved.job, attempt, resolved.world_size)
+        previous = self._known.get(uid)
+        for event in wire.events_from_snapshot(snap, previous.snapshot if previous else None):
+            self.book.ingest(key, event)
+        self._known[uid] = _Known(key, snap, scope)
+        self.observed += 1
+        return uid
+
+    async def vanished(self, pod: JSON) -> None:
+        """A DELETED watch event: the pod is gone, whatever its sidecar said or did not say."""
+        uid = self._uid(pod)
+        known = self._known.get(uid)
+        if known is None:
+            await self.observe(pod)  # first sight is its deletion: still a member
+            known = self._known.get(uid)
+        if known is not None:
+            # The DELETED object is the pod's last state: its facts first, then its disappearance.
+            snap = podstatus.snapshot(pod)
+            for event in wire.events_from_snapshot(snap, known.snapshot):
+                self.book.ingest(known.key, event)
+            known = dataclasses.replace(known, snapshot=snap)
+            await self._vanish(uid, known)
+
+    async def _vanish(self, uid: str, known: _Known) -> None:
+        self._known.pop(uid, None)
+        snap = known.snapshot
+        deletion = pb.Deletion(phase=snap.phase, reason="Deleted")
+        ts = wire.to_ts(snap.deleted_at if snap.deleted_at is not None else time.time())
+        assert ts is not None
+        deletion.deletion_timestamp.CopyFrom(ts)
+        self.book.ingest(known.key, wire.make_event(deletion, f"{uid}/deletion/vanished"))
+        log.info("pod %s/%s is gone (phase %s)", snap.namespace, snap.name, snap.phase or "unknown")
+
+
+async def run_kubernetes(
+    book: IncidentBook, settings: KubeSettings, stop: asyncio.Event, kube: Kube | None = None
+) -> None:
+    """The aggregator's pod watch task: runs until `stop` is set, then cancels its watches and returns.
+
+    Pass the same `Kube` as to `kube_publishers` to share one rate limit; without one it is built
+    from `settings` and closed on return.
+    """
+    own = kube is None
+    client = Kube.from_settings(settings) if kube is None else kube
+    watch = PodWatch(client, book, settings)
+    task = asyncio.create_task(watch.run(), name="podmortem pod watch")
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        task.cancel()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task  # re-raises what made the watch fail, if it did
+        finally:
+            if own:
+                client.close()

@@ -1,0 +1,388 @@
+"""Verdicts written back into Kubernetes, where the job's owner already looks.
+
+Three publishers, each a `Publisher` for the publish queue, each independent of the others (one
+failing — say, RBAC forbids Events — does not stop the rest):
+
+* `AnnotationPublisher` — on the job object and on the root-cause pod: `podmortem.io/summary` (one
+  line for people), `podmortem.io/verdict` (a JSON document for tools and `kubectl podmortem`) and
+  `podmortem.io/published` (`<incident id>#<revision>`, the idempotency key). A merge patch of
+  `metadata.annotations` touches no other key.
+* `ConditionPublisher` — a `PodmortemRootCause` condition in the job's `status.conditions`, written
+  through the status subresource by read-modify-write of the whole list with the object's
+  resourceVersion as precondition (a 409 means someone else wrote in between: re-read, re-apply).
+  Only our entry changes; the conditions the job's controller owns are carried over as read.
+  (A controller that rewrites its status from its own cache may drop our entry later; the
+  annotations stay the durable record.)
+* `EventPublisher` — a `Warning` core/v1 Event on the job and on the root-cause pod. Its name is
+  derived from the incident and revision, so publishing twice is a 409 AlreadyExists: nothing new.
+
+Each decision is published once per incident revision: a publisher first reads the object and skips
+it when it already shows this incident at this revision or a later one (an aggregator restart, or the
+queue replaying). The builders — decision -> annotations, condition list, Event body — are pure
+functions; the classes only read, decide with them, and write through `kube.Kube`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.jobs import WORKLOADS
+from podmortem.aggregator.publishing import Decision, Publisher
+from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
+from podmortem.k8s.objects import resource_path
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+PREFIX = "podmortem.io/"
+SUMMARY_ANNOTATION = PREFIX + "summary"
+VERDICT_ANNOTATION = PREFIX + "verdict"
+PUBLISHED_ANNOTATION = PREFIX + "published"
+CONDITION_TYPE = "PodmortemRootCause"
+EVENT_REASON = "PodmortemRootCause"
+COMPONENT = "podmortem-aggregator"
+
+MAX_SUMMARY = 512
+MAX_MESSAGE = 1024  # the root failure's message excerpt in the verdict document
+MAX_EVIDENCE = 20
+MAX_EVIDENCE_ITEM = 300
+MAX_SECONDARY = 32
+MAX_VERDICT_BYTES = 32 << 10  # far under the 256 KiB all annotations of an object may take
+MAX_NOTE = 1024  # an Event's message
+
+
+# -- pure builders -----------------------------------------------------------------------------
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def publication_key(decision: Decision) -> str:
+    return f"{decision.incident.incident_id}#{decision.revision}"
+
+
+def _parse_key(value: str) -> tuple[str, int] | None:
+    incident, sep, revision = value.rpartition("#")
+    if not sep or not revision.isdigit():
+        return None
+    return incident, int(revision)
+
+
+def is_published(published: str | None, decision: Decision) -> bool:
+    """Does an object's key show this incident at this revision or a later one?"""
+    parsed = _parse_key(published or "")
+    return parsed is not None and parsed[0] == decision.incident.incident_id and parsed[1] >= decision.revision
+
+
+def condition_reason(category: str | None) -> str:
+    """'user_code' -> 'UserCode' (a condition reason is CamelCase: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)."""
+    if not category:
+        return "NoFailure"
+    return "".join(part.capitalize() for part in category.replace("-", "_").split("_") if part) or "Unknown"
+
+
+def summary(decision: Decision) -> str:
+    """One line a person can act on.
+
+    e.g. 'rank 3 (pod j-worker-2 on node-7) failed first: user_code, not retryable — ValueError: bad label'
+    """
+    v = decision.verdict
+    if v.pod is None:
+        return _cut(v.summary or "no failed pod", MAX_SUMMARY)
+    where = f" on {v.node}" if v.node else ""
+    who = f"rank {v.rank} (pod {v.pod}{where})" if v.rank is not None else f"pod {v.pod}{where}"
+    retry = "retryable" if v.retryable else "not retryable" if v.retryable is not None else "retryability unknown"
+    detail = v.message or v.summary
+    return _cut(f"{who} failed first: {v.category}, {retry}" + (f" — {detail}" if detail else ""), MAX_SUMMARY)
+
+
+def verdict_document(decision: Decision) -> JSON:
+    """The JSON document of `podmortem.io/verdict` (bounded to MAX_VERDICT_BYTES once encoded)."""
+    v, inc = decision.verdict, decision.incident
+    doc: JSON = {
+        "incidentId": inc.incident_id,
+        "revision": decision.revision,
+        "final": decision.final,
+        "decidedAt": rfc3339(decision.decided_at),
+        "job": {"kind": inc.job.kind, "name": inc.job.name, "namespace": inc.job.namespace},
+        "attempt": inc.attempt,
+        "worldSize": inc.world_size,
+        "reported": decision.reported,
+        "pod": v.pod,
+        "rank": v.rank,
+        "node": v.node or None,
+        "category": v.category,
+        "retryable": v.retryable,
+        "exceptionType": v.exception_type or None,
+        "message": _cut(v.message, MAX_MESSAGE) if v.message else None,
+        "summary": _cut(v.summary, MAX_SUMMARY),
+        "evidence": [_cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
+        "secondary": [{"pod": s.pod, "reason": _cut(s.reason, 200)} for s in v.secondary[:MAX_SECONDARY]],
+        "confidence": round(v.confidence, 3),
+        "rule": v.rule or None,
+    }
+    while len(encode(doc)) > MAX_VERDICT_BYTES and (doc["evidence"] or doc["secondary"]):
+        (doc["secondary"] if doc["secondary"] else doc["evidence"]).pop()
+    return doc
+
+
+def encode(doc: JSON) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def annotations_patch(decision: Decision) -> JSON:
+    """A merge patch that sets our three annotations and nothing else."""
+    return {
+        "metadata": {
+            "annotations": {
+                SUMMARY_ANNOTATION: summary(decision),
+                VERDICT_ANNOTATION: encode(verdict_document(decision)),
+                PUBLISHED_ANNOTATION: publication_key(decision),
+            }
+        }
+    }
+
+
+def condition(decision: Decision, now: float) -> JSON:
+    v = decision.verdict
+    tag = f"(incident {decision.incident.incident_id}, revision {decision.revision})"
+    text = summary(decision)
+    out: JSON = {
+        "type": CONDITION_TYPE,
+        "status": "True" if v.pod is not None else "False",
+        "reason": condition_reason(v.category),
+        "message": _cut(text, MAX_NOTE - len(tag) - 1) + " " + tag,
+        "lastTransitionTime": rfc3339(now),
+    }
+    if decision.incident.job.kind == "PyTorchJob":
+        out["lastUpdateTime"] = out["lastTransitionTime"]  # Kubeflow's JobCondition has it; others do not
+    return out
+
+
+def condition_is_current(conditions: list[JSON], decision: Decision) -> bool:
+    """Does the list already hold our condition for this incident at this revision or later?"""
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            message = str(c.get("message", ""))
+            marker = f"(incident {decision.incident.incident_id}, revision "
+            if marker in message:
+                tail = message.rsplit(marker, 1)[1].rstrip(")")
+                return tail.isdigit() and int(tail) >= decision.revision
+    return False
+
+
+def merged_conditions(conditions: list[JSON], ours: JSON) -> list[JSON]:
+    """The list with our condition put in (replacing an older one of ours), everything else as it was."""
+    out: list[JSON] = []
+    replaced = False
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            if c.get("status") == ours["status"] and c.get("lastTransitionTime"):
+                ours = dict(ours, lastTransitionTime=c["lastTransitionTime"])  # no transition happened
+            out.append(ours)
+            replaced = True
+        else:
+            out.append(c)
+    if not replaced:
+        out.append(ours)
+    return out
+
+
+def condition_patch(job: JSON, decision: Decision, now: float) -> JSON | None:
+    """The status merge patch for `job` as read, or None when it is already current."""
+    conditions = [c for c in ((job.get("status") or {}).get("conditions") or []) if isinstance(c, dict)]
+    if condition_is_current(conditions, decision):
+        return None
+    return {
+        "metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion")},
+        "status": {"conditions": merged_conditions(conditions, condition(decision, now))},
+    }
+
+
+def event_name(target_name: str, decision: Decision) -> str:
+    digest = hashlib.sha256(f"{publication_key(decision)}\0{target_name}".encode()).hexdigest()[:16]
+    return f"{target_name[:200]}.podmortem.{digest}"
+
+
+def event_body(target: JSON, decision: Decision, now: float, instance: str = "") -> JSON:
+    """A core/v1 Warning Event about `target` (the job or the pod object, as read)."""
+    meta = target.get("metadata") or {}
+    involved = {
+        "apiVersion": target.get("apiVersion", ""),
+        "kind": target.get("kind", ""),
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", ""),
+    }
+    if meta.get("uid"):
+        involved["uid"] = meta["uid"]
+    stamp = rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event_name(str(meta.get("name", "")), decision), "namespace": meta.get("namespace", "")},
+        "involvedObject": involved,
+        "type": "Warning" if decision.verdict.pod is not None else "Normal",
+        "reason": EVENT_REASON,
+        "message": _cut(f"{summary(decision)} [incident {publication_key(decision)}]", MAX_NOTE),
+        "source": {"component": COMPONENT},
+        "reportingComponent": "podmortem.io/aggregator",
+        "reportingInstance": instance[:128],
+        "action": "Diagnosed",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def job_path(decision: Decision, subresource: str | None = None) -> str | None:
+    job = decision.incident.job
+    workload = WORKLOADS.get(job.kind)
+    if workload is None or not job.name:
+        return None
+    return resource_path(workload.api_version, workload.plural, job.namespace, job.name, subresource)
+
+
+def pod_path(decision: Decision) -> str | None:
+    v = decision.verdict
+    if v.pod is None:
+        return None
+    namespace = next((m.namespace for m in decision.incident.members if m.pod == v.pod and m.namespace), "")
+    return resource_path("v1", "pods", namespace or decision.incident.job.namespace, v.pod)
+
+
+def _targets(decision: Decision) -> list[str]:
+    paths = [job_path(decision), pod_path(decision)]
+    if paths[0] is None:
+        log.warning(
+            "incident %s: job kind %r is not one we know; not writing to the job",
+            decision.incident.incident_id,
+            decision.incident.job.kind,
+        )
+    return [p for p in paths if p is not None]
+
+
+# -- publishers --------------------------------------------------------------------------------
+
+
+class AnnotationPublisher:
+    name = "kube-annotations"
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.written = 0
+
+    async def publish(self, decision: Decision) -> None:
+        for path in _targets(decision):
+            try:
+                obj = await self.kube.get(path)
+            except NotFoundError:
+                log.info("incident %s: %s is gone; no annotations there", decision.incident.incident_id, path)
+                continue
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if is_published(annotations.get(PUBLISHED_ANNOTATION), decision):
+                continue
+            await self.kube.request(
+                "PATCH",
+                path,
+                body=annotations_patch(decision),
+                content_type="application/merge-patch+json",
+                retry_conflict=True,
+            )
+            self.written += 1
+
+
+class ConditionPublisher:
+    name = "kube-condition"
+
+    def __init__(self, kube: Kube, clock: Callable[[], float] | None = None, attempts: int = 5) -> None:
+        self.kube = kube
+        self.attempts = attempts
+        self._clock = clock
+        self.written = 0
+
+    async def publish(self, decision: Decision) -> None:
+        path = job_path(decision)
+        if path is None:
+            return
+        for attempt in range(self.attempts):
+            try:
+                job = await self.kube.get(path)
+            except NotFoundError:
+                log.info("incident %s: job %s is gone; no condition", decision.incident.incident_id, path)
+                return
+            now = self._clock() if self._clock is not None else decision.decided_at
+            patch = condition_patch(job, decision, now)
+            if patch is None:
+                return
+            try:
+                await self.kube.request(
+                    "PATCH", path + "/status", body=patch, content_type="application/merge-patch+json"
+                )
+                self.written += 1
+                return
+            except ConflictError:
+                log.info(
+                    "incident %s: job changed (attempt %d); re-reading", decision.incident.incident_id, attempt + 1
+                )
+        raise ConflictError(409, "Conflict", f"{path}: still conflicting after {self.attempts} attempts")
+
+
+class EventPublisher:
+    name = "kube-events"
+
+    def __init__(self, kube: Kube, instance: str = "") -> None:
+        self.kube = kube
+        self.instance = instance
+        self.created = 0
+
+    async def publish(self, decision: Decision) -> None:
+        if decision.verdict.pod is None:
+            return  # nothing failed: the annotations and the condition say so; no Warning
+        for path in _targets(decision):
+            try:
+                target = await self.kube.get(path)
+            except NotFoundError:
+                target = self._placeholder(path, decision)
+            body = event_body(target, decision, decision.decided_at, self.instance)
+            namespace = body["metadata"]["namespace"]
+            try:
+                await self.kube.request("POST", resource_path("v1", "events", namespace), body=body)
+                self.created += 1
+            except AlreadyExistsError:
+                pass  # published before (same incident and revision)
+
+    @staticmethod
+    def _placeholder(path: str, decision: Decision) -> JSON:
+        """The pod is gone: an Event about it is still worth having (kubectl get events shows it)."""
+        name = path.rsplit("/", 1)[1]
+        kind = "Pod" if "/pods/" in path else decision.incident.job.kind
+        api_version = "v1" if kind == "Pod" else WORKLOADS[kind].api_version
+        namespace = path.split("/namespaces/")[1].split("/")[0]
+        return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
+
+
+def kube_publishers(settings: KubeSettings, kube: Kube | None = None) -> list[Publisher]:
+    """The publishers `settings.publish` asks for, sharing one client (and so one rate limit)."""
+    if not settings.publish:
+        return []
+    client = kube if kube is not None else Kube.from_settings(settings)
+    out: list[Publisher] = []
+    if "annotations" in settings.publish:
+        out.append(AnnotationPublisher(client))
+    if "condition" in settings.publish:
+        out.append(ConditionPublisher(client))
+    if "events" in settings.publish:
+        out.append(EventPublisher(client, settings.reporting_instance))
+    return out

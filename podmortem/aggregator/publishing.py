@@ -1,0 +1,186 @@
+"""Verdicts leave the aggregator through one queue drained by one worker.
+
+The incident book decides; it never waits on a slow disk or on the Kubernetes API. It puts a
+`Decision` on the `PublishQueue`, and a single worker hands each decision to every publisher in
+turn. A publisher that fails is logged and does not stop the others (publishers that talk to remote
+APIs retry on their own, see the Kubernetes publishers). On shutdown the queue is drained with a
+deadline so a verdict decided just before a SIGTERM still lands.
+
+Publishers here: a log line, a JSON verdict file per incident (the embedded default when no cluster
+is configured) and Prometheus metrics (`metrics.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from podmortem.core.model import Incident, Verdict
+
+log = logging.getLogger(__name__)
+
+ClosedBy = Literal["quorum", "timeout", "revision"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One verdict on one incident, as published. Revision 1 is the first; a late report may add more."""
+
+    incident: Incident
+    verdict: Verdict
+    decided_at: float
+    revision: int
+    closed_by: ClosedBy
+    reported: int  # members that had reported a terminal state when deciding
+
+    @property
+    def final(self) -> bool:
+        """Every expected member had reported: nothing more is expected to change the verdict."""
+        return self.reported >= self.incident.world_size
+
+    @property
+    def latency(self) -> float | None:
+        """Seconds from the first failure observed to the decision (reference clock)."""
+        if self.incident.opened_at is None:
+            return None
+        return max(self.decided_at - self.incident.opened_at, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        inc = self.incident
+        return {
+            "incident": {
+                "id": inc.incident_id,
+                "job": {"namespace": inc.job.namespace, "name": inc.job.name, "kind": inc.job.kind, "uid": inc.job.uid},
+                "attempt": inc.attempt,
+                "world_size": inc.world_size,
+                "members": [m.pod for m in inc.members],
+                "reported": self.reported,
+                "opened_at": inc.opened_at,
+            },
+            "root_cause": self.verdict.root_cause(),
+            "verdict": self.verdict.to_dict(),
+            "revision": self.revision,
+            "final": self.final,
+            "closed_by": self.closed_by,
+            "decided_at": self.decided_at,
+            "latency_seconds": self.latency,
+        }
+
+
+class Publisher(Protocol):
+    name: str
+
+    async def publish(self, decision: Decision) -> None: ...
+
+
+class LogPublisher:
+    """One readable log line per decision."""
+
+    name = "log"
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or log
+
+    async def publish(self, decision: Decision) -> None:
+        v = decision.verdict
+        where = f"pod {v.pod}" + (f" (rank {v.rank})" if v.rank is not None else "")
+        where += f" on {v.node}" if v.node else ""
+        self._log.warning(
+            "verdict for %s attempt %r [revision %d, %s, %d/%d reported]: %s — %s, retryable=%s: %s",
+            decision.incident.job.key,
+            decision.incident.attempt,
+            decision.revision,
+            decision.closed_by,
+            decision.reported,
+            decision.incident.world_size,
+            where if v.pod else "no failed pod",
+            v.category,
+            v.retryable,
+            v.summary,
+        )
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def verdict_path(directory: Path, incident_id: str) -> Path:
+    return directory / (_UNSAFE.sub("_", incident_id) + ".json")
+
+
+class JsonFilePublisher:
+    """Writes `<dir>/<incident-id>.json`, atomically replaced on every revision."""
+
+    name = "json-file"
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    async def publish(self, decision: Decision) -> None:
+        await asyncio.to_thread(self._write, decision)
+
+    def _write(self, decision: Decision) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        target = verdict_path(self.directory, decision.incident.incident_id)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".verdict-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(decision.to_dict(), f, indent=2, sort_keys=True)
+                f.write("\n")
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+class PublishQueue:
+    """The one path from decisions to publishers: `submit` from anywhere on the loop, one worker drains."""
+
+    def __init__(self, publishers: Sequence[Publisher]) -> None:
+        self.publishers = list(publishers)
+        self._queue: asyncio.Queue[Decision] = asyncio.Queue()
+        self.published = 0
+
+    def submit(self, decision: Decision) -> None:
+        self._queue.put_nowait(decision)
+
+    async def run(self) -> None:
+        while True:
+            decision = await self._queue.get()
+            try:
+                await self._publish(decision)
+            finally:
+                self._queue.task_done()
+
+    async def _publish(self, decision: Decision) -> None:
+        for publisher in self.publishers:
+            try:
+                await publisher.publish(decision)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "publisher %s failed for incident %s (revision %d)",
+                    publisher.name,
+                    decision.incident.incident_id,
+                    decision.revision,
+                )
+        self.published += 1
+
+    async def drain(self, within: float) -> bool:
+        """Wait until everything submitted is published; False when the deadline passed first."""
+        try:
+            await asyncio.wait_for(self._queue.join(), within)
+        except TimeoutError:
+            log.error("shutdown: %d verdict(s) not published within %.1fs", self._queue.qsize(), within)
+            return False
+        return True

@@ -1,0 +1,179 @@
+"""The aggregator daemon: wires server, incident book, engine and publishers; one stop path.
+
+`Aggregator` is started and stopped by `serve` (the `podmortem aggregator` command) and directly by
+tests. A signal only sets the stop event; stopping then runs in one order: health NOT_SERVING (so
+load balancers stop sending new streams), `server.stop(grace)` (open streams end; sidecars reconnect
+elsewhere and resend what is unacknowledged), every still-open incident decided now rather than lost,
+the publish queue drained with the remaining grace, then the workers cancelled and awaited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+from prometheus_client import CollectorRegistry, start_http_server
+
+from podmortem.aggregator import config as config_mod
+from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.incidents import Decide, IncidentBook
+from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
+from podmortem.aggregator.metrics import Metrics, MetricsPublisher
+from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
+from podmortem.aggregator.server import CollectorService, create_server, set_serving
+from podmortem.core import engine, rules
+from podmortem.core.model import Incident, Verdict
+
+log = logging.getLogger(__name__)
+
+
+def make_decide(rules_path: str = "") -> Decide:
+    """The engine with the built-in rules, extended by the operator's rules file when given."""
+    ruleset = rules.load_rules(rules_path) if rules_path else None
+
+    def decide(incident: Incident) -> Verdict:
+        return engine.decide(incident, ruleset)
+
+    return decide
+
+
+class Aggregator:
+    def __init__(
+        self,
+        config: AggregatorConfig,
+        *,
+        decide: Decide | None = None,
+        publishers: Sequence[Publisher] = (),
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+        kube_settings: KubeSettings | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = Metrics(registry)
+        chain: list[Publisher] = [LogPublisher(), MetricsPublisher(self.metrics)]
+        if config.verdict_dir:
+            chain.append(JsonFilePublisher(config.verdict_dir))
+        self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
+        self._kube: Kube | None = None
+        if self.kube_settings is not None:
+            from podmortem.aggregator.kube.publish import kube_publishers
+
+            # One client for the pod watch and the publishers, so they share one rate limit.
+            self._kube = Kube.from_settings(self.kube_settings)
+            chain.extend(kube_publishers(self.kube_settings, self._kube))
+        chain.extend(publishers)
+        self.queue = PublishQueue(chain)
+        self.book = IncidentBook(
+            decide or make_decide(config.rules),
+            self.queue.submit,
+            quorum_timeout=config.quorum_timeout,
+            default_world_size=config.world_size,
+            clock=clock,
+            metrics=self.metrics,
+        )
+        self.service = CollectorService(self.book, self.metrics, clock)
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._health: object = None
+        self._httpd: WSGIServer | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._kube_stop = asyncio.Event()
+        self._kube_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        server, self.port, health = create_server(self.config.listen, self.service)
+        self._server, self._health = server, health
+        await server.start()
+        await set_serving(health, True)
+        self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
+        if self.kube_settings is not None:
+            from podmortem.aggregator.kube.podwatch import run_kubernetes
+
+            self._kube_task = asyncio.create_task(
+                run_kubernetes(self.book, self.kube_settings, self._kube_stop, self._kube), name="pod-watch"
+            )
+        if self.config.metrics_listen:
+            host, port = config_mod.split_address(self.config.metrics_listen)
+            self._httpd, _ = start_http_server(port, host, registry=self.metrics.registry)
+            self.metrics_port = self._httpd.server_port
+        host = config_mod.split_address(self.config.listen)[0]
+        address = f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.port}"
+        log.info("aggregator serving gRPC on %s (metrics %s)", address, self.metrics_port or "off")
+        if self.config.ready_file:
+            await asyncio.to_thread(_write_atomically, Path(self.config.ready_file), address + "\n")
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.config.shutdown_grace if grace is None else grace
+        deadline = asyncio.get_running_loop().time() + grace
+        if self._server is not None:
+            await set_serving(self._health, False)
+            await self._server.stop(grace / 2)
+        self._kube_stop.set()
+        if self._kube_task is not None:
+            try:
+                await self._kube_task
+            except Exception:
+                log.exception("the Kubernetes pod watch had failed")
+        self.book.close_all()
+        await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        if self._kube is not None:
+            self._kube.close()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        log.info("aggregator stopped")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+async def serve(
+    config: AggregatorConfig, kube_settings: KubeSettings | None = None, stop: asyncio.Event | None = None
+) -> None:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    aggregator = Aggregator(config, kube_settings=kube_settings)
+    await aggregator.start()
+    try:
+        await stop.wait()
+        log.info("stop requested: draining")
+    finally:
+        await aggregator.stop()
+
+
+def build_parser(parser: argparse.ArgumentParser) -> None:
+    config_mod.add_arguments(parser)
+    add_kube_arguments(parser)
+
+
+def run(ns: argparse.Namespace) -> int:
+    try:
+        config = config_mod.load(ns)
+        kube_settings = load_kube_settings(ns)
+        if config.rules:
+            rules.load_rules(config.rules)  # fail fast, with the file's own error
+    except (ValueError, rules.RulesError) as exc:
+        print(f"podmortem aggregator: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(config, kube_settings))
+    return 0

@@ -1,0 +1,132 @@
+"""The gRPC face of the aggregator: the Collector service, health, and deliberate server options.
+
+One `Report` stream per sidecar: `register` first (else INVALID_ARGUMENT), then events — each taken
+into the incident book and acknowledged by id, duplicates included (the sidecar resends whatever was
+not acknowledged after a reconnect) — and NTP-style clock probes answered with receive and send
+times of this server's clock. `create_server(address)` returns `(server, port)` so tests bind port 0.
+
+Server options are set on purpose: receive size bounded (the sidecar truncates payloads far below
+it), keepalive policy that admits the sidecar's pings, and pending-request limits above the largest
+burst expected — every pod of a 10k-pod job reconnecting at once after an aggregator restart — where
+gRPC's defaults start refusing calls at ~1-3k simultaneous streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.metrics import Metrics
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.protocol.wire import to_ts
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "podmortem.v1.Collector"
+MAX_RECEIVE_BYTES = 4 << 20
+EXPECTED_BURST = 20_000
+
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    # Sidecars ping every 20 s, also with no call in flight; allow down to 10 s without strikes.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 3),
+    # The server pings idle connections too, to find dead sidecars (a lost node never sends FIN).
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.max_concurrent_streams", 2 * EXPECTED_BURST),
+    ("grpc.server.max_pending_requests", 2 * EXPECTED_BURST),
+    ("grpc.server.max_pending_requests_hard_limit", 4 * EXPECTED_BURST),
+]
+
+
+def _required(reg: pb.Register) -> list[str]:
+    missing = [name for name, value in (("pod", reg.pod), ("job.name", reg.job.name)) if not value]
+    if not reg.job.namespace:
+        missing.append("job.namespace")
+    return missing
+
+
+class CollectorService(pb_grpc.CollectorServicer):
+    def __init__(
+        self,
+        book: IncidentBook,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        aggregator_id: str | None = None,
+    ) -> None:
+        self.book = book
+        self.metrics = metrics
+        self.clock = clock
+        self.aggregator_id = aggregator_id or uuid.uuid4().hex
+
+    async def Report(
+        self, request_iterator: AsyncIterator[pb.SidecarMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AggregatorMessage]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        if first.WhichOneof("body") != "register":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be 'register'")
+        missing = _required(first.register)
+        if missing:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: missing " + ", ".join(missing))
+        key = self.book.register(first.register)
+        log.info(
+            "sidecar %s/%s registered (session %s)",
+            first.register.job.namespace,
+            first.register.pod,
+            first.register.session_id or "-",
+        )
+        if self.metrics:
+            self.metrics.connected.inc()
+        try:
+            yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id=self.aggregator_id))
+            async for msg in request_iterator:
+                body = msg.WhichOneof("body")
+                if body == "event":
+                    self.book.ingest(key, msg.event, from_sidecar=True)
+                    yield pb.AggregatorMessage(ack=pb.Ack(event_ids=[msg.event.id]))
+                elif body == "clock_probe":
+                    t2 = self.clock()
+                    reply = pb.ClockReply(seq=msg.clock_probe.seq)
+                    reply.t1.CopyFrom(msg.clock_probe.t1)
+                    reply.t2.CopyFrom(to_ts(t2))
+                    reply.t3.CopyFrom(to_ts(self.clock()))
+                    yield pb.AggregatorMessage(clock_reply=reply)
+                elif body == "clock_estimate":
+                    est = msg.clock_estimate
+                    self.book.set_clock(key, est.offset_ns / 1e9, est.round_trip_ns / 1e9)
+                elif body == "register":
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'register' may only be sent once")
+        finally:
+            self.book.disconnected(key)
+            if self.metrics:
+                self.metrics.connected.dec()
+            log.info("sidecar %s/%s stream closed", first.register.job.namespace, first.register.pod)
+
+
+def create_server(address: str, service: CollectorService) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """Build (not start) the server on `address`; returns it, the bound port and its health servicer."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    pb_grpc.add_CollectorServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server, port, health_servicer
+
+
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, status)

@@ -1,0 +1,874 @@
+"""The root-cause decision engine: which member of a failed job failed first, and why.
+
+`decide(incident, rules)` is a pure function (no I/O, no clock, no logging) from everything known about
+a job's members to one `Verdict`. Both `podmortem analyze` (offline bundles) and the aggregator (live
+events, possibly before every member has reported) call it.
+
+Why not simply "the earliest error-file timestamp" (torch's own `get_first_failure`)? Because in a real
+cascade most members fail *because* one failed, and their clocks and whole-second timestamps cannot be
+trusted to order them: peers of a crashed rank write "Connection closed by peer" within the same second,
+a rank stuck in a slow exception handler writes its error after its victims timed out, a pod whose clock
+runs seconds behind looks first, and hard deaths (SIGKILL, SIGSEGV, a lost node, a hung rank) write no
+error file at all. So the engine decides in two steps:
+
+1. **Assess each member on its own** (`assess`): from its error file, its log tail (torch's failure
+   summary, worker tracebacks, glog lines), its container termination, its DisruptionTarget condition and
+   pod phase, classify its failure with the rules (`podmortem.core.rules`) as *primary* (a failure of its own:
+   exception, OOM, crash, preemption, lost node — strong, or weak when it might be an echo, like a bare
+   exit code 1), *secondary* (died of another member's failure: peer closed, collective timeout, store
+   lost, SIGTERM teardown), *clean* or *unknown* — and estimate when that failure happened on the
+   reference clock (sub-second observation and glog times when there are some, clock offsets when
+   measured, whole-second timestamps as intervals otherwise).
+2. **Decide causally, then by time** (`decide`): the root is the earliest *primary* (weak ones only win
+   by a clear margin). With no primary but collective timeouts, the root is the member that did *not*
+   time out — still running, silent while its sibling ranks timed out, or torn down by the cleanup:
+   a hang. With only echoes left, the member the victims name (the peer address in gloo messages) or the
+   first one torn down from outside. Everything else becomes the list of secondary members, each with
+   why it is judged a victim.
+
+Linear in the number of members (one pass to assess, one to decide); log tails are scanned once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.model import RETRYABLE, Category, Incident, Member, Secondary, Verdict
+from podmortem.core.rules import ADVICE, DEFAULT_RULES, Rule, RuleSet, SecondaryKind
+
+Role = Literal["primary", "secondary", "clean", "unknown"]
+
+# Two failures closer than this (seconds, after clock correction) are not ordered with confidence:
+# error files carry whole seconds and unmeasured clocks drift by about a second.
+TIE_SECONDS = 1.0
+# A weak primary (bare exit code, an NCCL error a dying peer can cause) must be this much earlier than
+# a strong one to be preferred.
+WEAK_PENALTY_SECONDS = 2.0
+MAX_EXCERPT = 300
+
+# --------------------------------------------------------------------------------------------------
+# Log tails: torch's failure summary, worker tracebacks ("[rankN]: ..."), the agent's glog lines.
+
+_GLOG = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+\S+\]\s?(.*)$")
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?(.*)$")
+_RANK_MENTION = re.compile(r"\[rank(\d+)\]|\brank (\d+):|\[Rank (\d+)\]")
+_SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
+_LEADING_INT = re.compile(r"^\s*(-?\d+)")
+_TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
+_PEER_ADDR = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:\d+")
+_AGENT_WRAPPERS = ("ChildFailedError",)
+_SIGNAL_NAMES = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    4: "SIGILL",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    15: "SIGTERM",
+}
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What a pod's log tail says, with times on the pod's clock (None when not in the tail)."""
+
+    first_failure_at: float | None = None  # glog "failed (exitcode: N) local_rank: ..." — sub-second
+    teardown_at: float | None = None  # glog "Received 15 death signal" — sub-second
+    summary_time: float | None = None  # "Root Cause (first observed failure)" time (whole second)
+    summary_rank: int | None = None  # global rank of the first failure
+    summary_exitcode: int | None = None  # negative: died of that signal
+    summary_has_error_file: bool = False
+    summary_exception: str = ""  # the exception line of the summary's traceback
+    exceptions: dict[int, str] = field(default_factory=dict)  # global rank -> its last exception line
+    exception_order: tuple[int, ...] = ()  # ranks in the order their exceptions appear
+    loose_exceptions: tuple[str, ...] = ()  # exception lines with no rank prefix (not the agent's wrapper)
+    ranks_seen: frozenset[int] = frozenset()
+    log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
+
+    @property
+    def silent_ranks(self) -> tuple[int, ...]:
+        """Ranks that logged but never raised — only meaningful when a sibling rank did raise."""
+        if not self.exceptions:
+            return ()
+        return tuple(sorted(self.ranks_seen - set(self.exceptions)))
+
+
+def _time_hint(member: Member) -> float | None:
+    """Any pod-clock time of this member: glog lines carry no year, this places them."""
+    for t in (
+        member.error.timestamp if member.error else None,
+        member.termination.finished_at if member.termination else None,
+        member.termination.started_at if member.termination else None,
+        member.error_observed_at,
+        member.termination_observed_at,
+    ):
+        if t is not None:
+            return float(t)
+    return None
+
+
+def _glog_time(m: re.Match[str], near: float) -> float | None:
+    month, day, hh, mm, ss = (int(m.group(i)) for i in range(2, 7))
+    frac = float("0." + m.group(7)) if m.group(7) else 0.0
+    year = datetime.fromtimestamp(near, UTC).year
+    best: float | None = None
+    for y in (year, year - 1, year + 1):  # a tail that crosses New Year
+        try:
+            t = datetime(y, month, day, hh, mm, ss, tzinfo=UTC).timestamp() + frac
+        except ValueError:
+            continue
+        if best is None or abs(t - near) < abs(best - near):
+            best = t
+    return best
+
+
+def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
+    for lr in rules.of_kind("log"):  # rule order is precedence; each rule scans the tail once
+        hit = lr.pattern.search(text) if lr.pattern is not None else None
+        if hit is not None:
+            a = text.rfind("\n", 0, hit.start()) + 1
+            b = text.find("\n", hit.end())
+            return lr, text[a : b if b >= 0 else len(text)].strip()
+    return None
+
+
+def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
+    """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
+    time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""
+    log_rule = _log_rule(text, rules)
+    if not full:
+        return LogFacts(log_rule=log_rule)
+    first_failure: float | None = None
+    teardown: float | None = None
+    exceptions: dict[int, str] = {}
+    order: list[int] = []
+    loose: list[str] = []
+    ranks: set[int] = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_MENTION.finditer(text)}
+    summary: dict[str, list[str]] | None = None
+    in_summary = False
+    current = ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line:
+            continue
+        if in_summary and summary is not None:
+            if line.startswith("====="):
+                in_summary = False
+                continue
+            fm = _SUMMARY_FIELD.match(line)
+            if fm:
+                current = fm.group(1)
+                summary.setdefault(current, []).append(fm.group(2))
+            elif current == "traceback":
+                summary["traceback"].append(line)
+            continue
+        head = line[:1]
+        if head == "[":
+            rm = _RANK_LINE.match(line)
+            if rm:
+                content = rm.group(2)
+                if (
+                    content[:1] not in (" ", "\t", "[")
+                    and ": " in content
+                    and not content.startswith("Traceback")
+                    and exception_type_of(content)
+                ):
+                    r = int(rm.group(1))
+                    if r not in exceptions:
+                        order.append(r)
+                    exceptions[r] = content
+            continue
+        if head in ("E", "W", "I", "F") and line[1:2].isdigit():
+            gm = _GLOG.match(line)
+            if gm:
+                body = gm.group(8)
+                if near is not None:
+                    if first_failure is None and gm.group(1) == "E" and "failed (exitcode" in body:
+                        first_failure = _glog_time(gm, near)
+                    elif teardown is None and ("death signal" in body or "Received SIG" in body):
+                        teardown = _glog_time(gm, near)
+                continue
+        if head in (" ", "\t"):
+            continue
+        if "Root Cause (first observed failure)" in line:
+            summary, in_summary, current = {}, True, ""
+            continue
+        if ": " in line and not line.startswith("Traceback"):
+            etype = exception_type_of(line)
+            if etype and not etype.endswith(_AGENT_WRAPPERS):
+                loose.append(line)
+    facts = LogFacts(
+        first_failure_at=first_failure,
+        teardown_at=teardown,
+        exceptions=exceptions,
+        exception_order=tuple(order),
+        loose_exceptions=tuple(loose),
+        ranks_seen=frozenset(ranks),
+        log_rule=log_rule,
+    )
+    if summary is None:
+        return facts
+    s_time = s_rank = s_code = None
+    if summary.get("time") and (tm := _SUMMARY_TIME.search(summary["time"][0])):
+        y, mo, d, hh, mi, ss = (int(g) for g in tm.groups())
+        try:
+            s_time = datetime(y, mo, d, hh, mi, ss, tzinfo=UTC).timestamp()
+        except ValueError:
+            s_time = None
+    if summary.get("rank") and (im := _LEADING_INT.match(summary["rank"][0])):
+        s_rank = int(im.group(1))
+    if summary.get("exitcode") and (im := _LEADING_INT.match(summary["exitcode"][0])):
+        s_code = int(im.group(1))
+    err_file = (summary.get("error_file") or [""])[0].strip()
+    exc_line = ""
+    for tb_line in summary.get("traceback", []):
+        stripped = tb_line.strip()
+        if stripped and not stripped.startswith(("Traceback", "File ")) and exception_type_of(stripped):
+            exc_line = stripped
+    if s_rank is not None:
+        ranks.add(s_rank)
+    return LogFacts(
+        first_failure_at=first_failure,
+        teardown_at=teardown,
+        summary_time=s_time,
+        summary_rank=s_rank,
+        summary_exitcode=s_code,
+        summary_has_error_file=bool(err_file) and err_file != "<N/A>",
+        summary_exception=exc_line,
+        exceptions=exceptions,
+        exception_order=tuple(order),
+        loose_exceptions=tuple(loose),
+        ranks_seen=frozenset(ranks),
+        log_rule=log_rule,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Step 1: each member on its own.
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One member's failure as judged on its own, before comparing members."""
+
+    member: Member
+    role: Role
+    rule: Rule | None = None
+    source: str = ""  # error file, log, termination, condition, phase
+    text: str = ""  # the message the classification is based on
+    exception_type: str = ""
+    time: float | None = None  # estimated reference-clock time of this member's own failure
+    spread: float = math.inf  # half-width of the time estimate
+    timeout_s: float | None = None  # collective timeout a secondary waited, when stated
+    named_ips: tuple[str, ...] = ()  # peer addresses named by its secondary messages
+    silent_ranks: tuple[int, ...] = ()
+    global_rank: int | None = None
+    evidence: tuple[str, ...] = ()
+
+    @property
+    def category(self) -> Category | None:
+        return self.rule.category if self.rule is not None else None
+
+    @property
+    def secondary(self) -> SecondaryKind | None:
+        return self.rule.secondary if self.rule is not None and self.role == "secondary" else None
+
+    @property
+    def weak(self) -> bool:
+        return self.rule is not None and self.rule.weak
+
+    @property
+    def failed(self) -> bool:
+        return self.role in ("primary", "secondary")
+
+
+@dataclass(frozen=True)
+class _Cand:
+    source: str
+    rule: Rule
+    text: str
+    exception_type: str = ""
+    global_rank: int | None = None
+
+
+def _excerpt(text: str, limit: int = MAX_EXCERPT) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _timeout_seconds(text: str) -> float | None:
+    m = _TIMEOUT_MS.search(text)
+    if not m:
+        return None
+    if m.group(1) or m.group(2):
+        return int(m.group(1) or m.group(2)) / 1000.0
+    return float(m.group(3))
+
+
+def _error_rule(member: Member, rules: RuleSet) -> Rule | None:
+    err = member.error
+    if err is None or err.parse_error or not err.message.strip():
+        return None
+    return rules.classify_message(err.message, err.exception_type)
+
+
+def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | None) -> list[_Cand]:
+    """Classified observations of one member, most specific source first."""
+    out: list[_Cand] = []
+    err = member.error
+    if err is not None and err_rule is not None:
+        out.append(_Cand("error file", err_rule, err.message, err.exception_type, log.summary_rank))
+    # The log: torch's summary names the first failed rank of this pod; its exception line or signal.
+    if log.summary_exitcode is not None:
+        code, grank = log.summary_exitcode, log.summary_rank
+        exc = log.exceptions.get(grank, "") if grank is not None else ""
+        exc = exc or log.summary_exception
+        if code < 0:
+            sig = -code
+            r = rules.classify_signal(sig)
+            if r is not None:
+                name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
+                out.append(_Cand("log", r, f"worker rank {grank} died of {name} (no error file)", "", grank))
+        elif exc:
+            r = rules.classify_message(exc, exception_type_of(exc))
+            if r is not None:
+                out.append(_Cand("log", r, exc, exception_type_of(exc), grank))
+        elif code > 0 and not log.summary_has_error_file:
+            r = rules.classify_exit_code(code)
+            if r is not None:
+                text = f"worker rank {grank} exited with code {code} without raising an exception"
+                out.append(_Cand("log", r, text, "", grank))
+    elif log.exception_order or log.loose_exceptions:
+        if log.exception_order:
+            grank2: int | None = log.exception_order[0]
+            exc = log.exceptions[log.exception_order[0]]
+        else:
+            grank2, exc = None, log.loose_exceptions[0]
+        r = rules.classify_message(exc, exception_type_of(exc))
+        if r is not None:
+            out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
+    if log.log_rule is not None:
+        out.append(_Cand("log", log.log_rule[0], log.log_rule[1]))
+    for c in member.conditions:
+        if c.type == "DisruptionTarget" and c.status == "True":
+            r = rules.classify_disruption(c.reason)
+            if r is not None:
+                out.append(_Cand("condition", r, f"DisruptionTarget {c.reason}: {c.message}".rstrip(": ")))
+    r = rules.classify_phase(member.phase, member.phase_reason)
+    if r is not None:
+        out.append(_Cand("phase", r, f"pod phase {member.phase or '?'} {member.phase_reason}".strip()))
+    t = member.termination
+    if t is not None:
+        r = rules.classify_reason(t.reason) if t.reason else None
+        if r is not None:
+            out.append(_Cand("termination", r, f"container {t.reason} (exit code {t.exit_code})"))
+        code2 = t.exit_code if t.exit_code is not None else (128 + t.signal if t.signal else None)
+        if code2:
+            r = rules.classify_exit_code(code2)
+            if r is not None:
+                out.append(_Cand("termination", r, f"container exit code {code2}"))
+    return out
+
+
+def _is_clean(member: Member) -> bool:
+    t = member.termination
+    if t is not None and t.exit_code == 0:
+        return True
+    return member.phase == "Succeeded" and (t is None or t.exit_code in (None, 0))
+
+
+def _pick(cands: Sequence[_Cand]) -> _Cand | None:
+    """Strong primary > secondary from the member's own messages > weak primary > secondary exit code."""
+    for c in cands:
+        if c.rule.is_primary and not c.rule.weak:
+            return c
+    for c in cands:
+        if c.rule.secondary is not None and c.source in ("error file", "log"):
+            return c
+    for c in cands:
+        if c.rule.is_primary:
+            return c
+    for c in cands:
+        if c.rule.secondary is not None:
+            return c
+    return None
+
+
+def _interval(lo: float | None, hi: float | None) -> tuple[float | None, float]:
+    if lo is None or hi is None:
+        return None, math.inf
+    if hi < lo:
+        lo, hi = hi, lo
+    return (lo + hi) / 2.0, (hi - lo) / 2.0
+
+
+def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float | None, float]:
+    """Reference-clock estimate (and half-width) of when this member's own failure happened."""
+    offset = member.clock_offset or 0.0
+    source = cand.source if cand is not None else ""
+    teardown = cand is not None and cand.rule.secondary == "teardown"
+    if source == "condition" and cand is not None and cand.rule.category == "preemption":
+        for c in member.conditions:
+            if c.type == "DisruptionTarget" and c.last_transition_time is not None:
+                return c.last_transition_time, 1.0  # control-plane clock: not skewed
+    lo: float | None = None
+    hi: float | None = None
+    err = member.error
+    if err is not None and err.timestamp is not None and not err.parse_error:
+        lo, hi = float(err.timestamp), float(err.timestamp) + 1.0
+    glog = log.teardown_at if teardown and log.teardown_at is not None else log.first_failure_at
+    if glog is not None:
+        if lo is None or hi is None:
+            lo, hi = glog - 1.0, glog
+        elif lo - 0.5 <= glog < hi:
+            hi = max(glog, lo)
+    if lo is None and log.summary_time is not None:
+        lo, hi = log.summary_time, log.summary_time + 1.0
+    if lo is None and member.termination is not None and member.termination.finished_at is not None:
+        lo, hi = member.termination.finished_at - 1.0, member.termination.finished_at + 1.0
+    mid, spread = _interval(lo, hi)
+    if mid is not None:
+        mid += offset
+        if member.clock_offset is None:
+            spread += TIE_SECONDS / 2  # unmeasured clock
+    observed = member.error_observed_at if (err is not None and source == "error file") else None
+    if observed is None and source == "termination":
+        observed = member.termination_observed_at
+    if observed is not None and (mid is None or member.clock_offset is None):
+        return observed - 0.5, 0.5  # seen by the sidecar shortly after it happened
+    if mid is None:
+        for c in member.conditions:
+            if c.type == "DisruptionTarget" and c.last_transition_time is not None:
+                return c.last_transition_time, 1.0
+        if member.deleted_at is not None:
+            return member.deleted_at, 2.0
+    return mid, spread
+
+
+def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None = None) -> Finding:
+    """Judge one member on its own evidence (see the module docstring).
+
+    The structure of a log tail (torch's summary, tracebacks per rank, glog times) is read only when it
+    can matter — not for a member whose error file already shows it died of a peer, unless `full_log` —
+    so that a cascade of thousands of victims stays cheap. `decide` asks again for the logs of members
+    that timed out when it has to find a silent (hung) rank among them.
+    """
+    if _is_clean(member):
+        return Finding(member, "clean", evidence=(f"{member.pod}: exited 0",))
+    err_rule = _error_rule(member, rules)
+    # An error file that already shows the member died of a peer: its log adds nothing decisive.
+    full = (err_rule is None or err_rule.secondary is None) if full_log is None else full_log
+    log = parse_log(member.log_tail, _time_hint(member), rules, full) if member.log_tail else LogFacts()
+    cands = _candidates(member, log, rules, err_rule)
+    cand = _pick(cands)
+    time, spread = _time_of(member, cand, log)
+    if cand is None:
+        ev: list[str] = []
+        if member.running:
+            ev.append(f"{member.pod}: still running")
+        if member.error is not None and member.error.parse_error:
+            ev.append(f"{member.pod}: error file unreadable ({member.error.parse_error})")
+        return Finding(member, "unknown", time=time, spread=spread, silent_ranks=log.silent_ranks, evidence=tuple(ev))
+    role: Role = "primary" if cand.rule.is_primary else "secondary"
+    texts = [cand.text]
+    if member.error is not None:
+        texts.append(member.error.message)
+    texts.extend(log.exceptions.values())
+    timeout = None
+    ips: list[str] = []
+    if role == "secondary":
+        for text in texts:
+            timeout = timeout or _timeout_seconds(text)
+            ips.extend(_PEER_ADDR.findall(text))
+    evidence = [
+        f"{member.pod}: {cand.source}: {_excerpt(cand.text, 160)} -> "
+        f"{cand.rule.category or cand.rule.secondary} [{cand.rule.id}]"
+    ]
+    for other in cands:
+        if other is not cand and not other.rule.weak and other.rule.id != cand.rule.id and other.source != cand.source:
+            evidence.append(f"{member.pod}: also {other.source}: {_excerpt(other.text, 100)} [{other.rule.id}]")
+            break
+    return Finding(
+        member=member,
+        role=role,
+        rule=cand.rule,
+        source=cand.source,
+        text=cand.text,
+        exception_type=cand.exception_type,
+        time=time,
+        spread=spread,
+        timeout_s=timeout,
+        named_ips=tuple(dict.fromkeys(ips)),
+        silent_ranks=log.silent_ranks,
+        global_rank=cand.global_rank,
+        evidence=tuple(evidence),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Step 2: compare members.
+
+
+@dataclass(frozen=True)
+class _Root:
+    finding: Finding
+    category: Category | None
+    retryable: bool | None
+    rule_id: str
+    decided_by: str
+    confidence: float
+    headline: str
+    evidence: tuple[str, ...] = ()
+
+
+def _fmt_time(t: float | None) -> str:
+    if t is None:
+        return "?"
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-4]
+
+
+def _sort_key(f: Finding, named: Counter[str]) -> tuple[float, int, int, float, str]:
+    t = f.time if f.time is not None else math.inf
+    if f.weak:
+        t += WEAK_PENALTY_SECONDS
+    rank = f.member.rank if f.member.rank is not None else 1 << 30
+    return (t, 0 if not f.weak else 1, -named[f.member.pod], float(rank), f.member.pod)
+
+
+def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
+    ordered = sorted(primaries, key=lambda f: _sort_key(f, named))
+    root = ordered[0]
+    rule = root.rule
+    assert rule is not None and rule.category is not None
+    confidence = 0.6 if root.weak else 0.9
+    evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
+    if len(ordered) > 1:
+        nxt = ordered[1]
+        if root.time is not None and nxt.time is not None:
+            gap = _sort_key(nxt, named)[0] - _sort_key(root, named)[0]
+            margin = root.spread + nxt.spread
+            evidence.append(f"next own failure: {nxt.member.pod} {gap:+.1f} s ({nxt.category})")
+            if gap < max(TIE_SECONDS, min(margin, 3.0)):
+                confidence = min(confidence, 0.55 if gap < 0.5 else 0.7)
+        else:
+            confidence = min(confidence, 0.6)
+    if named[root.member.pod]:
+        confidence = min(0.99, confidence + 0.05)
+        evidence.append(f"{named[root.member.pod]} victim(s) name {root.member.pod}'s address as the dead peer")
+    return _Root(
+        root,
+        rule.category,
+        rule.is_retryable,
+        rule.id,
+        "earliest own failure",
+        confidence,
+        _headline(root),
+        tuple(evidence),
+    )
+
+
+def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, str]]:
+    out: list[tuple[int, Finding, str]] = []
+    for f in findings:
+        if f.role == "unknown" and f.member.running:
+            out.append((3, f, "still running while its peers timed out"))
+        elif f.role == "secondary" and f.secondary == "timeout" and f.silent_ranks:
+            ranks = ", ".join(str(r) for r in f.silent_ranks)
+            out.append((3, f, f"rank(s) {ranks} never raised while sibling ranks timed out"))
+        elif f.role == "secondary" and f.secondary == "teardown":
+            out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
+        elif f.role == "primary" and f.weak and f.source == "termination":
+            out.append((2, f, "exited without a message of its own while its peers timed out"))
+        elif f.role == "unknown":
+            out.append((1, f, "has reported nothing while its peers timed out"))
+    return out
+
+
+def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named: Counter[str]) -> _Root:
+    cands = _hang_candidates(findings)
+    stops = [f.time - f.timeout_s for f in timeouts if f.time is not None and f.timeout_s is not None]
+    waited = max((f.timeout_s for f in timeouts if f.timeout_s), default=None)
+    ev = [
+        f"{len(timeouts)} member(s) timed out in a collective"
+        + (f" after {waited:g} s" if waited else "")
+        + (f"; the missing peer stopped around {_fmt_time(min(stops))}" if stops else "")
+    ]
+    if not cands:
+        # Everyone who failed waited for someone; nobody is visibly stuck. The one who waited first is
+        # the best guess for where the stuck rank lives (e.g. its sibling on the same pod).
+        first = min(
+            timeouts,
+            key=lambda f: (
+                f.time if f.time is not None else math.inf,
+                f.member.rank if f.member.rank is not None else 1 << 30,
+                f.member.pod,
+            ),
+        )
+        ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
+        head = "a rank stopped making progress; this pod timed out first and may host it"
+        return _Root(
+            first, "hang", RETRYABLE["hang"], "engine.hang-unlocated", "hang attribution", 0.3, head, tuple(ev)
+        )
+    cands.sort(
+        key=lambda c: (
+            -c[0],
+            -named[c[1].member.pod],
+            c[1].member.rank if c[1].member.rank is not None else 1 << 30,
+            c[1].member.pod,
+        )
+    )
+    score, root, why = cands[0]
+    ties = [c for c in cands if c[0] == score]
+    confidence = {3: 0.8, 2: 0.7, 1: 0.35}[score]
+    if len(ties) > 1:
+        confidence -= 0.25
+        ev.append(f"{len(ties)} members equally likely: {', '.join(c[1].member.pod for c in ties[:5])}")
+    ev.append(f"{root.member.pod} {why}")
+    head = "stopped making progress; its peers timed out waiting for it" + (f" ({waited:g} s)" if waited else "")
+    return _Root(root, "hang", RETRYABLE["hang"], "engine.hang", "hang attribution", confidence, head, tuple(ev))
+
+
+def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: Counter[str]) -> _Root:
+    """No member failed on its own and nobody timed out: follow the victims' accusations."""
+    if named:
+        pod, count = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        f = next(x for x in findings if x.member.pod == pod)
+        ev = (f"{count} victim(s) name {pod}'s address as the peer that went away",)
+        if f.secondary == "teardown":
+            return _Root(
+                f,
+                "preemption",
+                RETRYABLE["preemption"],
+                "engine.terminated-first",
+                "named by victims",
+                0.5,
+                "was terminated from outside (SIGTERM, no DisruptionTarget recorded)",
+                ev,
+            )
+        return _Root(
+            f,
+            f.category,
+            None if f.category is None else RETRYABLE[f.category],
+            "engine.named-peer",
+            "named by victims",
+            0.4,
+            "went away first (its own failure was not recorded)",
+            ev,
+        )
+    unknown = [f for f in findings if f.role == "unknown"]
+    if unknown:
+        f = min(unknown, key=lambda x: (x.member.rank if x.member.rank is not None else 1 << 30, x.member.pod))
+        return _Root(
+            f,
+            None,
+            None,
+            "engine.unreported",
+            "only victims reported",
+            0.2,
+            "has not reported; every other failure is an echo of a peer's",
+            (f"{len(unknown)} member(s) have not reported",),
+        )
+    torn = [f for f in failed if f.secondary == "teardown"]
+    if torn:
+        f = min(torn, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
+        return _Root(
+            f,
+            "preemption",
+            RETRYABLE["preemption"],
+            "engine.terminated-first",
+            "first torn down",
+            0.4,
+            "was the first member terminated from outside (SIGTERM, no DisruptionTarget recorded)",
+            (f"first SIGTERM at {_fmt_time(f.time)}",),
+        )
+    f = min(failed, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
+    return _Root(
+        f,
+        None,
+        None,
+        "engine.earliest-echo",
+        "earliest echo",
+        0.15,
+        "failed first, but only with an error caused by a peer; the real cause was not recorded",
+        (),
+    )
+
+
+def _headline(f: Finding) -> str:
+    cat = f.category
+    text = _excerpt(f.text, 200)
+    if cat == "preemption":
+        return f"was preempted/evicted from outside ({text})"
+    if cat == "node_lost":
+        node = f.member.node or "its node"
+        return f"was lost with {node} ({text})"
+    if f.exception_type:
+        return text
+    why = f.rule.describe() if f.rule is not None else ""
+    return f"{why}: {text}" if why and why not in text else text
+
+
+def _secondary_reason(f: Finding, root: Finding, root_ips: frozenset[str]) -> str:
+    rule = f.rule
+    if f.role == "primary":
+        assert rule is not None
+        gap = ""
+        if f.time is not None and root.time is not None:
+            gap = f" {f.time - root.time:+.1f} s after the root"
+        return f"also failed on its own{gap} ({rule.category}): {_excerpt(f.text, 160)}"
+    if f.role == "unknown":
+        return "reported no failure of its own"
+    assert rule is not None
+    why = rule.describe()
+    if f.secondary == "teardown":
+        return f"{why}" if rule.secondary == "teardown" else why
+    named = [ip for ip in f.named_ips if ip in root_ips]
+    if named:
+        why += f" ({named[0]} is {root.member.pod})"
+    if f.timeout_s and f.secondary == "timeout":
+        why += f" after {f.timeout_s:g} s"
+    return why
+
+
+def _summary(root: _Root) -> str:
+    m = root.finding.member
+    where = ", ".join(p for p in (f"node rank {m.rank}" if m.rank is not None else "", m.node and f"on {m.node}") if p)
+    who = f"{m.pod} ({where})" if where else m.pod
+    line1 = f"{who} failed first: {root.headline.rstrip('.')}."
+    advice = ""
+    if root.finding.rule is not None and root.finding.rule.advice and root.category == root.finding.category:
+        advice = root.finding.rule.advice
+    elif root.category is not None:
+        advice = ADVICE[root.category]
+    else:
+        advice = "Its own cause was not recorded: read its log (kubectl logs --previous) and the node's events."
+    return f"{line1}\n{advice}"
+
+
+def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
+    """The root cause of an incident (pure; see the module docstring)."""
+    ruleset = rules or DEFAULT_RULES
+    findings = [assess(m, ruleset) for m in incident.members]
+    failed = [f for f in findings if f.failed]
+    if not failed:
+        clean = sum(1 for f in findings if f.role == "clean")
+        pending = len(findings) - clean
+        if findings and pending == 0 and len(findings) >= incident.world_size:
+            summary = f"No failure: all {clean} member(s) exited 0."
+        else:
+            summary = f"No failure observed yet ({clean} exited 0, {pending} without a failure so far)."
+        return Verdict(
+            pod=None,
+            category=None,
+            retryable=None,
+            summary=summary,
+            confidence=1.0 if not pending else 0.5,
+            evidence=tuple(e for f in findings for e in f.evidence)[:20],
+        )
+
+    by_ip: dict[str, str] = {f.member.pod_ip: f.member.pod for f in findings if f.member.pod_ip}
+    named: Counter[str] = Counter()
+    for f in failed:
+        for ip in f.named_ips:
+            pod = by_ip.get(ip)
+            if pod is not None and pod != f.member.pod:
+                named[pod] += 1
+
+    timeouts = [f for f in failed if f.secondary == "timeout"]
+    stops = [f.time - f.timeout_s for f in timeouts if f.time is not None and f.timeout_s is not None]
+    if stops:  # a lost node stopped when its peers started waiting for it, not when it was noticed
+        stop, spread = min(stops), 1.0
+        findings = [
+            f if f.category != "node_lost" or (f.time is not None and f.time < stop) else _with_time(f, stop, spread)
+            for f in findings
+        ]
+        failed = [f for f in findings if f.failed]
+
+    strong = [f for f in failed if f.role == "primary" and not f.weak]
+    weak = [f for f in failed if f.role == "primary" and f.weak]
+    root: _Root | None = None
+    if strong:
+        root = _choose_primary(strong + weak, named)
+    elif timeouts and any(f.source != "termination" for f in weak):
+        # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
+        root = _choose_primary([f for f in weak if f.source != "termination"], named)
+    elif timeouts:
+        # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
+        findings = [
+            assess(f.member, ruleset, full_log=True) if f.secondary == "timeout" and f.member.log_tail else f
+            for f in findings
+        ]
+        timeouts = [f for f in findings if f.secondary == "timeout"]
+        root = _choose_hang(findings, timeouts, named)
+    if root is None and weak:
+        root = _choose_primary(weak, named)
+    if root is None:
+        root = _choose_echo(failed, findings, named)
+
+    r = root.finding
+    if stops and r.role == "primary" and r.time is not None and r.time > min(stops) + TIE_SECONDS:
+        root = dataclasses.replace(
+            root,
+            evidence=(
+                *root.evidence,
+                f"its peers started waiting for it around {_fmt_time(min(stops))}, before it wrote its error: "
+                "it stopped taking part first (e.g. a slow exception handler), its victims only wrote first",
+            ),
+        )
+    root_ips = frozenset({r.member.pod_ip} if r.member.pod_ip else set())
+    secondary = tuple(
+        Secondary(f.member.pod, _secondary_reason(f, r, root_ips))
+        for f in findings
+        if f.failed and f.member.pod != r.member.pod
+    )
+    evidence = tuple(
+        dict.fromkeys([*r.evidence, *root.evidence, *(e for f in failed if f is not r for e in f.evidence[:1])])
+    )[:40]
+    exc_type = ""
+    if r.role == "primary":
+        exc_type = r.exception_type or (exception_type_of(r.text) if r.source in ("error file", "log") else "")
+    extra: dict[str, object] = {"decided_by": root.decided_by, "source": r.source}
+    if r.global_rank is not None:
+        extra["global_rank"] = r.global_rank
+    if r.time is not None:
+        extra["failed_at"] = round(r.time, 3)
+    missing = incident.world_size - len(incident.members)
+    if missing > 0:
+        extra["members_missing"] = missing
+    confidence = root.confidence if missing <= 0 else max(0.05, root.confidence - 0.1)
+    return Verdict(
+        pod=r.member.pod,
+        category=root.category,
+        retryable=root.retryable,
+        summary=_summary(root),
+        rank=r.member.rank,
+        node=r.member.node,
+        exception_type=exc_type,
+        message=_excerpt(r.text),
+        evidence=evidence,
+        secondary=secondary,
+        confidence=round(confidence, 2),
+        rule=root.rule_id,
+        extra=extra,
+    )
+
+
+def _with_time(f: Finding, t: float, spread: float) -> Finding:
+    note = f"{f.member.pod}: stopped around {_fmt_time(t)} (when its peers started waiting)"
+    return dataclasses.replace(f, time=t, spread=spread, evidence=(*f.evidence, note))
+
+
+def assess_all(members: Iterable[Member], rules: RuleSet | None = None) -> list[Finding]:
+    """Each member's own finding (for reports and debugging)."""
+    return [assess(m, rules or DEFAULT_RULES) for m in members]

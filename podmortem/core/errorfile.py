@@ -1,0 +1,253 @@
+"""Parse the TorchElastic error file (`TORCHELASTIC_ERROR_FILE`) — both formats torch writes.
+
+torch's `@record` (torch/distributed/elastic/multiprocessing/errors) writes, per failing process::
+
+    {"message": {"message": "ValueError: ...",
+                 "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1795271119"},
+                 "errorCode": 1}}          # errorCode added when the agent copies a worker's file
+
+and torch also accepts files written by non-Python code::
+
+    {"message": "<text>", "timestamp": 1795271119}
+
+The file is user-controlled and may be read while it is being written, so parsing never raises: a
+file that is not (yet) valid comes back with `parse_error` set. Memory is bounded: a file larger than
+`max_bytes` is not loaded whole; its head and tail are read and the fields salvaged from them, with
+`truncated` set. Messages and tracebacks are cut to fixed sizes (the traceback keeps its tail, where
+the exception is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from podmortem.core.model import ErrorRecord
+
+MAX_FILE_BYTES = 1 << 20  # parse whole files up to 1 MiB
+SALVAGE_BYTES = 64 << 10  # head and tail read from larger files
+MAX_MESSAGE_CHARS = 4096
+MAX_TRACEBACK_CHARS = 16384
+
+_EXC_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\s*:")
+_FIELD = re.compile(rb'"(message|py_callstack|timestamp|errorCode)"\s*:\s*')
+
+
+def exception_type_of(message: str) -> str:
+    """'ValueError: x' -> 'ValueError'; 'torch.OutOfMemoryError: ...' -> 'torch.OutOfMemoryError'."""
+    m = _EXC_TYPE.match(message)
+    if not m:
+        return ""
+    name = m.group(1)
+    # A bare word before ':' that is not exception-like ("Process 12 got signal: 15") is no type.
+    last = name.rsplit(".", 1)[-1]
+    if name == last and not (last[:1].isupper() and any(c.islower() for c in last)):
+        return ""
+    return name
+
+
+def _cut_message(text: str) -> tuple[str, bool]:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text, False
+    return text[:MAX_MESSAGE_CHARS] + " …[truncated]", True
+
+
+def _cut_traceback(text: str) -> tuple[str, bool]:
+    if len(text) <= MAX_TRACEBACK_CHARS:
+        return text, False
+    return "…[truncated]\n" + text[-MAX_TRACEBACK_CHARS:], True
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(float(value.strip()))
+        except ValueError:
+            return None
+    return None
+
+
+def _record(
+    message: str,
+    traceback: str,
+    timestamp: int | None,
+    error_code: int | None,
+    size: int,
+    truncated: bool = False,
+) -> ErrorRecord:
+    message, cut_m = _cut_message(message)
+    traceback, cut_t = _cut_traceback(traceback)
+    return ErrorRecord(
+        message=message,
+        exception_type=exception_type_of(message),
+        traceback=traceback,
+        timestamp=timestamp,
+        error_code=error_code,
+        truncated=truncated or cut_m or cut_t,
+        size_bytes=size,
+    )
+
+
+def _invalid(reason: str, size: int) -> ErrorRecord:
+    return ErrorRecord(message="", parse_error=reason, size_bytes=size)
+
+
+def parse_document(doc: Any, size: int) -> ErrorRecord:
+    """Build a record from an already decoded error file."""
+    if not isinstance(doc, dict) or "message" not in doc:
+        return _invalid("not a TorchElastic error file: no top-level 'message'", size)
+    inner = doc["message"]
+    if isinstance(inner, dict):
+        message = inner.get("message")
+        extra = inner.get("extraInfo")
+        extra = extra if isinstance(extra, dict) else {}
+        callstack = extra.get("py_callstack")
+        return _record(
+            message=str(message) if message is not None else "",
+            traceback=str(callstack) if callstack is not None else "",
+            timestamp=_as_int(extra.get("timestamp", inner.get("timestamp", doc.get("timestamp")))),
+            error_code=_as_int(inner.get("errorCode", doc.get("errorCode"))),
+            size=size,
+        )
+    if isinstance(inner, str):
+        return _record(
+            message=inner,
+            traceback="",
+            timestamp=_as_int(doc.get("timestamp")),
+            error_code=_as_int(doc.get("errorCode")),
+            size=size,
+        )
+    return _invalid(f"'message' is a {type(inner).__name__}, expected an object or a string", size)
+
+
+def parse_bytes(data: bytes, size: int | None = None) -> ErrorRecord:
+    """Parse a whole error file held in memory."""
+    size = len(data) if size is None else size
+    if not data.strip():
+        return _invalid("empty file", size)
+    try:
+        doc = json.loads(data.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as exc:
+        return _invalid(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", size)
+    return parse_document(doc, size)
+
+
+def _decode_json_value(chunk: bytes, start: int) -> Any:
+    """Decode one JSON string/number at `start`; a string cut off by the chunk end is closed."""
+    text = chunk[start:].decode("utf-8", errors="replace")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+        return value
+    except json.JSONDecodeError:
+        pass
+    if not text.startswith('"'):
+        m = re.match(r"-?\d+", text)
+        return int(m.group(0)) if m else None
+    body = text[1:]
+    # Drop a dangling escape and close the string.
+    while body.endswith("\\") and not body.endswith("\\\\"):
+        body = body[:-1]
+    for cut in range(0, 8):  # a \uXXXX cut in half
+        try:
+            return json.loads('"' + body[: len(body) - cut] + '"')
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+_STRING_END = re.compile(rb'(?<!\\)((?:\\\\)*)"\s*[,}]')
+
+
+def _string_is_cut(head: bytes, key: bytes) -> bool:
+    """Whether the string value of the last `key` in `head` runs past the end of `head`."""
+    matches = list(_FIELD.finditer(head))
+    m = matches[-1] if matches else None
+    if m is None or m.group(0)[: len(key)] != key:
+        return False
+    text = head[m.end() :].decode("utf-8", errors="replace")
+    if not text.startswith('"'):
+        return False
+    try:
+        json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return True
+    return False
+
+
+def _string_continuation(tail: bytes) -> str | None:
+    """The end of a JSON string that began before `tail` (a huge callstack whose key is in the head)."""
+    m = _STRING_END.search(tail)
+    if m is None:
+        return None
+    body = tail[: m.end(1)].decode("utf-8", errors="replace")
+    for cut in range(0, 6):  # the chunk may start inside an escape sequence
+        try:
+            value = json.loads('"' + body[cut:] + '"')
+        except json.JSONDecodeError:
+            continue
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _salvage(head: bytes, tail: bytes, size: int) -> ErrorRecord:
+    fields: dict[str, list[Any]] = {}
+    for chunk in (head, tail):
+        for m in _FIELD.finditer(chunk):
+            value = _decode_json_value(chunk, m.end())
+            if value is not None and not isinstance(value, dict):
+                fields.setdefault(m.group(1).decode(), []).append(value)
+    messages = [v for v in fields.get("message", []) if isinstance(v, str)]
+    callstacks = [v for v in fields.get("py_callstack", []) if isinstance(v, str)]
+    if len(callstacks) == 1 and b'"py_callstack"' not in tail and _string_is_cut(head, b'"py_callstack"'):
+        # The callstack began in the head and runs into the tail: its end (the exception) is there.
+        end = _string_continuation(tail)
+        if end:
+            callstacks.append(end)
+    if not messages and not callstacks:
+        return _invalid(
+            f"file is {size} bytes (over the {MAX_FILE_BYTES}-byte limit) and no error message "
+            "was found in its head or tail",
+            size,
+        )
+    timestamps = [t for t in (_as_int(v) for v in fields.get("timestamp", [])) if t is not None]
+    codes = [c for c in (_as_int(v) for v in fields.get("errorCode", [])) if c is not None]
+    traceback = callstacks[-1] if callstacks else ""
+    if len(callstacks) > 1:  # head and tail pieces of one huge callstack
+        traceback = callstacks[0][:2048] + "\n…[truncated]…\n" + callstacks[-1]
+    return _record(
+        message=messages[0] if messages else "",
+        traceback=traceback,
+        timestamp=timestamps[-1] if timestamps else None,
+        error_code=codes[-1] if codes else None,
+        size=size,
+        truncated=True,
+    )
+
+
+def read_error_file(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> ErrorRecord | None:
+    """Read and parse an error file; None when it does not exist. Never loads more than ~max_bytes."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= max_bytes:
+                return parse_bytes(f.read(max_bytes + 1), size)
+            head = f.read(SALVAGE_BYTES)
+            f.seek(max(size - SALVAGE_BYTES, SALVAGE_BYTES))
+            tail = f.read(SALVAGE_BYTES)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return _invalid(f"{p} is a directory", 0)
+    except OSError as exc:
+        return _invalid(f"cannot read {p}: {exc.strerror or exc}", 0)
+    return _salvage(head, tail, size)

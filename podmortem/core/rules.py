@@ -1,0 +1,723 @@
+"""Classification rules: what a message, an exit code, a signal or a pod condition says about a failure.
+
+The engine (`podmortem.core.engine`) decides *who* failed first; this module says *what kind* of failure each
+observation is, and whether it is a failure of its own (a *primary*: a Python exception, CUDA out of
+memory, an ECC error, SIGSEGV, an OOM kill, a preemption, a lost node) or the echo of someone else's
+(a *secondary*: gloo "Connection closed by peer", a collective timeout, a lost rendezvous store, the
+SIGTERM of the job's cleanup). Keeping the knowledge here, as data, lets an operator teach podmortem a
+new message without a release: a rules file (JSON, see `load_rules` and docs/engine.md) is put in front
+of the built-in `DEFAULT_RULES`, and the first matching rule wins.
+
+A rule has exactly one matcher and one outcome:
+
+* matchers — ``message`` / ``log`` (regular expressions searched in an error message, resp. in each
+  line of a log tail), ``exception_type`` (a regular expression that must match the whole exception
+  type name, qualified or not), ``exit_code`` / ``signal`` (numbers), ``reason`` (container
+  termination reason), ``disruption`` (DisruptionTarget condition reason), ``phase`` (pod phase or
+  status reason);
+* outcomes — ``category`` (one of `model.CATEGORIES`, with ``retryable`` defaulting to the category's)
+  for a primary failure, or ``secondary`` (``peer``, ``timeout``, ``store`` or ``teardown``) for a
+  failure caused by another member. ``weak: true`` marks a primary that is only believed when no
+  stronger primary competes (an unexplained exit code 1, an NCCL error that a dying peer can cause).
+
+Pure: compiling and matching only; `load_rules` is the one function that reads a file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from podmortem.core.model import CATEGORIES, RETRYABLE, Category
+
+MatcherKind = Literal["message", "log", "exception_type", "exit_code", "signal", "reason", "disruption", "phase"]
+SecondaryKind = Literal["peer", "timeout", "store", "teardown"]
+
+MATCHERS: tuple[MatcherKind, ...] = (
+    "message",
+    "log",
+    "exception_type",
+    "exit_code",
+    "signal",
+    "reason",
+    "disruption",
+    "phase",
+)
+SECONDARY_KINDS: tuple[SecondaryKind, ...] = ("peer", "timeout", "store", "teardown")
+_REGEX_KINDS = frozenset({"message", "log", "exception_type"})
+_NUMBER_KINDS = frozenset({"exit_code", "signal"})
+_RULE_KEYS = frozenset({*MATCHERS, "id", "category", "retryable", "secondary", "weak", "why", "advice", "ignore_case"})
+
+# What a person should do, per category; a rule's own `advice` replaces it.
+ADVICE: dict[Category, str] = {
+    "user_code": "Fix the training code, its input data or its configuration; a retry as is will fail the same way.",
+    "gpu_oom": "Reduce the per-GPU memory (batch size, sequence length, activation checkpointing); "
+    "a retry as is will fail the same way.",
+    "host_oom": "Raise the container memory limit or cut host memory use (DataLoader workers, prefetch, "
+    "pinned buffers); a retry as is will fail the same way.",
+    "hardware": "A device or driver fault: cordon the node and have it checked; the job can be retried elsewhere.",
+    "network": "An interconnect failure (NCCL/IB/NIC): check the node's network; a retry is likely to succeed.",
+    "hang": "This rank stopped making progress and its peers timed out; retry, and if it recurs take stack "
+    "dumps (py-spy dump) of that rank before the collective timeout.",
+    "preemption": "The pod was preempted or evicted from outside; retry (consider a PriorityClass or a "
+    "PodDisruptionBudget).",
+    "node_lost": "The node stopped reporting; retry on other nodes and check the node's health.",
+    "crash": "A native crash of the training process; read the pod's log for the faulting library "
+    "(a retry as is will likely crash again).",
+    "infra": "The environment is at fault (mount, file, permission, storage, scheduling); fix it, then retry.",
+}
+
+SECONDARY_WHY: dict[SecondaryKind, str] = {
+    "peer": "lost its connection to a peer that had died",
+    "timeout": "timed out waiting for a peer in a collective",
+    "store": "lost the rendezvous/c10d store",
+    "teardown": "was torn down (SIGTERM) after the job had failed",
+}
+
+
+# Parts of a message that differ between the victims of one failure and that no rule keys on.
+_VOLATILE = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b|\d{4,}")
+_MEMO_SIZE = 4096
+_MISS = object()
+
+
+class RulesError(ValueError):
+    """A rules file that cannot be used; the message names the file and the offending rule."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    kind: MatcherKind
+    pattern: re.Pattern[str] | None = None  # message, log, exception_type
+    values: frozenset[str] = frozenset()  # reason, disruption, phase (lower case)
+    numbers: frozenset[int] = frozenset()  # exit_code, signal
+    category: Category | None = None
+    retryable: bool | None = None
+    secondary: SecondaryKind | None = None
+    weak: bool = False
+    why: str = ""
+    advice: str = ""
+    operator: bool = False  # from a rules file, not built in
+
+    @property
+    def is_primary(self) -> bool:
+        return self.category is not None
+
+    @property
+    def is_retryable(self) -> bool | None:
+        if self.retryable is not None:
+            return self.retryable
+        return RETRYABLE[self.category] if self.category is not None else None
+
+    def describe(self) -> str:
+        if self.why:
+            return self.why
+        if self.secondary is not None:
+            return SECONDARY_WHY[self.secondary]
+        return self.category or ""
+
+    def matches_text(self, text: str) -> bool:
+        return self.pattern is not None and self.pattern.search(text) is not None
+
+    def matches_type(self, exception_type: str) -> bool:
+        if self.pattern is None or not exception_type:
+            return False
+        short = exception_type.rsplit(".", 1)[-1]
+        return self.pattern.fullmatch(exception_type) is not None or self.pattern.fullmatch(short) is not None
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """An ordered list of rules; the first rule that matches wins (operator rules come first)."""
+
+    rules: tuple[Rule, ...]
+    source: str = "built-in"
+    _by_kind: dict[str, tuple[Rule, ...]] = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[tuple[str, str], object] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        grouped: dict[str, list[Rule]] = {}
+        for r in self.rules:
+            grouped.setdefault(r.kind, []).append(r)
+            if r.kind in ("message", "exception_type"):
+                grouped.setdefault("text", []).append(r)
+        self._by_kind.update({k: tuple(v) for k, v in grouped.items()})
+
+    def of_kind(self, kind: MatcherKind) -> tuple[Rule, ...]:
+        return self._by_kind.get(kind, ())
+
+    def classify_message(self, message: str, exception_type: str = "") -> Rule | None:
+        """The first message or exception-type rule, in rule order, that matches an error message.
+
+        Memoised: the victims of one failure write near-identical messages that differ only in peer
+        addresses, ports, pids and durations, so messages equal up to IPv4 addresses and numbers of four
+        or more digits share one classification (rules must not key on such numbers; see docs/engine.md).
+        """
+        text = message or ""
+        key = (_VOLATILE.sub("#", text), exception_type)
+        hit = self._memo.get(key, _MISS)
+        if hit is not _MISS:
+            return cast(Rule | None, hit)
+        found: Rule | None = None
+        for r in self._by_kind.get("text", ()):
+            if r.matches_text(text) if r.kind == "message" else r.matches_type(exception_type):
+                found = r
+                break
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = found
+        return found
+
+    def classify_log_line(self, line: str) -> Rule | None:
+        for r in self.of_kind("log"):
+            if r.matches_text(line):
+                return r
+        return None
+
+    def classify_exit_code(self, code: int) -> Rule | None:
+        for r in self.of_kind("exit_code"):
+            if code in r.numbers:
+                return r
+        return None
+
+    def classify_signal(self, signal: int) -> Rule | None:
+        for r in self.of_kind("signal"):
+            if signal in r.numbers:
+                return r
+        return None
+
+    def _by_value(self, kind: MatcherKind, *values: str) -> Rule | None:
+        wanted = {v.lower() for v in values if v}
+        if not wanted:
+            return None
+        for r in self.of_kind(kind):
+            if r.values & wanted:
+                return r
+        return None
+
+    def classify_reason(self, reason: str) -> Rule | None:
+        return self._by_value("reason", reason)
+
+    def classify_disruption(self, reason: str) -> Rule | None:
+        return self._by_value("disruption", reason)
+
+    def classify_phase(self, phase: str, reason: str = "") -> Rule | None:
+        return self._by_value("phase", phase, reason)
+
+    def extended_by(self, operator: RuleSet) -> RuleSet:
+        """Operator rules in front of these; the result keeps both sources in its name."""
+        return RuleSet(operator.rules + self.rules, source=f"{operator.source} + {self.source}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Building rules from plain data (the built-in table below and rules files share this path).
+
+
+def _fail(source: str, where: str, problem: str) -> RulesError:
+    return RulesError(f"{source}: {where}: {problem}")
+
+
+def _as_numbers(value: Any, source: str, where: str, kind: str) -> frozenset[int]:
+    items = value if isinstance(value, list) else [value]
+    out: set[int] = set()
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise _fail(source, where, f"'{kind}' must be an integer or a list of integers, got {item!r}")
+        out.add(item)
+    if not out:
+        raise _fail(source, where, f"'{kind}' is an empty list")
+    return frozenset(out)
+
+
+def _as_strings(value: Any, source: str, where: str, kind: str) -> frozenset[str]:
+    items = value if isinstance(value, list) else [value]
+    out: set[str] = set()
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise _fail(source, where, f"'{kind}' must be a non-empty string or a list of them, got {item!r}")
+        out.add(item.lower())
+    if not out:
+        raise _fail(source, where, f"'{kind}' is an empty list")
+    return frozenset(out)
+
+
+def rule_from_dict(doc: Mapping[str, Any], source: str = "built-in", index: int = 0, operator: bool = False) -> Rule:
+    """One rule from its JSON form; raises RulesError naming `source` and the rule on any problem."""
+    where = f"rule #{index + 1}"
+    if not isinstance(doc, Mapping):
+        raise _fail(source, where, f"must be an object, got {type(doc).__name__}")
+    rid = doc.get("id")
+    if not isinstance(rid, str) or not rid.strip():
+        raise _fail(source, where, "needs a non-empty string 'id'")
+    where = f"rule #{index + 1} ({rid!r})"
+    unknown = sorted(set(doc) - _RULE_KEYS)
+    if unknown:
+        raise _fail(source, where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_RULE_KEYS))}")
+    kinds = [k for k in MATCHERS if k in doc]
+    if len(kinds) != 1:
+        raise _fail(source, where, f"needs exactly one matcher of {', '.join(MATCHERS)}; found {kinds or 'none'}")
+    kind = kinds[0]
+    raw = doc[kind]
+    pattern: re.Pattern[str] | None = None
+    numbers: frozenset[int] = frozenset()
+    values: frozenset[str] = frozenset()
+    if kind in _REGEX_KINDS:
+        if not isinstance(raw, str) or not raw:
+            raise _fail(source, where, f"'{kind}' must be a non-empty regular expression string")
+        ignore_case = doc.get("ignore_case", kind != "exception_type")
+        if not isinstance(ignore_case, bool):
+            raise _fail(source, where, "'ignore_case' must be true or false")
+        try:
+            pattern = re.compile(raw, re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise _fail(source, where, f"'{kind}' is not a valid regular expression: {exc}") from None
+    elif kind in _NUMBER_KINDS:
+        numbers = _as_numbers(raw, source, where, kind)
+    else:
+        values = _as_strings(raw, source, where, kind)
+    category = doc.get("category")
+    secondary = doc.get("secondary")
+    if (category is None) == (secondary is None):
+        raise _fail(source, where, "needs exactly one outcome: 'category' (a primary failure) or 'secondary'")
+    if category is not None and category not in CATEGORIES:
+        raise _fail(source, where, f"unknown category {category!r}; one of {', '.join(CATEGORIES)}")
+    if secondary is not None and secondary not in SECONDARY_KINDS:
+        raise _fail(source, where, f"unknown secondary kind {secondary!r}; one of {', '.join(SECONDARY_KINDS)}")
+    retryable = doc.get("retryable")
+    if retryable is not None and not isinstance(retryable, bool):
+        raise _fail(source, where, "'retryable' must be true or false")
+    if retryable is not None and secondary is not None:
+        raise _fail(source, where, "'retryable' only applies to a rule with a 'category'")
+    weak = doc.get("weak", False)
+    if not isinstance(weak, bool):
+        raise _fail(source, where, "'weak' must be true or false")
+    for key in ("why", "advice"):
+        if key in doc and not isinstance(doc[key], str):
+            raise _fail(source, where, f"'{key}' must be a string")
+    return Rule(
+        id=rid,
+        kind=kind,
+        pattern=pattern,
+        values=values,
+        numbers=numbers,
+        category=cast(Category | None, category),
+        retryable=retryable,
+        secondary=cast(SecondaryKind | None, secondary),
+        weak=weak,
+        why=str(doc.get("why", "")),
+        advice=str(doc.get("advice", "")),
+        operator=operator,
+    )
+
+
+def ruleset_from_dict(doc: Any, source: str = "built-in", operator: bool = False) -> tuple[RuleSet, bool]:
+    """(rules, replace_defaults) from a decoded rules document."""
+    if not isinstance(doc, dict):
+        raise RulesError(f"{source}: the top level must be a JSON object with a 'rules' list")
+    unknown = sorted(set(doc) - {"rules", "replace_defaults", "comment", "version"})
+    if unknown:
+        raise RulesError(f"{source}: unknown top-level key(s) {', '.join(unknown)}; allowed: rules, replace_defaults")
+    version = doc.get("version", 1)
+    if version != 1:
+        raise RulesError(f"{source}: unsupported 'version' {version!r} (this podmortem reads version 1)")
+    items = doc.get("rules")
+    if not isinstance(items, list):
+        raise RulesError(f"{source}: 'rules' must be a list of rule objects")
+    replace = doc.get("replace_defaults", False)
+    if not isinstance(replace, bool):
+        raise RulesError(f"{source}: 'replace_defaults' must be true or false")
+    rules = tuple(rule_from_dict(item, source, i, operator) for i, item in enumerate(items))
+    seen: set[str] = set()
+    for r in rules:
+        if r.id in seen:
+            raise RulesError(f"{source}: rule id {r.id!r} is used twice")
+        seen.add(r.id)
+    return RuleSet(rules, source=source), replace
+
+
+def load_rules(path: str | Path, defaults: RuleSet | None = None) -> RuleSet:
+    """Read an operator rules file (JSON) and put its rules in front of the defaults.
+
+    Raises RulesError with a one-line message naming the file (and rule) for a missing, unreadable or
+    invalid file. With ``"replace_defaults": true`` the built-in rules are dropped entirely.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RulesError(f"{p}: rules file not found") from None
+    except IsADirectoryError:
+        raise RulesError(f"{p}: is a directory, expected a JSON rules file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RulesError(f"{p}: cannot read rules file: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RulesError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    operator, replace = ruleset_from_dict(doc, source=str(p), operator=True)
+    if replace:
+        return operator
+    return (defaults or DEFAULT_RULES).extended_by(operator)
+
+
+# --------------------------------------------------------------------------------------------------
+# The built-in rules. Messages are those torch, CUDA, NCCL, gloo and the kernel really print; the order
+# matters (specific before generic: a device-side assert is a CUDA error but a bug in the program).
+
+_B: list[dict[str, Any]] = [
+    # --- GPU memory ------------------------------------------------------------------------------
+    {
+        "id": "cuda.device-assert",
+        "message": r"device-side assert(ion)? triggered",
+        "category": "user_code",
+        "why": "CUDA device-side assert (an index or value out of range in the program)",
+    },
+    {
+        "id": "cuda.oom",
+        "message": r"CUDA out of memory|CUDA error: out of memory|HIP out of memory"
+        r"|^(torch\.)?(cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
+        r"|NCCL error.*\bout of memory",
+        "category": "gpu_oom",
+        "why": "GPU memory exhausted",
+    },
+    {
+        "id": "torch.oom-type",
+        "exception_type": r"(torch\.)?(cuda\.)?OutOfMemoryError",
+        "category": "gpu_oom",
+        "why": "GPU memory exhausted",
+    },
+    # --- Hardware: GPU, driver, NVLink ----------------------------------------------------------------
+    {
+        "id": "cuda.ecc",
+        "message": r"\bECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE"
+        r"|uncorrectable ECC",
+        "category": "hardware",
+        "why": "uncorrectable GPU memory (ECC) error",
+    },
+    {"id": "gpu.xid", "message": r"\bXid\b|NVRM:", "category": "hardware", "why": "NVIDIA driver Xid error"},
+    {
+        "id": "cuda.fault",
+        "message": r"illegal memory access|an illegal instruction|illegal address"
+        r"|unspecified launch failure|cudaErrorLaunchFailure|misaligned address|hardware stack error"
+        r"|GPU (has )?fallen off the bus|GPU is lost|uncorrectable NVLink|NVLink (error|fatal)"
+        r"|CUDA error: unknown error|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA error: an illegal",
+        "category": "hardware",
+        "why": "GPU fault (illegal address / launch failure / lost device)",
+    },
+    {
+        "id": "nccl.cuda",
+        "message": r"NCCL error.*unhandled cuda error",
+        "category": "hardware",
+        "why": "NCCL hit a CUDA error on the device",
+    },
+    {
+        "id": "cuda.no-device",
+        "message": r"no CUDA-capable device|CUDA driver version is insufficient"
+        r"|Found no NVIDIA driver|CUDA error: initialization error|cudaErrorNoDevice"
+        r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed",
+        "category": "infra",
+        "why": "no usable GPU or driver in the container",
+    },
+    # --- Host memory --------------------------------------------------------------------------------
+    {
+        "id": "dataloader.killed",
+        "message": r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed",
+        "category": "host_oom",
+        "why": "a DataLoader worker was SIGKILLed (the kernel OOM killer)",
+    },
+    {
+        "id": "dataloader.bus-error",
+        "message": r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error"
+        r"|insufficient shared memory",
+        "category": "infra",
+        "why": "a DataLoader worker hit a bus error (shared memory /dev/shm too small)",
+    },
+    {
+        "id": "dataloader.segfault",
+        "message": r"DataLoader worker \(pid[^)]*\) is killed by signal: "
+        r"(Segmentation fault|Aborted)",
+        "category": "crash",
+        "why": "a DataLoader worker crashed natively",
+    },
+    {
+        "id": "dataloader.exited",
+        "message": r"DataLoader worker \(pid\(?s\)?[^)]*\) exited unexpectedly",
+        "category": "host_oom",
+        "weak": True,
+        "why": "a DataLoader worker exited unexpectedly (often an OOM kill)",
+    },
+    {
+        "id": "host.enomem",
+        "message": r"Cannot allocate memory|std::bad_alloc|\[Errno 12\]|DefaultCPUAllocator: "
+        r"(can't|not enough memory)",
+        "category": "host_oom",
+        "why": "host memory allocation failed",
+    },
+    {
+        "id": "python.memory-error",
+        "exception_type": r"MemoryError",
+        "category": "host_oom",
+        "why": "Python MemoryError (host memory exhausted)",
+    },
+    # --- Environment: files, mounts, permissions, storage ---------------------------------------------
+    {
+        "id": "infra.storage",
+        "message": r"No space left on device|Disk quota exceeded|Read-only file system"
+        r"|Stale file handle|Input/output error|Transport endpoint is not connected|\[Errno (5|28|30|116|122)\]",
+        "category": "infra",
+        "why": "storage failure (full, read-only, stale or broken mount)",
+    },
+    {
+        "id": "infra.missing-file",
+        "message": r"No such file or directory|\[Errno 2\]",
+        "category": "infra",
+        "why": "a file or mount the job needs is missing",
+    },
+    {
+        "id": "infra.permission",
+        "message": r"Permission denied|\[Errno 13\]|Operation not permitted",
+        "category": "infra",
+        "why": "permission denied on a file, mount or device",
+    },
+    {
+        "id": "infra.file-types",
+        "exception_type": r"FileNotFoundError|PermissionError|NotADirectoryError"
+        r"|IsADirectoryError",
+        "category": "infra",
+        "why": "a file or mount the job needs is missing or unreadable",
+    },
+    {
+        "id": "infra.object-store",
+        "message": r"NoCredentialsError|EndpointConnectionError|botocore\.exceptions"
+        r"|google\.api_core\.exceptions\.(ServiceUnavailable|Forbidden)|We couldn't connect to 'https://huggingface\.co'",
+        "category": "infra",
+        "why": "object storage / model hub unreachable or access denied",
+    },
+    # --- Secondary: the echo of another member's failure ----------------------------------------------
+    {
+        "id": "torch.sigterm",
+        "message": r"SignalException: Process \d+ got signal|got signal: SIGTERM",
+        "secondary": "teardown",
+    },
+    {
+        "id": "gloo.peer-closed",
+        "message": r"Connection closed by peer",
+        "secondary": "peer",
+        "why": "gloo: connection closed by peer",
+    },
+    {
+        "id": "gloo.peer-reset",
+        "message": r"Connection reset by peer|Broken pipe|Read error \[|Write error \["
+        r"|Socket closed|ECONNRESET|EPIPE|Connection refused",
+        "secondary": "peer",
+        "why": "connection to a peer reset/broken",
+    },
+    {
+        "id": "gloo.timeout",
+        "message": r"Timed out waiting \d+ ?ms for (recv|send) operation|"
+        r"gloo.*Timed out waiting",
+        "secondary": "timeout",
+        "why": "gloo: timed out waiting for a peer",
+    },
+    {
+        "id": "nccl.watchdog-timeout",
+        "message": r"Watchdog caught collective operation timeout"
+        r"|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out"
+        r"|Heartbeat monitor timed out|watchdog (thread )?(got )?stuck",
+        "secondary": "timeout",
+        "why": "NCCL watchdog: collective timed out waiting for a peer",
+    },
+    {
+        "id": "nccl.aborted",
+        "message": r"NCCL communicator was aborted|communicator (was|has been) aborted"
+        r"|ProcessGroupNCCL is aborted",
+        "secondary": "peer",
+        "why": "NCCL communicator aborted after a peer failed",
+    },
+    {
+        "id": "c10d.store",
+        "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
+        r"|RendezvousConnectionError|RendezvousClosedError|Connection was likely closed|client socket has timed out"
+        r"|The server socket has failed",
+        "secondary": "store",
+        "why": "lost the c10d rendezvous store",
+    },
+    # --- Network (interconnect) -----------------------------------------------------------------------
+    {
+        "id": "nccl.system-error",
+        "message": r"unhandled system error|ncclSystemError|NET/IB|ibv_\w+ failed"
+        r"|IBV_WC_\w+|transport retry counter exceeded|Got completion (from peer .*)?with error",
+        "category": "network",
+        "why": "NCCL/IB system error on the interconnect",
+    },
+    {
+        "id": "nccl.remote-error",
+        "message": r"ncclRemoteError|remote process exited or there was a network error"
+        r"|ncclInternalError|NCCL error",
+        "category": "network",
+        "weak": True,
+        "why": "NCCL remote/internal error (a network fault, or a peer that died)",
+    },
+    # --- The program itself -----------------------------------------------------------------------------
+    {
+        "id": "train.non-finite",
+        "message": r"\bnan\b.*\bloss\b|\bloss\b.*\b(nan|inf|non-finite)\b|non-finite loss"
+        r"|FloatingPointError|detect(ed)? (a )?NaN|contains? (NaN|inf)",
+        "category": "user_code",
+        "why": "loss became NaN/inf",
+    },
+    {
+        "id": "dataloader.exception",
+        "message": r"Caught \w+ in DataLoader worker process",
+        "category": "user_code",
+        "why": "an exception in a DataLoader worker",
+    },
+    {
+        "id": "python.keyboard-interrupt",
+        "exception_type": r"KeyboardInterrupt",
+        "secondary": "teardown",
+        "why": "interrupted (SIGINT)",
+    },
+    {
+        "id": "python.exception",
+        "exception_type": r"[A-Za-z_][\w.]*",
+        "category": "user_code",
+        "why": "an exception raised by the training program",
+    },
+    {
+        "id": "message.unclassified",
+        "message": r"\S",
+        "category": "user_code",
+        "weak": True,
+        "why": "an unclassified error message",
+    },
+    # --- Log tails: lines worth a verdict even without an error file -----------------------------------
+    {
+        "id": "log.xid",
+        "log": r"NVRM: Xid|\bXid \(PCI",
+        "ignore_case": False,
+        "category": "hardware",
+        "why": "NVIDIA driver Xid error",
+    },
+    {
+        "id": "log.ecc",
+        "log": r"uncorrectable ECC error",
+        "ignore_case": False,
+        "category": "hardware",
+        "why": "uncorrectable GPU memory (ECC) error",
+    },
+    {
+        "id": "log.ib",
+        "log": r"NCCL WARN NET/IB|transport retry counter exceeded",
+        "ignore_case": False,
+        "category": "network",
+        "why": "InfiniBand transport error",
+    },
+    # --- Exit codes (Kubeflow ExitCode policy) and signals --------------------------------------------
+    {"id": "exit.teardown", "exit_code": [130, 143], "secondary": "teardown", "why": "terminated by SIGTERM/SIGINT"},
+    {"id": "exit.sigkill", "exit_code": [137], "secondary": "teardown", "why": "killed (SIGKILL) from outside"},
+    {
+        "id": "exit.crash",
+        "exit_code": [132, 134, 135, 136, 139],
+        "category": "crash",
+        "why": "native crash (SIGILL/SIGABRT/SIGBUS/SIGFPE/SIGSEGV)",
+    },
+    {
+        "id": "exit.code-2",
+        "exit_code": [2],
+        "category": "user_code",
+        "why": "the program exited with code 2 (sys.exit(2) or a command-line usage error)",
+    },
+    {
+        "id": "exit.command",
+        "exit_code": [126, 127, 128],
+        "category": "user_code",
+        "why": "the container command is missing, not executable or exited with an invalid code",
+    },
+    {
+        "id": "exit.user-retryable",
+        "exit_code": [138],
+        "category": "user_code",
+        "retryable": True,
+        "why": "exited with the user-retryable code 138 (SIGUSR1)",
+    },
+    {
+        "id": "exit.nonzero",
+        "exit_code": list(range(1, 256)),
+        "category": "user_code",
+        "weak": True,
+        "why": "exited non-zero without an error file",
+    },
+    {
+        "id": "signal.crash",
+        "signal": [4, 5, 6, 7, 8, 11, 31],
+        "category": "crash",
+        "why": "native crash (SIGSEGV/SIGABRT/SIGBUS/SIGFPE/SIGILL)",
+    },
+    {
+        "id": "signal.sigkill",
+        "signal": [9],
+        "category": "host_oom",
+        "why": "a worker was SIGKILLed (the kernel OOM killer)",
+    },
+    {"id": "signal.teardown", "signal": [1, 2, 15], "secondary": "teardown", "why": "terminated by a signal"},
+    # --- Kubernetes -----------------------------------------------------------------------------------
+    {
+        "id": "k8s.oomkilled",
+        "reason": "OOMKilled",
+        "category": "host_oom",
+        "why": "container memory limit hit: OOMKilled",
+    },
+    {
+        "id": "k8s.container-unknown",
+        "reason": "ContainerStatusUnknown",
+        "category": "node_lost",
+        "why": "container status unknown: its node was lost",
+    },
+    {"id": "k8s.evicted", "reason": "Evicted", "category": "preemption", "why": "evicted by the kubelet"},
+    {
+        "id": "k8s.start-error",
+        "reason": ["StartError", "ContainerCannotRun", "CreateContainerError"],
+        "category": "infra",
+        "why": "the container could not start",
+    },
+    {
+        "id": "k8s.preempted",
+        "disruption": [
+            "PreemptionByScheduler",
+            "PreemptionByKubeScheduler",
+            "EvictionByEvictionAPI",
+            "TerminationByKubelet",
+        ],
+        "category": "preemption",
+        "why": "preempted/evicted from outside (DisruptionTarget)",
+    },
+    {
+        "id": "k8s.taint-deleted",
+        "disruption": ["DeletionByTaintManager", "DeletionByPodGC"],
+        "category": "node_lost",
+        "why": "deleted because its node was lost (DisruptionTarget)",
+    },
+    {
+        "id": "k8s.node-lost",
+        "phase": ["Unknown", "NodeLost"],
+        "category": "node_lost",
+        "why": "pod phase Unknown / NodeLost: its node stopped reporting",
+    },
+]
+
+
+def _defaults(items: Sequence[Mapping[str, Any]]) -> RuleSet:
+    return RuleSet(tuple(rule_from_dict(d, "built-in", i) for i, d in enumerate(items)), source="built-in")
+
+
+DEFAULT_RULES: RuleSet = _defaults(_B)
+
+
+def rule_ids(rules: Iterable[Rule]) -> list[str]:
+    return [r.id for r in rules]

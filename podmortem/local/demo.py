@@ -1,0 +1,115 @@
+"""`podmortem demo`: watch podmortem find the first failing pod of a real local torchrun job.
+
+A person evaluating podmortem should see it work in one command, on their laptop, without a cluster:
+this runs `podmortem.local.harness.LocalJob` — real torchrun agents as "pods", one real sidecar per pod, one
+real aggregator — injects the chosen fault into one pod, and prints the published verdict with its
+explanation (summary, evidence, victims) next to the ground truth and the measured time from the fault
+to the verdict. Returns 0 when a verdict was printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from typing import Any, TextIO
+
+from podmortem.local.harness import EXPECTED_CATEGORY, JobResult, JobSpec, LocalJob
+
+FAULT_TEXT: dict[str, str] = {
+    "exception": "raises ValueError in its training step",
+    "oom": "raises torch.OutOfMemoryError (CUDA out of memory)",
+    "sigkill": "is OOM-killed: the container's processes get SIGKILL (exit 137, OOMKilled)",
+    "segfault": "segfaults in native code (SIGSEGV)",
+    "hang": "blocks forever; its peers hit the collective timeout",
+    "preempt": "is preempted by the scheduler (DisruptionTarget, SIGTERM)",
+    "multi": "raises ValueError; a second pod independently raises KeyError ~1 s later",
+    "skew": "raises ValueError while every other pod's clock runs 6 s behind",
+}
+
+
+def _say(out: TextIO, text: str = "") -> None:
+    print(text, file=out, flush=True)
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return textwrap.indent(text.rstrip(), prefix)
+
+
+def render(result: JobResult, out: TextIO) -> bool:
+    """Print the verdict and its explanation; False when there was none."""
+    doc = result.verdict_doc
+    verdict: dict[str, Any] = result.verdict or {}
+    if doc is None or not verdict:
+        _say(out, f"no verdict was published{': ' + result.error if result.error else ''}")
+        _say(out, f"(pods, logs and aggregator log: {result.workdir})" if result.spec.keep_workdir else "")
+        return False
+    _say(out)
+    _say(out, "=" * 78)
+    _say(out, f"VERDICT (revision {doc.get('revision')}, {'final' if result.final else 'not final'})")
+    _say(out, "=" * 78)
+    for line in str(verdict.get("summary", "")).splitlines():
+        _say(out, textwrap.fill(line, 100, initial_indent="  ", subsequent_indent="  "))
+    _say(out)
+    rank = verdict.get("rank")
+    _say(
+        out,
+        f"  root pod    : {verdict.get('pod')}"
+        + (f"  (rank {rank}, node {verdict.get('node')})" if rank is not None else ""),
+    )
+    _say(out, f"  category    : {verdict.get('category')}   retryable: {verdict.get('retryable')}")
+    if verdict.get("message"):
+        _say(out, f"  error       : {str(verdict['message'])[:300]}")
+    if verdict.get("confidence") is not None:
+        _say(out, f"  confidence  : {verdict.get('confidence')}")
+    evidence = verdict.get("evidence") or []
+    if evidence:
+        _say(out, "  evidence    :")
+        for line in evidence:
+            _say(
+                out,
+                _indent(textwrap.fill(str(line), 100, subsequent_indent="    "), "    - ").replace(
+                    "    -     ", "      "
+                ),
+            )
+    secondary = verdict.get("secondary") or []
+    if secondary:
+        _say(out, "  victims     :")
+        for s in secondary:
+            _say(out, f"    - {s.get('pod')}: {s.get('reason')}")
+    _say(out)
+    expected_cat, expected_retry = EXPECTED_CATEGORY.get(result.spec.fault, ("?", None))
+    named = verdict.get("pod")
+    ok = named == result.root_pod and verdict.get("category") == expected_cat
+    _say(
+        out,
+        f"  ground truth: {result.root_pod} was made to fail ({result.spec.fault} -> {expected_cat}, "
+        f"retryable={expected_retry}) — {'podmortem got it right' if ok else 'podmortem named ' + str(named)}",
+    )
+    f2v = result.fault_to_verdict
+    if f2v is not None:
+        first = result.fault_to_first_verdict
+        extra = f" (first revision after {first:.1f} s)" if first is not None and abs(first - f2v) > 0.05 else ""
+        _say(out, f"  fault -> verdict: {f2v:.1f} s{extra}")
+    return True
+
+
+def main(fault: str = "exception", pods: int = 3, fail_rank: int | None = None, nproc: int = 1) -> int:
+    """Run the demo job; `fail_rank` is the node rank (pod) made to fail, the last one by default."""
+    out = sys.stdout
+    if fault not in FAULT_TEXT:
+        _say(out, f"unknown fault {fault!r}; choose one of {', '.join(FAULT_TEXT)}")
+        return 2
+    if pods < 2 or (fail_rank is not None and not 0 <= fail_rank < pods):
+        _say(out, "need at least 2 pods and a fail rank between 0 and pods-1")
+        return 2
+    spec = JobSpec(fault=fault, pods=pods, nproc=nproc, fail_pod=fail_rank)
+    job = LocalJob(spec, progress=lambda text: _say(out, f"  {text}"))
+    target = spec.failing_pod()
+    _say(
+        out,
+        f"podmortem demo: job {job.job_name}, {pods} pods x {job.nproc} worker(s)"
+        + ("" if job.torch else " — without torch: plain worker processes stand in for torchrun"),
+    )
+    _say(out, f"  fault: pod {job.pod_name(target)} (node rank {target}) {FAULT_TEXT[fault]}")
+    result = job.run()
+    return 0 if render(result, out) else 1

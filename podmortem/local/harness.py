@@ -1,0 +1,875 @@
+"""Run a real multi-pod torchrun job on this machine, make it fail, and time podmortem's verdict.
+
+The demo and the end-to-end tests need what a cluster would give podmortem — real torch failures,
+real pods ending, a real sidecar per pod and a real aggregator — without a cluster. `LocalJob` starts:
+
+* one aggregator process (`podmortem aggregator`, verdicts written to a directory),
+* per "pod": one real torchrun agent (`python -m torch.distributed.run --nnodes N --node-rank i ...`
+  running `podmortem.local.workload`) with its own TORCHELASTIC_ERROR_FILE, log file and 127.0.0.x pod IP,
+  and one real sidecar process (`podmortem sidecar`) watching that pod's error file and Pod JSON,
+
+and itself plays the parts of Kubernetes that are missing:
+
+* **kubelet** — when an agent exits, every process left in its "container" is killed (a container
+  dies with its PID 1) and the pod's Pod JSON (the file the sidecar watches, shaped exactly like
+  `kubectl get pod -o json`) gets `state.terminated` with the real exit code, or 128 + signal and
+  `signal` when the agent died by a signal; `reason` is OOMKilled for the simulated OOM kill, Error or
+  Completed otherwise. Node-clock times (startedAt, finishedAt) are written on the pod's possibly
+  skewed clock, control-plane times (deletionTimestamp, DisruptionTarget) on the real one.
+* **job controller** (Kubeflow training operator) — once the first pod failed, after a reconcile
+  delay it deletes every pod still running: deletionTimestamp in its Pod JSON, SIGTERM to its
+  agent, SIGKILL to whatever is left after the grace period.
+* **scheduler preemption** — for the `preempt` fault the workload only writes its fault marker; the
+  harness then sets a DisruptionTarget condition (PreemptionByScheduler) and deletionTimestamp on that
+  pod and SIGTERMs its agent.
+
+Each fault is injected by the workload, which writes `<run>/faults/rank-<R>.json` holding its
+`time.time()` right before; the verdict's arrival is the modification time of the verdict file the
+aggregator writes. Their difference is the reported fault-to-verdict time.
+
+Lifecycle: `LocalJob(spec).run()` does everything in one call and returns a `JobResult`. Every wait
+has a deadline (`spec.deadline` for the whole run), and every process started is killed in `finally`
+— by process handle, and for a pod's workers by an environment token torchrun passes down to them
+(`/proc/<pid>/environ`), since torchrun starts workers in their own sessions.
+
+Without torch: when torch is not importable, each pod runs `podmortem.local.workload` in its no-torch mode
+(one process per pod, no torchrun) — same fault plan, error files in torch's exact format, gloo's
+messages imitated for the peers. The real-torch path is what tests marked `torch` exercise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from podmortem.local import clockshim
+
+POLL = 0.02  # seconds between looks at processes, markers and verdicts
+TOKEN_ENV = "PODMORTEM_HARNESS_POD"
+
+# The ground truth the tests compare the verdict with, per fault (category table of the corpus).
+EXPECTED_CATEGORY: dict[str, tuple[str, bool]] = {
+    "exception": ("user_code", False),
+    "oom": ("gpu_oom", False),
+    "sigkill": ("host_oom", False),
+    "segfault": ("crash", False),
+    "hang": ("hang", True),
+    "preempt": ("preemption", True),
+    "multi": ("user_code", False),
+    "skew": ("user_code", False),
+}
+
+
+class HarnessError(RuntimeError):
+    """The local job could not be run (a process did not start, a deadline passed)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run. Pods are torchrun nodes; `fail_pod` is the node rank made to fail."""
+
+    fault: str = "exception"
+    pods: int = 3
+    nproc: int = 1
+    fail_pod: int | None = None  # default: the last pod
+    fail_local_rank: int = 0
+    fail_step: int = 8
+    # multi: the pod with the second error (default: the one before); skew: when set, that pod (clock
+    # behind) also fails on its own a moment after the root, with a timestamp that reads earlier.
+    second_pod: int | None = None
+    second_delay: float = 1.0  # multi: seconds between the two errors
+    skew_seconds: float = 6.0  # skew: how far behind the other pods' clocks run
+    pg_timeout: float = 6.0  # gloo collective timeout
+    step_time: float = 0.05
+    controller_delay: float = 1.0  # job controller reaction time before deleting the other pods
+    grace_period: float = 5.0  # terminationGracePeriodSeconds stand-in
+    quorum_timeout: float = 15.0
+    deadline: float = 150.0  # whole run, start to verdict
+    verdict_wait: float = 25.0  # after every pod ended: how long to wait for a final verdict
+    # After a final verdict, keep watching this long: a "final" revision has been seen to be revised
+    # milliseconds later (a member's log tail arriving after its termination).
+    settle: float = 1.0
+    namespace: str = "default"
+    job_name: str = ""  # default: podmortem-<fault>-<random>
+    workdir: str = ""  # default: a fresh temporary directory
+    keep_workdir: bool = False  # keep a temporary workdir after the run (it is always kept when given)
+    use_torch: bool | None = None  # None: torch when importable
+    # False: pods only (no aggregator, no sidecars, no verdict) — to look at what torch itself does.
+    with_podmortem: bool = True
+    sidecar_extra_env: dict[str, str] = field(default_factory=dict)
+
+    def failing_pod(self) -> int:
+        return self.pods - 1 if self.fail_pod is None else self.fail_pod
+
+
+@dataclass
+class PodOutcome:
+    name: str
+    node_rank: int
+    pod_ip: str
+    clock_shift: float
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    deleted: bool = False
+    preempted: bool = False
+    error_file: dict[str, Any] | None = None  # what torch wrote, parsed
+    log_file: str = ""
+
+
+@dataclass
+class JobResult:
+    spec: JobSpec
+    job_name: str
+    workdir: str
+    torch: bool
+    root_pod: str  # the pod made to fail (ground truth)
+    pods: list[PodOutcome]
+    verdict_doc: dict[str, Any] | None  # the last verdict file read, whole
+    revisions: int  # verdict files seen (distinct revisions)
+    fault_time: float | None  # wall clock (real), the earliest fault marker
+    first_verdict_time: float | None
+    verdict_time: float | None  # when the verdict file last returned was written
+    started_at: float
+    ended_at: float
+    error: str = ""
+
+    @property
+    def verdict(self) -> dict[str, Any] | None:
+        v = (self.verdict_doc or {}).get("verdict")
+        return v if isinstance(v, dict) else None
+
+    @property
+    def root_cause(self) -> dict[str, Any] | None:
+        r = (self.verdict_doc or {}).get("root_cause")
+        return r if isinstance(r, dict) else None
+
+    @property
+    def final(self) -> bool:
+        return bool((self.verdict_doc or {}).get("final"))
+
+    @property
+    def fault_to_verdict(self) -> float | None:
+        if self.fault_time is None or self.verdict_time is None:
+            return None
+        return self.verdict_time - self.fault_time
+
+    @property
+    def fault_to_first_verdict(self) -> float | None:
+        if self.fault_time is None or self.first_verdict_time is None:
+            return None
+        return self.first_verdict_time - self.fault_time
+
+
+def torch_available() -> bool:
+    """Is torch importable here? PODMORTEM_HARNESS_TORCH=0 forces the no-torch fallback."""
+    if os.environ.get("PODMORTEM_HARNESS_TORCH") == "0":
+        return False
+    return importlib.util.find_spec("torch") is not None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _write_json_atomically(path: Path, doc: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2))
+    os.replace(tmp, path)
+
+
+def _pids_with_token(token: str) -> list[int]:
+    """Processes whose environment carries TOKEN_ENV=token: one pod's agent and workers."""
+    needle = f"{TOKEN_ENV}={token}".encode() + b"\0"
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env or env.endswith(needle[:-1]):
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_pids(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(TOKEN_ENV, None)
+    root = _package_root()
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class _Pod:
+    """The harness's own bookkeeping for one pod (mutable; the outcome is copied out at the end)."""
+
+    index: int
+    name: str
+    uid: str
+    node: str
+    ip: str
+    replica_type: str
+    replica_index: int
+    shift: float
+    dir: Path
+    token: str
+    created_at: float
+    started_at: float = 0.0
+    agent: subprocess.Popen[bytes] | None = None
+    sidecar: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+    sidecar_log: IO[bytes] | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    deleted_at: float | None = None
+    disruption_at: float | None = None
+    kill_at: float | None = None  # grace period end
+
+    @property
+    def status_file(self) -> Path:
+        return self.dir / "pod.json"
+
+    @property
+    def error_file(self) -> Path:
+        return self.dir / "error.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "log.txt"
+
+    @property
+    def running(self) -> bool:
+        return self.finished_at is None
+
+    def node_time(self, t: float) -> float:
+        """A real time as this pod's node clock shows it."""
+        return t + self.shift
+
+
+class LocalJob:
+    """One local job run: `LocalJob(JobSpec(fault="oom", pods=3)).run()` -> JobResult."""
+
+    def __init__(self, spec: JobSpec, progress: Callable[[str], None] | None = None) -> None:
+        if spec.pods < 1 or spec.nproc < 1:
+            raise ValueError("pods and nproc must be >= 1")
+        if not 0 <= spec.failing_pod() < spec.pods:
+            raise ValueError(f"fail pod {spec.failing_pod()} is not a node rank of a {spec.pods}-pod job")
+        if spec.fault == "multi" and spec.pods < 2:
+            raise ValueError("the multi fault needs at least two pods")
+        self.spec = spec
+        self.torch = torch_available() if spec.use_torch is None else spec.use_torch
+        self.nproc = spec.nproc if self.torch else 1
+        self.job_name = spec.job_name or f"podmortem-{spec.fault}-{secrets.token_hex(3)}"
+        self.job_uid = str(uuid.uuid4())
+        self._progress = progress
+        self._tmp: str | None = None
+        self.workdir = Path(spec.workdir) if spec.workdir else Path()
+        self.pods: list[_Pod] = []
+        self.aggregator: subprocess.Popen[bytes] | None = None
+        self._aggregator_log: IO[bytes] | None = None
+        self.aggregator_address = ""
+        self._markers: dict[str, dict[str, Any]] = {}
+        self._cleanup_at: float | None = None
+        self._controller_fired = False
+        self._verdicts: dict[str, float] = {}  # file -> mtime last read
+        self._revisions: set[tuple[str, int]] = set()  # (file, revision) seen
+        self._first_verdict: float | None = None
+        self._last_doc: dict[str, Any] | None = None
+        self._last_doc_time: float | None = None
+
+    def pod_name(self, node_rank: int) -> str:
+        """Kubeflow naming with a Master replica: <job>-master-0, then <job>-worker-<node rank - 1>."""
+        return f"{self.job_name}-master-0" if node_rank == 0 else f"{self.job_name}-worker-{node_rank - 1}"
+
+    def _note(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress(text)
+
+    # ---------------------------------------------------------------------------------- running
+
+    def run(self) -> JobResult:
+        """Start everything, play Kubernetes until the verdict (or a deadline), stop everything. Once."""
+        if self.pods:
+            raise HarnessError("a LocalJob runs once; make a new one")
+        started = time.time()
+        deadline = time.monotonic() + self.spec.deadline
+        error = ""
+        try:
+            self._prepare()
+            if self.spec.with_podmortem:
+                self._start_aggregator(deadline)
+            self._start_pods()
+            self._supervise(deadline)
+            if self.spec.with_podmortem:
+                self._await_verdict(deadline)
+        except HarnessError as exc:
+            error = str(exc)
+        finally:
+            self._stop_everything()
+        result = self._result(started, error)
+        if self._tmp and not self.spec.keep_workdir:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        return result
+
+    def _prepare(self) -> None:
+        if not self.spec.workdir:
+            self._tmp = tempfile.mkdtemp(prefix=f"{self.job_name}-")
+            self.workdir = Path(self._tmp)
+        for sub in ("faults", "verdicts", "pods"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        fail = self.spec.failing_pod()
+        for i in range(self.spec.pods):
+            rtype, rindex = ("master", 0) if i == 0 else ("worker", i - 1)
+            name = self.pod_name(i)
+            shift = -self.spec.skew_seconds if self.spec.fault == "skew" and i != fail else 0.0
+            d = self.workdir / "pods" / name
+            d.mkdir(parents=True, exist_ok=True)
+            self.pods.append(
+                _Pod(
+                    index=i,
+                    name=name,
+                    uid=str(uuid.uuid4()),
+                    node=f"local-node-{i}",
+                    ip=f"127.0.0.{10 + i}",
+                    replica_type=rtype,
+                    replica_index=rindex,
+                    shift=shift,
+                    dir=d,
+                    token=f"{self.job_uid}/{name}",
+                    created_at=now,
+                )
+            )
+
+    def _start_aggregator(self, deadline: float) -> None:
+        ready = self.workdir / "aggregator.ready"
+        cmd = [
+            sys.executable,
+            "-m",
+            "podmortem.cli",
+            "aggregator",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+            "--verdict-dir",
+            str(self.workdir / "verdicts"),
+            "--world-size",
+            str(self.spec.pods),
+            "--quorum-timeout",
+            str(self.spec.quorum_timeout),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ]
+        self._aggregator_log = (self.workdir / "aggregator.log").open("wb")
+        self.aggregator = subprocess.Popen(
+            cmd, env=_base_env(), stdout=self._aggregator_log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        limit = min(deadline, time.monotonic() + 30.0)
+        while time.monotonic() < limit:
+            if ready.exists() and ready.read_text().strip():
+                self.aggregator_address = ready.read_text().strip()
+                self._note(f"aggregator serving on {self.aggregator_address}")
+                return
+            if self.aggregator.poll() is not None:
+                raise HarnessError(
+                    f"aggregator exited with {self.aggregator.returncode}: {self._tail('aggregator.log')}"
+                )
+            time.sleep(POLL)
+        raise HarnessError("aggregator did not become ready within 30 s")
+
+    def _tail(self, rel: str, n: int = 2000) -> str:
+        with contextlib.suppress(OSError):
+            return (self.workdir / rel).read_text(errors="replace")[-n:]
+        return ""
+
+    def _start_pods(self) -> None:
+        for pod in self.pods:
+            pod.started_at = time.time()
+            self._write_pod(pod)
+            if self.spec.with_podmortem:
+                self._start_sidecar(pod)
+        if self.spec.with_podmortem:
+            time.sleep(0.5)  # let the sidecars register before anything can fail
+        master_port = _free_port()
+        for pod in self.pods:
+            self._start_agent(pod, master_port)
+        what = "torchrun agents" if self.torch else "worker processes (no torch)"
+        with_sidecars = " with a sidecar each" if self.spec.with_podmortem else ""
+        self._note(f"started {len(self.pods)} pods ({what}{with_sidecars}); torch takes a while to start")
+
+    def _shim_env(self, pod: _Pod, base: dict[str, str]) -> dict[str, str]:
+        if not pod.shift:
+            return {}
+        try:
+            return clockshim.shim_env(pod.shift, base)
+        except clockshim.ShimUnavailable as exc:
+            raise HarnessError(f"the skew fault needs the clock shim: {exc}") from exc
+
+    def _start_sidecar(self, pod: _Pod) -> None:
+        env = _base_env()
+        env.update(
+            {
+                "POD_NAME": pod.name,
+                "POD_NAMESPACE": self.spec.namespace,
+                "POD_UID": pod.uid,
+                "NODE_NAME": pod.node,
+                "POD_IP": pod.ip,
+                "TORCHELASTIC_ERROR_FILE": str(pod.error_file),
+                "PODMORTEM_AGGREGATOR": self.aggregator_address,
+                "PODMORTEM_JOB_NAME": self.job_name,
+                "PODMORTEM_JOB_KIND": "PyTorchJob",
+                "PODMORTEM_JOB_UID": self.job_uid,
+                "PODMORTEM_REPLICA_TYPE": pod.replica_type,
+                "PODMORTEM_REPLICA_INDEX": str(pod.replica_index),
+                "PET_NODE_RANK": str(pod.index),
+                "PET_NNODES": str(self.spec.pods),
+                "PODMORTEM_POD_STATUS_FILE": str(pod.status_file),
+                "PODMORTEM_LOG_FILE": str(pod.log_file),
+            }
+        )
+        env.update(self.spec.sidecar_extra_env)
+        env.update(self._shim_env(pod, env))  # the sidecar shares its node's clock
+        pod.sidecar_log = (pod.dir / "sidecar.log").open("wb")
+        pod.sidecar = subprocess.Popen(
+            [sys.executable, "-m", "podmortem.cli", "sidecar"],
+            env=env,
+            cwd=pod.dir,
+            stdout=pod.sidecar_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _workload_args(self) -> list[str]:
+        s = self.spec
+        fail_rank = s.failing_pod() * self.nproc + min(s.fail_local_rank, self.nproc - 1)
+        args = [
+            "--fault",
+            s.fault,
+            "--fail-rank",
+            str(fail_rank),
+            "--fail-step",
+            str(s.fail_step),
+            "--pg-timeout",
+            str(s.pg_timeout),
+            "--step-time",
+            str(s.step_time),
+            "--fault-dir",
+            str(self.workdir / "faults"),
+        ]
+        if s.fault == "multi" or (s.fault == "skew" and s.second_pod is not None):
+            second = (s.failing_pod() - 1) % s.pods if s.second_pod is None else s.second_pod
+            args += ["--second-rank", str(second * self.nproc), "--second-delay", str(s.second_delay)]
+        return args
+
+    def _start_agent(self, pod: _Pod, master_port: int) -> None:
+        env = _base_env()
+        env.update(
+            {
+                TOKEN_ENV: pod.token,
+                "TORCHELASTIC_ERROR_FILE": str(pod.error_file),
+                "POD_IP": pod.ip,
+                "HOSTNAME": pod.name,
+                "PET_NODE_RANK": str(pod.index),
+                "PET_NNODES": str(self.spec.pods),
+            }
+        )
+        env.update(self._shim_env(pod, env))
+        if self.torch:
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                str(self.spec.pods),
+                "--node-rank",
+                str(pod.index),
+                "--nproc-per-node",
+                str(self.nproc),
+                "--rdzv-backend",
+                "static",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(master_port),
+                "--max-restarts",
+                "0",
+                "-m",
+                "podmortem.local.workload",
+                *self._workload_args(),
+            ]
+        else:
+            env.update({"PODMORTEM_WORKLOAD_FALLBACK": "1", "RANK": str(pod.index), "WORLD_SIZE": str(self.spec.pods)})
+            cmd = [sys.executable, "-m", "podmortem.local.workload", *self._workload_args(), "--pod-ip", pod.ip]
+        pod.log = pod.log_file.open("ab")
+        pod.agent = subprocess.Popen(
+            cmd, env=env, cwd=pod.dir, stdout=pod.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    # ------------------------------------------------------------------------ kubelet/controller
+
+    def _supervise(self, deadline: float) -> None:
+        """Play kubelet and job controller until every pod has ended."""
+        while any(p.running for p in self.pods):
+            if time.monotonic() > deadline:
+                raise HarnessError("deadline passed with pods still running")
+            now = time.time()
+            self._read_markers()
+            for pod in self.pods:
+                if pod.running and pod.agent is not None and pod.agent.poll() is not None:
+                    self._on_agent_exit(pod, pod.agent.returncode)
+                elif pod.running and pod.kill_at is not None and time.monotonic() >= pod.kill_at:
+                    _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
+            if self._cleanup_at is not None and time.monotonic() >= self._cleanup_at:
+                self._cleanup_at = None
+                doomed = [p for p in self.pods if p.running and p.deleted_at is None]
+                if doomed:
+                    self._note(f"job failed: the controller deletes {', '.join(p.name for p in doomed)}")
+                for pod in doomed:
+                    self._delete(pod, now)
+            self._scan_verdicts()
+            time.sleep(POLL)
+
+    def _read_markers(self) -> None:
+        for f in (self.workdir / "faults").glob("rank-*.json"):
+            if f.name in self._markers:
+                continue
+            try:
+                marker = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            self._markers[f.name] = marker
+            where = self.pods[int(marker["rank"]) // self.nproc].name
+            self._note(
+                f"fault: {marker.get('fault')} on rank {marker.get('rank')} ({where}) at step {marker.get('step')}"
+            )
+            if marker.get("fault") == "preempt":
+                pod = self.pods[int(marker["rank"]) // self.nproc]
+                if pod.running:
+                    self._preempt(pod)
+
+    def _fault_time(self) -> float | None:
+        times = []
+        for m in self._markers.values():
+            pod = self.pods[int(m["rank"]) // self.nproc]
+            times.append(float(m["time"]) - pod.shift)  # back to the real clock
+        return min(times) if times else None
+
+    def _preempt(self, pod: _Pod) -> None:
+        now = time.time()
+        self._note(f"scheduler preempts {pod.name}: DisruptionTarget, SIGTERM")
+        pod.disruption_at = now
+        self._delete(pod, now)
+
+    def _delete(self, pod: _Pod, now: float) -> None:
+        """The API server marks the pod deleted; the kubelet SIGTERMs its container's PID 1."""
+        pod.deleted_at = now
+        self._write_pod(pod)
+        if pod.agent is not None and pod.agent.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                pod.agent.send_signal(signal.SIGTERM)
+        pod.kill_at = time.monotonic() + self.spec.grace_period
+
+    def _on_agent_exit(self, pod: _Pod, rc: int) -> None:
+        # The container's PID 1 is gone: the kernel kills the rest of its PID namespace.
+        _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
+        pod.finished_at = time.time()
+        if rc < 0:
+            pod.signal, pod.exit_code = -rc, 128 - rc
+        else:
+            pod.exit_code = rc
+        oom_killed = any(
+            m.get("fault") == "sigkill" and int(m["rank"]) // self.nproc == pod.index for m in self._markers.values()
+        )
+        pod.reason = "OOMKilled" if oom_killed else ("Completed" if rc == 0 else "Error")
+        self._write_pod(pod)
+        how = f"signal {pod.signal}" if pod.signal else f"exit code {pod.exit_code}"
+        wrote = "wrote an error file" if pod.error_file.exists() else "no error file"
+        self._note(f"{pod.name} ended: {how}, {pod.reason}, {wrote}")
+        if pod.log is not None:
+            pod.log.close()
+            pod.log = None
+        if rc != 0 and not self._controller_fired:  # the job failed: the operator deletes the rest
+            self._controller_fired = True
+            self._cleanup_at = time.monotonic() + self.spec.controller_delay
+
+    def _write_pod(self, pod: _Pod) -> None:
+        _write_json_atomically(pod.status_file, self.pod_object(pod))
+
+    def pod_object(self, pod: _Pod) -> dict[str, Any]:
+        """The pod as `kubectl get pod -o json` would show it now (shape of the corpus' pod.json)."""
+        labels = {
+            "training.kubeflow.org/job-name": self.job_name,
+            "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": pod.replica_type,
+            "training.kubeflow.org/replica-index": str(pod.replica_index),
+        }
+        if pod.replica_type == "master":
+            labels["training.kubeflow.org/job-role"] = "master"
+        metadata: dict[str, Any] = {
+            "name": pod.name,
+            "namespace": self.spec.namespace,
+            "uid": pod.uid,
+            "creationTimestamp": rfc3339(pod.created_at),
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "PyTorchJob",
+                    "name": self.job_name,
+                    "uid": self.job_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        }
+        if pod.deleted_at is not None:
+            metadata["deletionTimestamp"] = rfc3339(pod.deleted_at)
+            metadata["deletionGracePeriodSeconds"] = int(self.spec.grace_period)
+        started = rfc3339(pod.node_time(pod.started_at))
+        conditions: list[dict[str, Any]] = [
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": rfc3339(pod.created_at),
+            },
+            {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": started},
+        ]
+        container: dict[str, Any] = {
+            "name": "pytorch",
+            "image": "local/podmortem-workload:dev",
+            "ready": pod.running,
+            "restartCount": 0,
+            "started": pod.running,
+            "lastState": {},
+        }
+        if pod.running:
+            phase = "Running"
+            container["state"] = {"running": {"startedAt": started}}
+            conditions += [
+                {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": started},
+                {"type": "ContainersReady", "status": "True", "lastProbeTime": None, "lastTransitionTime": started},
+            ]
+        else:
+            assert pod.finished_at is not None
+            phase = "Succeeded" if pod.exit_code == 0 else "Failed"
+            finished = rfc3339(pod.node_time(pod.finished_at))
+            terminated: dict[str, Any] = {"exitCode": pod.exit_code, "reason": pod.reason}
+            if pod.signal is not None:
+                terminated["signal"] = pod.signal
+            terminated.update({"startedAt": started, "finishedAt": finished})
+            container["state"] = {"terminated": terminated}
+            why = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+            conditions += [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": finished,
+                    "reason": why,
+                },
+                {
+                    "type": "ContainersReady",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": finished,
+                    "reason": why,
+                },
+            ]
+        if pod.disruption_at is not None:
+            conditions.append(
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": rfc3339(pod.disruption_at),
+                    "reason": "PreemptionByScheduler",
+                    "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                }
+            )
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {
+                "nodeName": pod.node,
+                "hostname": pod.name,
+                "subdomain": self.job_name,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": int(self.spec.grace_period),
+                "containers": [{"name": "pytorch", "image": "local/podmortem-workload:dev"}],
+            },
+            "status": {
+                "phase": phase,
+                "conditions": conditions,
+                "hostIP": f"127.0.1.{10 + pod.index}",
+                "podIP": pod.ip,
+                "podIPs": [{"ip": pod.ip}],
+                "startTime": rfc3339(pod.node_time(pod.started_at)),
+                "containerStatuses": [container],
+                "qosClass": "Burstable",
+            },
+        }
+
+    # -------------------------------------------------------------------------------- verdicts
+
+    def _scan_verdicts(self) -> None:
+        for f in (self.workdir / "verdicts").glob("*.json"):
+            if f.name.startswith("."):
+                continue
+            try:
+                mtime = f.stat().st_mtime
+                if self._verdicts.get(f.name) == mtime:
+                    continue
+                doc = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(doc, dict):
+                continue
+            if self._first_verdict is None:
+                self._first_verdict = mtime
+            root = doc.get("root_cause") or {}
+            final = "final" if doc.get("final") else "not final"
+            self._note(f"verdict revision {doc.get('revision')} ({final}): {root.get('pod')} — {root.get('category')}")
+            self._verdicts[f.name] = mtime
+            self._revisions.add((f.name, int(doc.get("revision") or 0)))
+            self._last_doc, self._last_doc_time = doc, mtime
+
+    def _await_verdict(self, deadline: float) -> None:
+        limit = min(deadline, time.monotonic() + self.spec.verdict_wait)
+        settled_at: float | None = None
+        while time.monotonic() < limit:
+            self._scan_verdicts()
+            if self._last_doc is not None and self._last_doc.get("final"):
+                settled_at = settled_at or time.monotonic() + self.spec.settle
+                if time.monotonic() >= settled_at:
+                    return
+            if self.aggregator is not None and self.aggregator.poll() is not None:
+                raise HarnessError(f"aggregator exited with {self.aggregator.returncode}")
+            time.sleep(POLL)
+        if self._last_doc is None:
+            raise HarnessError(f"no verdict within {self.spec.verdict_wait:g} s after the pods ended")
+
+    # ---------------------------------------------------------------------------------- teardown
+
+    def _stop_everything(self) -> None:
+        """Kill every process this run started. Sidecars and the aggregator get SIGTERM first."""
+        for pod in self.pods:
+            _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
+            if pod.agent is not None and pod.agent.poll() is None:
+                pod.agent.kill()
+        daemons = [p.sidecar for p in self.pods if p.sidecar is not None]
+        _stop(daemons, timeout=5.0)
+        if self.aggregator is not None:
+            _stop([self.aggregator], timeout=8.0)
+        for pod in self.pods:
+            if pod.agent is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    pod.agent.wait(timeout=2.0)
+            for fh in (pod.log, pod.sidecar_log):
+                if fh is not None:
+                    fh.close()
+            pod.log = pod.sidecar_log = None
+        if self._aggregator_log is not None:
+            self._aggregator_log.close()
+        self._scan_verdicts()  # the aggregator may publish once more while stopping
+
+    def _result(self, started: float, error: str) -> JobResult:
+        outcomes = []
+        for pod in self.pods:
+            err: dict[str, Any] | None = None
+            with contextlib.suppress(OSError, ValueError):
+                loaded = json.loads(pod.error_file.read_text())
+                err = loaded if isinstance(loaded, dict) else None
+            outcomes.append(
+                PodOutcome(
+                    name=pod.name,
+                    node_rank=pod.index,
+                    pod_ip=pod.ip,
+                    clock_shift=pod.shift,
+                    exit_code=pod.exit_code,
+                    signal=pod.signal,
+                    reason=pod.reason,
+                    deleted=pod.deleted_at is not None,
+                    preempted=pod.disruption_at is not None,
+                    error_file=err,
+                    log_file=str(pod.log_file),
+                )
+            )
+        return JobResult(
+            spec=self.spec,
+            job_name=self.job_name,
+            workdir=str(self.workdir),
+            torch=self.torch,
+            root_pod=self.pods[self.spec.failing_pod()].name if self.pods else "",
+            pods=outcomes,
+            verdict_doc=copy.deepcopy(self._last_doc),
+            revisions=len(self._revisions),
+            fault_time=self._fault_time(),
+            first_verdict_time=self._first_verdict,
+            verdict_time=self._last_doc_time,
+            started_at=started,
+            ended_at=time.time(),
+            error=error,
+        )
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM, wait up to `timeout` for all, then SIGKILL the rest."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+    limit = time.monotonic() + timeout
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(limit - time.monotonic(), 0.01))
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=2.0)
+
+
+def run_job(spec: JobSpec) -> JobResult:
+    """Run one local job to its verdict (or its deadline). Never leaves a process behind."""
+    return LocalJob(spec).run()

@@ -1,0 +1,365 @@
+"""A tiny distributed training program that fails for real, on purpose, where and how we say.
+
+podmortem's demo and end-to-end tests need jobs whose failures are produced by torch itself — real
+TorchElastic error files, real gloo "Connection closed by peer" / "Timed out waiting" secondaries,
+real signals — not hand-written fixtures. This module is that training program. torchrun runs it
+once per worker::
+
+    python -m torch.distributed.run --nnodes 2 --node-rank 0 --nproc-per-node 1 ... \\
+        -m podmortem.local.workload --fault exception --fail-rank 1 --fail-step 5
+
+It builds a gloo process group with a short timeout, trains a small linear model and all-reduces the
+gradients every step. On rank `--fail-rank` at step `--fail-step` it first writes a marker file
+(`<fault-dir>/rank-<R>.json` holding `time.time()` of the writing process, so the harness can measure
+fault-to-verdict time) and then injects the fault:
+
+==========  ==================================================================================
+exception   `ValueError` raised from the training step (category user_code)
+oom         the real `torch.OutOfMemoryError("CUDA out of memory. Tried to allocate ...")`
+sigkill     host OOM-killer stand-in: SIGKILL to this pod's torchrun agent and to itself (the
+            kernel kills every process of a container whose memory cgroup is OOM-killed); the
+            harness reports the container as OOMKilled, exit 137
+segfault    a real SIGSEGV (`ctypes.string_at(0)`)
+hang        blocks forever while the peers hit the collective timeout
+preempt     nothing in-process: the marker tells the harness to preempt this pod (SIGTERM to the
+            agent plus a DisruptionTarget condition); training goes on until the signal lands
+multi       `ValueError` on the fail rank, and independently `KeyError` on `--second-rank`
+            about `--second-delay` seconds later (that rank is busy in local work, not in a
+            collective, so its error is its own and not a secondary one)
+skew        `ValueError` like `exception`; the harness runs the other pods under the clock shim
+            (podmortem.local.clockshim) so their wall clocks — and error-file timestamps — run behind;
+            with `--second-rank`, that rank also fails on its own later, like `multi`, but its
+            timestamp reads earlier than the root's
+==========  ==================================================================================
+
+The collectives run on a gloo device bound to the pod's own address (`--pod-ip`, any 127.0.0.0/8
+address works on loopback), so gloo messages name the pod IPs the way they do in a real cluster.
+
+torch is imported only inside `main()`: `FAULTS` and the argument parser can be used by the harness on
+a machine without torch (see `run_fallback`, which imitates the same job without torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+FAULTS: tuple[str, ...] = ("none", "exception", "oom", "sigkill", "segfault", "hang", "preempt", "multi", "skew")
+
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+    "1.06 GiB is free. Including non-PyTorch memory, this process has 78.12 GiB memory in use. Of the "
+    "allocated memory 74.31 GiB is allocated by PyTorch, and 2.61 GiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="podmortem.local.workload", description=__doc__.split("\n")[0])
+    p.add_argument("--fault", choices=FAULTS, default=os.environ.get("PODMORTEM_FAULT", "none"))
+    p.add_argument("--fail-rank", type=int, default=int(os.environ.get("PODMORTEM_FAIL_RANK", "0")))
+    p.add_argument("--fail-step", type=int, default=int(os.environ.get("PODMORTEM_FAIL_STEP", "5")))
+    p.add_argument("--second-rank", type=int, default=None, help="multi: the rank with the second error")
+    p.add_argument("--second-delay", type=float, default=1.0, help="multi: seconds between the two errors")
+    p.add_argument("--steps", type=int, default=100_000, help="steps before a clean exit")
+    p.add_argument("--step-time", type=float, default=0.05, help="seconds of 'compute' per step")
+    p.add_argument("--pg-timeout", type=float, default=6.0, help="collective timeout in seconds")
+    p.add_argument("--fault-dir", default=os.environ.get("PODMORTEM_FAULT_DIR", ""))
+    p.add_argument("--pod-ip", default=os.environ.get("POD_IP", ""), help="address the gloo device binds")
+    return p
+
+
+def write_marker(fault_dir: str, rank: int, fault: str, step: int) -> None:
+    """Record the moment of the fault (this process's wall clock) right before injecting it."""
+    if not fault_dir:
+        return
+    d = Path(fault_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    data = {
+        "time": time.time(),
+        "monotonic": time.monotonic(),
+        "fault": fault,
+        "rank": rank,
+        "step": step,
+        "pid": os.getpid(),
+    }
+    tmp = d / f".rank-{rank}.json.tmp"
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, d / f"rank-{rank}.json")
+
+
+def await_marker(fault_dir: str, rank: int, limit: float = 60.0) -> None:
+    """Wait until `rank` has recorded its fault (its marker file exists), at most `limit` seconds.
+
+    The second error of `multi`/`skew` must come *after* the first by its stated delay. Counting the
+    delay from a collective both ranks left together is not enough on a loaded 2-core machine: the root
+    rank can be descheduled for longer than the delay between that collective and its fault, and then the
+    "second" error is in fact the first (seen as a flaky e2e test). Counting from the root's own marker
+    keeps the premise true under any load; the second error still does not depend on the first.
+    """
+    if not fault_dir:
+        return
+    marker = Path(fault_dir) / f"rank-{rank}.json"
+    deadline = time.monotonic() + limit
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def log(rank: int, text: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    print(f"{stamp} [rank{rank}] {text}", flush=True)
+
+
+def _parent_is_torchrun() -> bool:
+    """Is our parent a torchrun agent (`python -m torch.distributed.run ...` or `torchrun ...`)?"""
+    try:
+        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if len(argv) > 2 and argv[1] == b"-m" and argv[2] in (b"torch.distributed.run", b"torch.distributed.launch"):
+        return True
+    return any(Path(a.decode(errors="replace")).name == "torchrun" for a in argv[:2])
+
+
+def inject(fault: str, rank: int, step: int, kill_agent: bool = False) -> None:
+    """Make this process fail the way `fault` says. Returns only for `preempt` (the harness acts).
+
+    `kill_agent`: for `sigkill`, also SIGKILL our parent, the torchrun agent (never anything else).
+    """
+    if fault in ("exception", "skew", "multi"):
+        raise ValueError(f"learning rate must be positive, got -0.0031 at step {step}")
+    if fault == "oom":
+        import torch
+
+        raise torch.OutOfMemoryError(OOM_MESSAGE)
+    if fault == "sigkill":
+        # The container's memory cgroup is OOM-killed as a whole (memory.oom.group): the agent goes
+        # down with the worker. The agent is our parent (torchrun starts workers directly).
+        log(rank, "allocating host memory ...")
+        if kill_agent and _parent_is_torchrun():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "segfault":
+        log(rank, "calling into native code ...")
+        ctypes.string_at(0)  # SIGSEGV: reading address 0
+    if fault == "hang":
+        log(rank, "waiting on a lock that is never released ...")
+        threading.Event().wait()
+    # preempt: nothing here.
+
+
+def _gloo_group_on(address: str, rank: int, world: int, timeout: timedelta) -> Any:
+    """A second gloo group whose device binds `address`, so gloo messages name the pod IPs.
+
+    The default group binds whatever the hostname resolves to (127.0.0.1 here for every "pod").
+    `ProcessGroupGloo._Options` and `.allreduce` are public in practice but absent from torch's stubs.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    c10d: Any = dist
+    store = c10d.PrefixStore("podmortem-pod-ip/", distributed_c10d._get_default_store())
+    opts = c10d.ProcessGroupGloo._Options()
+    opts._timeout = timeout
+    opts._devices = [c10d.ProcessGroupGloo.create_device(hostname=address)]
+    return c10d.ProcessGroupGloo(store, rank, world, opts)
+
+
+def same_pod(rank: int, other: int) -> bool:
+    """Are both global ranks workers of this torchrun agent (this pod)?"""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return rank // local == other // local
+
+
+def train(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=args.pg_timeout)
+    dist.init_process_group("gloo", timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    collective: Callable[[torch.Tensor], None]
+    if args.pod_ip:
+        pg = _gloo_group_on(args.pod_ip, rank, world, timeout)
+
+        def collective(t: torch.Tensor) -> None:
+            pg.allreduce([t]).wait()
+    else:
+
+        def collective(t: torch.Tensor) -> None:
+            dist.all_reduce(t)
+
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    log(rank, f"training: world size {world}, fault {args.fault} on rank {args.fail_rank} at step {args.fail_step}")
+    for step in range(args.steps):
+        x, y = torch.randn(8, 16), torch.randn(8, 4)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        if step == args.fail_step:
+            if rank == args.fail_rank and args.fault != "none":
+                write_marker(args.fault_dir, rank, args.fault, step)
+                inject(args.fault, rank, step, kill_agent=True)
+            elif args.fault in ("multi", "skew") and args.second_rank is not None and same_pod(rank, args.second_rank):
+                # The second pod stalls in local work (a slow data-loading step) and then fails on its own:
+                # its error is not a consequence of the first one. Its other ranks stall a little longer,
+                # so that the pod's first failure — the one its agent reports — is the second error.
+                await_marker(args.fault_dir, args.fail_rank)
+                if rank != args.second_rank:
+                    time.sleep(args.second_delay + 1.0)
+                else:
+                    time.sleep(args.second_delay)
+                    write_marker(args.fault_dir, rank, "multi-second", step)
+                    raise KeyError(f"'labels' missing from batch at step {step}")
+        for p in model.parameters():
+            assert p.grad is not None
+            collective(p.grad)
+            p.grad /= world
+        opt.step()
+        if step % 10 == 0:
+            log(rank, f"step {step} loss {loss.item():.4f}")
+        time.sleep(args.step_time)
+    log(rank, "done")
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    args = parser().parse_args(argv)
+    return record(train)(args) or 0
+
+
+# --- without torch ------------------------------------------------------------------------------
+
+GLOO_CLOSED = (
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[{ip}]:{port}. This is typically caused by a remote worker crashing. Check the logs of the remote "
+    "worker before reporting an error. GLHF! \U0001f3d6\ufe0f"
+)
+GLOO_TIMEOUT = (
+    "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+    "{ms}ms for recv operation to complete"
+)
+
+
+def _write_error_file(message: str, callstack: str) -> None:
+    """Write TORCHELASTIC_ERROR_FILE byte for byte the way torch's `record` does."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {
+        "message": {"message": message, "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}
+    }
+    with open(path, "w") as fp:
+        json.dump(data, fp)
+
+
+def run_fallback(argv: Sequence[str] | None = None) -> int:
+    """One "pod" of the same job without torch: one process per pod, the peers watched through files.
+
+    Used by the harness only when torch is not importable. It keeps the failure *contract* of the real
+    job — the failing pod writes an error file in torch's format (or dies by a signal and writes none),
+    the peers fail with gloo's exact messages once the failing pod is gone ("Connection closed by
+    peer") or stalled ("Timed out waiting"), and SIGTERM makes a pod write torchrun's own
+    `SignalException: Process N got signal: 15` and exit 1 — but the messages are imitations, not
+    torch's output. Heartbeats live in `<fault-dir>/hb/rank-<R>` (pid and step).
+    """
+    args = parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    hb = Path(args.fault_dir or ".") / "hb"
+    hb.mkdir(parents=True, exist_ok=True)
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        _write_error_file(
+            f"SignalException: Process {os.getpid()} got signal: {signum}", "".join(traceback.format_stack())
+        )
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return _fallback_loop(args, rank, world, hb)
+    except Exception as exc:
+        _write_error_file(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        print(traceback.format_exc(), file=sys.stderr, flush=True)
+        return 1
+
+
+def _fallback_loop(args: argparse.Namespace, rank: int, world: int, hb: Path) -> int:
+    def beat(step: int) -> None:
+        tmp = hb / f".rank-{rank}.tmp"
+        tmp.write_text(json.dumps({"pid": os.getpid(), "step": step, "ip": args.pod_ip or "127.0.0.1"}))
+        os.replace(tmp, hb / f"rank-{rank}")
+
+    def peers() -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for r in range(world):
+            with contextlib.suppress(OSError, ValueError):
+                out[r] = json.loads((hb / f"rank-{r}").read_text())
+        return out
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    log(rank, f"training (no torch): world size {world}, fault {args.fault} on rank {args.fail_rank}")
+    for step in range(args.steps):
+        beat(step)
+        if step == args.fail_step:
+            if rank == args.fail_rank and args.fault != "none":
+                write_marker(args.fault_dir, rank, args.fault, step)
+                if args.fault == "oom":
+                    raise OutOfMemoryError(OOM_MESSAGE)
+                inject(args.fault, rank, step)
+            elif args.fault == "multi" and rank == args.second_rank:
+                await_marker(args.fault_dir, args.fail_rank)
+                time.sleep(args.second_delay)
+                write_marker(args.fault_dir, rank, "multi-second", step)
+                raise KeyError(f"'labels' missing from batch at step {step}")
+        # The "collective": wait until every peer reached this step.
+        deadline = time.monotonic() + args.pg_timeout
+        while True:
+            state = peers()
+            for r, s in state.items():
+                if r != rank and not alive(int(s["pid"])):
+                    raise RuntimeError(GLOO_CLOSED.format(ip=s.get("ip", "127.0.0.1"), port=40000 + r))
+            if len(state) == world and all(int(s["step"]) >= step for s in state.values()):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(GLOO_TIMEOUT.format(ms=int(args.pg_timeout * 1000)))
+            time.sleep(0.02)
+        time.sleep(args.step_time)
+    return 0
+
+
+class OutOfMemoryError(RuntimeError):
+    """Stands in for torch.OutOfMemoryError (same name, so the error file reads the same) without torch."""
+
+
+if __name__ == "__main__":
+    if os.environ.get("PODMORTEM_WORKLOAD_FALLBACK") == "1":
+        sys.exit(run_fallback())
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Load an incident bundle — what a person copies out of a cluster by hand — into an `Incident`.
+
+A bundle is a directory::
+
+    incident.json                   {"job": {"namespace", "name", "kind", "uid"}, "world_size": N}
+    pods/<pod>/pod.json             `kubectl get pod <pod> -o json`
+    pods/<pod>/error.json           the TORCHELASTIC_ERROR_FILE (optional)
+    pods/<pod>/log.txt              `kubectl logs <pod> --tail=300` (optional)
+
+Every member is built through the same fold the aggregator uses for live events — pod JSON →
+`podstatus.snapshot` → `wire.member_from_snapshot` → `wire.apply_event` over the snapshot's events,
+the error file and the log tail — so `podmortem analyze` and the aggregator cannot judge the same facts
+differently. A bundle has no sidecar observation times, so the fold's observation stamps are cleared:
+only the times the files themselves carry are evidence.
+
+Node ranks of Kubeflow jobs are inferred here, where the whole job is visible (`assign_ranks`).
+Anything else in the directory (notably `truth.json` of a labelled corpus) is never read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from podmortem.core import errorfile, podstatus
+from podmortem.core.model import Incident, JobRef, Member
+from podmortem.protocol import wire
+from podmortem.protocol.v1 import collector_pb2 as pb
+
+MAX_LOG_BYTES = 256 << 10  # the tail of a larger log is kept
+MAX_JSON_BYTES = 8 << 20
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be read; the message is one line naming the path and the problem."""
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise BundleError(f"{path}: {what} is {size} bytes, more than the {MAX_JSON_BYTES}-byte limit")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise BundleError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: {what} is a directory") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path}: {what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _read_log(path: Path) -> tuple[str, bool] | None:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - MAX_LOG_BYTES))
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read log: {exc.strerror or exc}") from None
+    text = data.decode("utf-8", errors="replace")
+    truncated = size > MAX_LOG_BYTES
+    if truncated and "\n" in text:
+        text = text.split("\n", 1)[1]  # drop the partial first line
+    return text, truncated
+
+
+def _job_ref(doc: dict[str, Any], path: Path) -> JobRef:
+    job = doc.get("job")
+    if not isinstance(job, dict):
+        raise BundleError(f"{path}: 'job' must be an object with namespace and name")
+    name = job.get("name")
+    if not isinstance(name, str) or not name:
+        raise BundleError(f"{path}: 'job.name' is missing")
+    return JobRef(str(job.get("namespace") or ""), name, str(job.get("kind") or ""), str(job.get("uid") or ""))
+
+
+def load_member(pod_dir: Path) -> Member:
+    """One member from pods/<pod>/ through the shared fold."""
+    pod = _read_json(pod_dir / "pod.json", "pod.json")
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise BundleError(f"{pod_dir / 'pod.json'}: not a Pod object (no metadata)")
+    snap = podstatus.snapshot(pod)
+    if not snap.name:
+        snap = dataclasses.replace(snap, name=pod_dir.name)
+    key = snap.uid or f"{snap.namespace}/{snap.name}"
+    member = wire.member_from_snapshot(snap)
+    events: list[pb.Event] = list(wire.events_from_snapshot(snap))
+    error_path = pod_dir / "error.json"
+    rec = errorfile.read_error_file(error_path)
+    if rec is not None:
+        events.append(wire.make_event(wire.error_to_pb(rec), wire.error_event_id(key, rec)))
+    log = _read_log(pod_dir / "log.txt")
+    if log is not None:
+        events.append(wire.make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
+    for event in events:
+        member = wire.apply_event(member, event)
+    # No sidecar watched this pod: the fold stamped "observed" with the time we read the files.
+    return dataclasses.replace(member, error_observed_at=None, termination_observed_at=None)
+
+
+def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
+    """Fill in Kubeflow node ranks: worker-i is rank i+1 when the job has a Master replica, else rank i.
+
+    Ranks already known (from labels the workload sets, or the pod's own registration) are kept.
+    """
+    has_master = any(m.replica_type.lower() == "master" for m in members)
+    out: list[Member] = []
+    for m in members:
+        rank = m.rank
+        if rank is None and m.replica_index is not None:
+            rtype = m.replica_type.lower()
+            if rtype == "master":
+                rank = m.replica_index
+            elif rtype == "worker":
+                rank = m.replica_index + 1 if has_master else m.replica_index
+        out.append(m if rank == m.rank else dataclasses.replace(m, rank=rank))
+    return tuple(out)
+
+
+def load_bundle(path: str | Path) -> Incident:
+    """Read a bundle directory into an Incident; raises BundleError (one line) when it is not one."""
+    root = Path(path)
+    if not root.exists():
+        raise BundleError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise BundleError(f"{root}: not a directory (expected an incident bundle)")
+    meta_path = root / "incident.json"
+    meta = _read_json(meta_path, "incident.json")
+    if not isinstance(meta, dict):
+        raise BundleError(f"{meta_path}: must be a JSON object with 'job' and 'world_size'")
+    job = _job_ref(meta, meta_path)
+    pods_dir = root / "pods"
+    if not pods_dir.is_dir():
+        raise BundleError(f"{root}: no pods/ directory")
+    pod_dirs = sorted(p for p in pods_dir.iterdir() if p.is_dir())
+    if not pod_dirs:
+        raise BundleError(f"{pods_dir}: no pod directories")
+    members = assign_ranks([load_member(d) for d in pod_dirs])
+    world = meta.get("world_size", len(members))
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise BundleError(f"{meta_path}: 'world_size' must be a positive integer, got {world!r}")
+    return Incident(job=job, world_size=world, members=members, incident_id=root.name)

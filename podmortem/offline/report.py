@@ -1,0 +1,63 @@
+"""Render a verdict as the short report a person reads after a failed job.
+
+First what to act on — which pod failed first, why, and what to do (the verdict's one or two summary
+lines) — then how sure podmortem is and the evidence it used, then every other member that failed and
+what it died of, so nobody chases the cascade of timeouts and SIGTERMs. Pure text formatting.
+"""
+
+from __future__ import annotations
+
+from podmortem.core.model import Incident, Verdict
+
+MAX_EVIDENCE = 8
+
+
+def _retry_word(retryable: bool | None) -> str:
+    if retryable is None:
+        return "unknown"
+    return "yes" if retryable else "no"
+
+
+def render(incident: Incident, verdict: Verdict) -> str:
+    """The human report for one incident."""
+    job = incident.job.key if incident.job.namespace else incident.job.name
+    lines = [f"podmortem: {job}" + (f" ({incident.job.kind})" if incident.job.kind else "")]
+    if verdict.pod is None:
+        lines.append(verdict.summary)
+        return "\n".join(lines) + "\n"
+    lines.append("")
+    lines.extend(verdict.summary.splitlines())
+    lines.append("")
+    detail = [
+        f"  root pod     {verdict.pod}",
+        f"  category     {verdict.category or 'undetermined'}   retryable: {_retry_word(verdict.retryable)}",
+    ]
+    if verdict.rank is not None or verdict.node:
+        rank = f"node rank {verdict.rank}" if verdict.rank is not None else ""
+        gr = verdict.extra.get("global_rank")
+        if gr is not None:
+            rank += f" (worker rank {gr})" if rank else f"worker rank {gr}"
+        detail.append(f"  where        {', '.join(p for p in (rank, verdict.node) if p)}")
+    if verdict.exception_type:
+        detail.append(f"  exception    {verdict.exception_type}")
+    if verdict.message:
+        detail.append(f"  message      {verdict.message}")
+    detail.append(f"  confidence   {verdict.confidence:.2f}   (rule {verdict.rule or '-'})")
+    lines.extend(detail)
+    if verdict.evidence:
+        lines.append("")
+        lines.append("Evidence:")
+        lines.extend(f"  - {e}" for e in verdict.evidence[:MAX_EVIDENCE])
+        if len(verdict.evidence) > MAX_EVIDENCE:
+            lines.append(f"  … {len(verdict.evidence) - MAX_EVIDENCE} more")
+    if verdict.secondary:
+        lines.append("")
+        lines.append(f"Victims ({len(verdict.secondary)}) — failed because of the root, not on their own:")
+        width = max(len(s.pod) for s in verdict.secondary)
+        for s in verdict.secondary:
+            lines.append(f"  {s.pod:<{width}}  {s.reason}")
+    missing = verdict.extra.get("members_missing")
+    if missing:
+        lines.append("")
+        lines.append(f"Note: {missing} of {incident.world_size} members have not reported.")
+    return "\n".join(lines) + "\n"

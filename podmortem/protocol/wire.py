@@ -1,0 +1,238 @@
+"""Between the typed model and the gRPC contract: build events, and fold events into a Member.
+
+Every observation — an error file the sidecar parsed, a container termination, a DisruptionTarget
+condition, a deletion, a log tail — travels as a `podmortem.v1.Event`, whether the sidecar saw it, the
+aggregator's pod watch saw it, or `podmortem analyze` read it from a bundle. `apply_event` is the one
+fold from events to the `Member` the engine judges, so the three paths cannot drift apart.
+
+Event ids: facts read from a Pod get deterministic ids (pod uid + what + generation), so the same
+fact seen twice — by a restarted sidecar, or by the sidecar and the aggregator's watch — is one event.
+Error-file events are keyed by a hash of their content for the same reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+import uuid
+from typing import Literal, overload
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from podmortem.core.model import Condition, ErrorRecord, Member, Termination
+from podmortem.core.podstatus import PodSnapshot
+from podmortem.protocol.v1 import collector_pb2 as pb
+
+PayloadKind = Literal["error_file", "termination", "condition", "deletion", "log_tail"]
+Payload = pb.ErrorFile | pb.Termination | pb.PodCondition | pb.Deletion | pb.LogTail
+
+
+@overload
+def to_ts(seconds: float) -> Timestamp: ...
+@overload
+def to_ts(seconds: None) -> None: ...
+def to_ts(seconds: float | None) -> Timestamp | None:
+    if seconds is None:
+        return None
+    ts = Timestamp()
+    whole = int(seconds // 1)
+    ts.seconds = whole
+    ts.nanos = round((seconds - whole) * 1e9) % 1_000_000_000
+    return ts
+
+
+def from_ts(ts: Timestamp, present: bool = True) -> float | None:
+    if not present:
+        return None
+    return ts.seconds + ts.nanos / 1e9
+
+
+def error_to_pb(rec: ErrorRecord) -> pb.ErrorFile:
+    msg = pb.ErrorFile(
+        message=rec.message,
+        exception_type=rec.exception_type,
+        traceback=rec.traceback,
+        truncated=rec.truncated,
+        size_bytes=rec.size_bytes,
+        parse_error=rec.parse_error,
+    )
+    if rec.timestamp is not None:
+        msg.timestamp = rec.timestamp
+    if rec.error_code is not None:
+        msg.error_code = rec.error_code
+    return msg
+
+
+def error_from_pb(msg: pb.ErrorFile) -> ErrorRecord:
+    return ErrorRecord(
+        message=msg.message,
+        exception_type=msg.exception_type,
+        traceback=msg.traceback,
+        timestamp=msg.timestamp if msg.HasField("timestamp") else None,
+        error_code=msg.error_code if msg.HasField("error_code") else None,
+        truncated=msg.truncated,
+        size_bytes=msg.size_bytes,
+        parse_error=msg.parse_error,
+    )
+
+
+def termination_to_pb(t: Termination, container: str = "") -> pb.Termination:
+    msg = pb.Termination(reason=t.reason, message=t.message, restart_count=t.restart_count, container=container)
+    if t.exit_code is not None:
+        msg.exit_code = t.exit_code
+    if t.signal is not None:
+        msg.signal = t.signal
+    if (ts := to_ts(t.started_at)) is not None:
+        msg.started_at.CopyFrom(ts)
+    if (ts := to_ts(t.finished_at)) is not None:
+        msg.finished_at.CopyFrom(ts)
+    return msg
+
+
+def termination_from_pb(msg: pb.Termination) -> Termination:
+    return Termination(
+        exit_code=msg.exit_code if msg.HasField("exit_code") else None,
+        signal=msg.signal if msg.HasField("signal") else None,
+        reason=msg.reason,
+        message=msg.message,
+        started_at=from_ts(msg.started_at, msg.HasField("started_at")),
+        finished_at=from_ts(msg.finished_at, msg.HasField("finished_at")),
+        restart_count=msg.restart_count,
+    )
+
+
+def condition_to_pb(c: Condition) -> pb.PodCondition:
+    msg = pb.PodCondition(type=c.type, status=c.status, reason=c.reason, message=c.message)
+    if (ts := to_ts(c.last_transition_time)) is not None:
+        msg.last_transition_time.CopyFrom(ts)
+    return msg
+
+
+def condition_from_pb(msg: pb.PodCondition) -> Condition:
+    return Condition(
+        type=msg.type,
+        status=msg.status,
+        reason=msg.reason,
+        message=msg.message,
+        last_transition_time=from_ts(msg.last_transition_time, msg.HasField("last_transition_time")),
+    )
+
+
+def make_event(
+    payload: Payload,
+    event_id: str | None = None,
+    wall: float | None = None,
+    monotonic_ns: int | None = None,
+) -> pb.Event:
+    """Wrap a payload in an Event stamped with this process's wall and monotonic clocks."""
+    wall = time.time() if wall is None else wall
+    event = pb.Event(
+        id=event_id or uuid.uuid4().hex,
+        monotonic_ns=time.monotonic_ns() if monotonic_ns is None else monotonic_ns,
+    )
+    wall_ts = to_ts(wall)
+    assert wall_ts is not None
+    event.wall_time.CopyFrom(wall_ts)
+    field = {
+        pb.ErrorFile: "error_file",
+        pb.Termination: "termination",
+        pb.PodCondition: "condition",
+        pb.Deletion: "deletion",
+        pb.LogTail: "log_tail",
+    }[type(payload)]
+    getattr(event, field).CopyFrom(payload)
+    return event
+
+
+def error_event_id(pod_key: str, rec: ErrorRecord) -> str:
+    digest = hashlib.sha256(
+        f"{rec.message}\0{rec.timestamp}\0{rec.error_code}\0{rec.parse_error}\0{rec.size_bytes}".encode()
+    ).hexdigest()[:20]
+    return f"{pod_key}/error/{digest}"
+
+
+def events_from_snapshot(snap: PodSnapshot, previous: PodSnapshot | None = None) -> list[pb.Event]:
+    """The failure facts a pod observation adds to the previous one (all of them when None)."""
+    key = snap.uid or f"{snap.namespace}/{snap.name}"
+    out: list[pb.Event] = []
+    seen = previous
+    if snap.last_termination is not None and (seen is None or seen.last_termination != snap.last_termination):
+        # A restart happened: the earlier run's end is a fact too (generation restart_count - 1).
+        gen = max(snap.restart_count - 1, 0)
+        out.append(make_event(termination_to_pb(snap.last_termination, snap.container), f"{key}/termination/{gen}"))
+    if snap.termination is not None and (seen is None or seen.termination != snap.termination):
+        out.append(
+            make_event(termination_to_pb(snap.termination, snap.container), f"{key}/termination/{snap.restart_count}")
+        )
+    old_conditions = set(seen.conditions) if seen is not None else set()
+    for c in snap.conditions:
+        if c not in old_conditions and c.status == "True":
+            out.append(make_event(condition_to_pb(c), f"{key}/condition/{c.type}/{c.reason}"))
+    lost = snap.phase == "Unknown" or snap.phase_reason == "NodeLost"
+    if (snap.deleted_at is not None or lost) and (
+        seen is None
+        or (seen.deleted_at, seen.phase, seen.phase_reason) != (snap.deleted_at, snap.phase, snap.phase_reason)
+    ):
+        deletion = pb.Deletion(phase=snap.phase, reason=snap.phase_reason)
+        if (ts := to_ts(snap.deleted_at)) is not None:
+            deletion.deletion_timestamp.CopyFrom(ts)
+        out.append(make_event(deletion, f"{key}/deletion/{snap.phase}/{snap.phase_reason}/{snap.deleted_at}"))
+    return out
+
+
+def member_from_snapshot(snap: PodSnapshot) -> Member:
+    """A Member with the identity a pod observation carries (facts come through `apply_event`)."""
+    return Member(
+        pod=snap.name,
+        namespace=snap.namespace,
+        node=snap.node,
+        rank=snap.rank,
+        replica_type=snap.replica_type,
+        replica_index=snap.replica_index,
+        pod_ip=snap.pod_ip,
+        phase=snap.phase,
+        phase_reason=snap.phase_reason,
+        running=snap.running,
+    )
+
+
+def apply_event(member: Member, event: pb.Event, clock_offset: float | None = None) -> Member:
+    """Fold one event into what is known of a member.
+
+    `clock_offset` (reference = pod clock + offset) converts the event's pod-clock wall time into the
+    reference-clock observation time; without it the pod clock is taken as is.
+    """
+    observed = from_ts(event.wall_time, event.HasField("wall_time"))
+    if observed is not None and clock_offset is not None:
+        observed += clock_offset
+    kind = event.WhichOneof("payload")
+    if kind == "error_file":
+        rec = error_from_pb(event.error_file)
+        if rec.parse_error and member.error is not None and not member.error.parse_error:
+            return member  # a garbage rewrite does not erase a good record
+        first_seen = member.error_observed_at
+        if observed is not None and (first_seen is None or observed < first_seen):
+            first_seen = observed
+        return dataclasses.replace(member, error=rec, error_observed_at=first_seen)
+    if kind == "termination":
+        term = termination_from_pb(event.termination)
+        if member.termination is not None and member.termination.restart_count > term.restart_count:
+            return member  # an older run's end arriving late
+        seen_at = member.termination_observed_at if member.termination == term else observed
+        return dataclasses.replace(member, termination=term, running=False, termination_observed_at=seen_at)
+    if kind == "condition":
+        cond = condition_from_pb(event.condition)
+        others = tuple(c for c in member.conditions if c.type != cond.type)
+        return dataclasses.replace(member, conditions=(*others, cond))
+    if kind == "deletion":
+        d = event.deletion
+        return dataclasses.replace(
+            member,
+            deleted_at=from_ts(d.deletion_timestamp, d.HasField("deletion_timestamp")) or member.deleted_at,
+            phase=d.phase or member.phase,
+            phase_reason=d.reason or member.phase_reason,
+        )
+    if kind == "log_tail":
+        return dataclasses.replace(member, log_tail=event.log_tail.text)
+    return member

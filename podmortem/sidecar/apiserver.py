@@ -1,0 +1,318 @@
+"""The sidecar's view of its own Pod, read from the Kubernetes API with no client library.
+
+The training container's end — exit code, signal, OOMKilled, a restart (lastState), a
+DisruptionTarget condition, the pod's deletion — is only in the Pod object. The sidecar watches its
+own pod for it, one pod per sidecar on every training pod of the cluster, so it must be cheap: the
+official `kubernetes` package costs ~28 MiB of RSS per process, and this module needs four API calls.
+It speaks HTTP/1.1 over asyncio streams itself (stdlib only: no threads, cancellable at any await):
+
+* `GET /api/v1/namespaces/<ns>/pods?fieldSelector=metadata.name=<pod>` — list, for the state now and
+  the resourceVersion to watch from;
+* the same with `watch=true&resourceVersion=<rv>` — a stream of JSON lines, resumed from the last
+  version seen after a dropped connection, re-listed after 410 Gone (an expired version), and
+  retried with exponential backoff after errors (the API server restarting must not kill us);
+* `GET .../pods/<pod>` — one read (the last look at shutdown);
+* `GET .../pods/<pod>/log?container=&tailLines=&limitBytes=` — the tail of the training container's
+  log, bounded in bytes (`log_tail`).
+
+Credentials come from the projected service-account volume (token re-read on every request: the
+kubelet rotates it; CA bundle; namespace), and the address from KUBERNETES_SERVICE_HOST/PORT — or,
+for tests and local runs, an explicit base URL and token (`ApiEndpoint`). The RBAC this needs is
+`get`, `list`, `watch` on `pods` and `get` on `pods/log` in the pod's namespace (docs/kubernetes.md).
+
+`OwnPod` implements the sidecar's `PodSource` protocol (`pods()`, `read()`); turning pods into
+events is the sidecar core's job (`podsource.PodReporter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
+
+from podmortem.k8s.backoff import Backoff
+from podmortem.k8s.errors import KubeError, NotFoundError, TemporaryError, from_response
+from podmortem.k8s.listwatch import Listed, list_watch
+from podmortem.k8s.objects import resource_version
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def _within(aw: Awaitable[T], seconds: float) -> T:
+    """`asyncio.wait_for` without its Python 3.11 flaw: when the awaited I/O completes in the same
+    loop iteration as a cancellation, wait_for returns the result and drops the cancellation, so a
+    cancelled watch could go on forever (seen as a rare hang of the tests). `asyncio.timeout` does not.
+    """
+    async with asyncio.timeout(seconds):
+        return await aw
+
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+MAX_LINE = 4 << 20  # one watch event (a Pod object) — far above any real pod
+MAX_BODY = 8 << 20
+# What a raw HTTP exchange can raise besides our KubeError: retried like a temporary error.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (OSError, TimeoutError, ValueError, ssl.SSLError)
+
+
+@dataclass(frozen=True)
+class ApiEndpoint:
+    """Where the API server is and how to authenticate to it."""
+
+    base_url: str  # "https://10.96.0.1:443", or "http://127.0.0.1:8001" (kubectl proxy, tests)
+    token: str | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = None
+
+    @classmethod
+    def in_cluster(cls, environ: Mapping[str, str] | None = None, directory: Path = SERVICE_ACCOUNT) -> ApiEndpoint:
+        env = os.environ if environ is None else environ
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            raise ValueError("KUBERNETES_SERVICE_HOST is not set: not in a pod, give the API address explicitly")
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        ca = directory / "ca.crt"
+        return cls(f"https://{host}:{port}", token_file=directory / "token", ca_file=ca if ca.exists() else None)
+
+    def bearer(self) -> str | None:
+        if self.token is not None:
+            return self.token
+        if self.token_file is not None:
+            try:
+                return self.token_file.read_text().strip()
+            except OSError as exc:
+                log.warning("cannot read the service-account token %s: %s", self.token_file, exc)
+        return None
+
+
+@dataclass
+class _Response:
+    status: int
+    headers: dict[str, str]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class OwnPod:
+    """This pod, as the API server sees it: `pods()` (every new version), `read()`, `log_tail()`."""
+
+    def __init__(
+        self,
+        endpoint: ApiEndpoint,
+        namespace: str,
+        name: str,
+        *,
+        watch_timeout: int = 300,
+        request_timeout: float = 30.0,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.namespace = namespace
+        self.name = name
+        self.watch_timeout = watch_timeout
+        self.request_timeout = request_timeout
+        self.backoff = Backoff(backoff_initial, backoff_max)
+        self.lists = 0  # for tests and logs
+        self.watches = 0
+        url = urlsplit(endpoint.base_url)
+        self._tls = url.scheme == "https"
+        self._host = url.hostname or "localhost"
+        self._port = url.port or (443 if self._tls else 80)
+        self._ssl: ssl.SSLContext | None = None
+        if self._tls:
+            self._ssl = ssl.create_default_context(cafile=str(endpoint.ca_file) if endpoint.ca_file else None)
+
+    @property
+    def _pods_path(self) -> str:
+        return f"/api/v1/namespaces/{quote(self.namespace, safe='')}/pods"
+
+    # -- PodSource --
+
+    async def pods(self) -> AsyncIterator[dict[str, Any]]:
+        """Every new version of this pod (its deletion included) until cancelled; errors are retried."""
+        selector = {"fieldSelector": f"metadata.name={self.name}"}
+
+        async def list_() -> dict[str, Any]:
+            self.lists += 1
+            return await self._get_json(f"{self._pods_path}?{urlencode(selector)}")
+
+        def watch(version: str) -> AsyncGenerator[dict[str, Any], None]:
+            query = dict(selector, watch="true", allowWatchBookmarks="true", resourceVersion=version)
+            query["timeoutSeconds"] = str(self.watch_timeout)
+            self.watches += 1
+            return self._stream(f"{self._pods_path}?{urlencode(query)}")
+
+        last_yielded = ""
+        changes = list_watch(list_, watch, backoff=self.backoff, what="pod watch", retry=TRANSPORT_ERRORS)
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                for pod in change.items if isinstance(change, Listed) else [change.object]:
+                    if resource_version(pod) != last_yielded:
+                        last_yielded = resource_version(pod)
+                        yield pod
+
+    async def read(self) -> dict[str, Any] | None:
+        """The pod now; None when it is gone or the API cannot be reached (logged)."""
+        try:
+            return await self._get_json(f"{self._pods_path}/{quote(self.name, safe='')}")
+        except KubeError as exc:
+            if not isinstance(exc, NotFoundError):
+                log.warning("cannot read pod %s/%s: %s", self.namespace, self.name, exc)
+        except (OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+            log.warning("cannot read pod %s/%s: %s", self.namespace, self.name, exc or type(exc).__name__)
+        return None
+
+    # -- the log --
+
+    async def log_tail(self, container: str, limit_bytes: int, tail_lines: int = 2000, previous: bool = False) -> str:
+        """The last lines of a container's log, at most `limit_bytes` of UTF-8; "" when unavailable.
+
+        The API's `limitBytes` keeps the *first* bytes of what `tailLines` selects, so asking for
+        the tail of a log with long lines can cut off exactly the end we want. We ask for at most
+        4 * limit_bytes and, when that fills up, ask again for fewer lines; then keep the last
+        `limit_bytes`, starting at a line.
+        """
+        if limit_bytes <= 0:
+            return ""
+        cap = 4 * limit_bytes
+        lines = max(tail_lines, 1)
+        data = b""
+        while True:
+            query = {"container": container, "tailLines": str(lines), "limitBytes": str(cap)}
+            if previous:
+                query["previous"] = "true"
+            try:
+                data = await self._get_bytes(
+                    f"{self._pods_path}/{quote(self.name, safe='')}/log?{urlencode(query)}", cap
+                )
+            except (KubeError, OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+                log.warning("cannot read the log of %s/%s[%s]: %s", self.namespace, self.name, container, exc)
+                return ""
+            if len(data) < cap or lines <= 1:
+                break
+            lines = max(lines // 4, 1)
+        if len(data) > limit_bytes:
+            data = data[-limit_bytes:]
+            cut = data.find(b"\n")
+            if 0 <= cut < len(data) - 1:
+                data = data[cut + 1 :]  # start at a whole line
+        return data.decode("utf-8", errors="replace")
+
+    # -- HTTP --
+
+    async def _open(self, path: str) -> _Response:
+        reader, writer = await _within(
+            asyncio.open_connection(
+                self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None, limit=MAX_LINE
+            ),
+            self.request_timeout,
+        )
+        try:
+            headers = [
+                f"GET {path} HTTP/1.1",
+                f"Host: {self._host}:{self._port}",
+                "Accept: application/json",
+                "User-Agent: podmortem-sidecar",
+                "Connection: close",
+            ]
+            token = self.endpoint.bearer()
+            if token:
+                headers.append(f"Authorization: Bearer {token}")
+            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
+            await writer.drain()
+            status_line = await _within(reader.readline(), self.request_timeout)
+            parts = status_line.decode("latin-1").split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+                raise TemporaryError(0, "BadResponse", f"not an HTTP answer: {status_line[:80]!r}")
+            fields: dict[str, str] = {}
+            while True:
+                line = await _within(reader.readline(), self.request_timeout)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                key, _, value = line.decode("latin-1").partition(":")
+                fields[key.strip().lower()] = value.strip()
+            return _Response(int(parts[1]), fields, reader, writer)
+        except BaseException:
+            writer.close()
+            raise
+
+    async def _chunks(self, response: _Response, wait: float, limit: int) -> AsyncIterator[bytes]:
+        reader, total = response.reader, 0
+        if response.headers.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size_line = await _within(reader.readline(), wait)
+                if not size_line:
+                    raise TemporaryError(0, "BadResponse", "connection closed mid-stream")
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    return
+                chunk = await _within(reader.readexactly(size + 2), wait)
+                total += size
+                if total > limit:
+                    raise TemporaryError(0, "BadResponse", f"answer over {limit} bytes")
+                yield chunk[:-2]
+        elif "content-length" in response.headers:
+            length = int(response.headers["content-length"])
+            if length > limit:
+                raise TemporaryError(0, "BadResponse", f"answer over {limit} bytes")
+            yield await _within(reader.readexactly(length), wait)
+        else:
+            while chunk := await _within(reader.read(65536), wait):
+                total += len(chunk)
+                if total > limit:
+                    raise TemporaryError(0, "BadResponse", f"answer over {limit} bytes")
+                yield chunk
+
+    async def _body(self, response: _Response, limit: int) -> bytes:
+        parts = [c async for c in self._chunks(response, self.request_timeout, limit)]
+        return b"".join(parts)
+
+    async def _get_bytes(self, path: str, limit: int = MAX_BODY) -> bytes:
+        response = await self._open(path)
+        try:
+            body = await self._body(response, max(limit, 64 << 10))
+        finally:
+            response.close()
+        if not 200 <= response.status <= 299:
+            raise from_response(response.status, body)
+        return body[:limit]
+
+    async def _get_json(self, path: str) -> dict[str, Any]:
+        data = json.loads(await self._get_bytes(path))
+        if not isinstance(data, dict):
+            raise ValueError("the answer is not a JSON object")
+        return data
+
+    async def _stream(self, path: str) -> AsyncGenerator[dict[str, Any], None]:
+        """The JSON lines of a watch until the server ends it (normal: after timeoutSeconds)."""
+        response = await self._open(path)
+        try:
+            if not 200 <= response.status <= 299:
+                raise from_response(response.status, await self._body(response, 64 << 10))
+            pending = b""
+            async for chunk in self._chunks(response, self.watch_timeout + self.request_timeout, 1 << 62):
+                pending += chunk
+                if len(pending) > MAX_LINE:
+                    raise TemporaryError(0, "BadResponse", f"a watch event over {MAX_LINE} bytes")
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = json.loads(line)
+                        if isinstance(event, dict):
+                            yield event
+        finally:
+            response.close()

@@ -1,0 +1,220 @@
+"""The sidecar process: its entry points, and the root task with its one stop path.
+
+`podmortem sidecar` (podmortem/cli.py) builds its subparser with `build_parser` and calls `run`;
+`main` does both for a standalone run. `serve` is the root task: it starts the error-file watcher,
+the pod reporter and the gRPC stream, all feeding one outbox, and then waits for one of two things —
+the stop event (SIGTERM/SIGINT only set it) or a task ending on its own (a bug, or the aggregator
+rejecting our registration).
+
+On stop the sidecar does what must not be skipped when a pod dies: one more look at the error file
+(an unparsable one is reported as such now) and at the pod, then a flush — it waits, at most
+`flush_timeout`, until the aggregator has acknowledged every event (the watchers keep running
+meanwhile, so a file written during the flush still goes out). Then everything is cancelled and
+awaited, and the failure of any task is re-raised. Exit code 0 after a stop, 2 for a configuration
+error (bad settings, or INVALID_ARGUMENT from the aggregator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Coroutine
+from typing import Any
+
+import podmortem
+from podmortem.k8s.backoff import Backoff
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.sidecar import config
+from podmortem.sidecar.config import ConfigError, Settings
+from podmortem.sidecar.outbox import Outbox
+from podmortem.sidecar.podsource import PodReporter, PodSource, make_pod_source
+from podmortem.sidecar.stream import RegistrationRejected, StreamClient
+from podmortem.sidecar.watcher import ErrorFileWatcher
+
+logger = logging.getLogger("podmortem.sidecar")
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+
+
+def build_parser(parser: argparse.ArgumentParser) -> None:
+    """Add the sidecar's flags (one per setting; see `podmortem.sidecar.config`) to a (sub)parser."""
+    parser.description = parser.description or "Watch this pod's TorchElastic error file and status; report them."
+    config.add_arguments(parser)
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Run the sidecar with parsed flags (environment for the rest) until SIGTERM; the exit code."""
+    try:
+        settings = config.from_env_and_args(os.environ, ns)
+    except ConfigError as exc:
+        print(f"podmortem sidecar: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(
+        level=settings.log_level,
+        format=f"%(asctime)s %(levelname)s [{settings.pod_name}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return asyncio.run(serve(settings))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="podmortem sidecar")
+    build_parser(parser)
+    return run(parser.parse_args(argv))
+
+
+def build_register(settings: Settings, session_id: str) -> pb.Register:
+    register = pb.Register(
+        job=pb.JobRef(
+            namespace=settings.namespace, name=settings.job_name, kind=settings.job_kind, uid=settings.job_uid
+        ),
+        pod=settings.pod_name,
+        pod_uid=settings.pod_uid,
+        node=settings.node_name,
+        replica_type=settings.replica_type,
+        attempt=settings.attempt,
+        session_id=session_id,
+        sidecar_version=podmortem.__version__,
+        pod_ip=settings.pod_ip,
+    )
+    if settings.replica_index is not None:
+        register.replica_index = settings.replica_index
+    if settings.rank is not None:
+        register.rank = settings.rank
+    if settings.world_size is not None:
+        register.world_size_hint = settings.world_size
+    return register
+
+
+async def serve(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    pod_source: PodSource | None = None,
+    outbox: Outbox | None = None,
+    backoff: Backoff | None = None,
+    install_signal_handlers: bool = True,
+) -> int:
+    """The root task. Returns the exit code; re-raises the failure of any of its tasks."""
+    stop = stop if stop is not None else asyncio.Event()
+    outbox = outbox if outbox is not None else Outbox()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT) if install_signal_handlers else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, _on_signal, sig, stop)
+
+    session_id = uuid.uuid4().hex
+    logger.info(
+        "sidecar %s for pod %s/%s (session %s): error file %s, aggregator %s, pod status %s",
+        podmortem.__version__,
+        settings.namespace,
+        settings.pod_name,
+        session_id,
+        settings.error_file,
+        settings.aggregator,
+        settings.pod_status_file or "(none)",
+    )
+    watcher = ErrorFileWatcher(
+        settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
+    )
+    source = pod_source if pod_source is not None else make_pod_source(settings)
+
+    def emit_pod_event(event: pb.Event) -> None:
+        if event.WhichOneof("payload") in ("termination", "deletion"):
+            # The container has ended, so its error file is complete: send it before the end itself.
+            watcher.check(force=True, final=True)
+        outbox.put(event)
+
+    reporter = (
+        PodReporter(
+            source,
+            emit_pod_event,
+            pod_name=settings.pod_name,
+            container=settings.container,
+            log_file=settings.log_file,
+            log_tail_bytes=settings.log_tail_bytes,
+        )
+        if source is not None
+        else None
+    )
+    client = StreamClient(
+        settings.aggregator,
+        build_register(settings, session_id),
+        outbox,
+        backoff=backoff or Backoff(),
+        probe_interval=settings.clock_probe_interval,
+    )
+
+    def start(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return asyncio.create_task(coro, name=name)
+
+    observers = [start(watcher.run(), "podmortem-error-file-watcher")]
+    if reporter is not None:
+        observers.append(start(reporter.run(), "podmortem-pod-reporter"))
+    streamer = start(client.run(), "podmortem-stream")
+    stopper = start(_wait(stop), "podmortem-stop")
+    everything = [*observers, streamer, stopper]
+    try:
+        await asyncio.wait(everything, return_when=asyncio.FIRST_COMPLETED)
+        if stopper.done() and not streamer.done():
+            logger.info("stopping: a last look at the error file and the pod, then flushing")
+            watcher.check(force=True, final=True)
+            if reporter is not None:
+                await reporter.refresh()
+            await _flush(outbox, streamer, settings.flush_timeout)
+    finally:
+        for task in everything:
+            task.cancel()
+        results = await asyncio.gather(*everything, return_exceptions=True)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    for result in results:
+        if isinstance(result, RegistrationRejected):
+            return EXIT_CONFIG
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+    return EXIT_OK
+
+
+def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
+    logger.info("received %s", sig.name)
+    stop.set()
+
+
+async def _wait(stop: asyncio.Event) -> None:
+    await stop.wait()
+
+
+async def _flush(outbox: Outbox, streamer: asyncio.Task[None], limit: float) -> None:
+    """Wait until every event is acknowledged, the stream dies, or the timeout passes."""
+    if not len(outbox):
+        logger.info("nothing to flush: every event was acknowledged")
+        return
+    logger.info("flushing %d unacknowledged event(s) (at most %gs)", len(outbox), limit)
+    empty = asyncio.ensure_future(outbox.wait_empty())
+    try:
+        await asyncio.wait({empty, streamer}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        empty.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await empty
+    if len(outbox):
+        logger.error(
+            "exiting with %d event(s) the aggregator never acknowledged: %s",
+            len(outbox),
+            ", ".join(e.id for e in outbox.pending()),
+        )
+    else:
+        logger.info("flushed: every event was acknowledged")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Watch the TorchElastic error file and turn each new content of it into one `ErrorFile` event.
+
+The error file is the best evidence of *why* a pod failed, and the moment it is written is the best
+evidence of *when*; both must reach the aggregator quickly and exactly once per content. The file is
+written by another container, at a time nobody knows, maybe into a directory that does not exist yet,
+maybe in several writes, maybe rewritten (the agent copies a worker's file, later writes its own), and
+it is user-controlled (it can be huge or garbage). So:
+
+* The *parent directory* is watched, not the file (inotify on a file misses a file created later or
+  replaced by rename); while the directory itself does not exist, its nearest existing ancestor is
+  watched (non-recursively) until it appears. watchfiles runs with `step=10 ms, debounce=200 ms`
+  (measured ~15 ms from write to event; the default 1.6 s debounce is too slow for ordering pods).
+* The watch also ticks every ~0.5 s; each tick compares the file's (inode, size, mtime) with the last
+  read, so an event lost by the OS watcher delays a report by a tick, never forever.
+* A file that does not parse may be half written: it is reported (once, with `parse_error`) only after
+  it stayed unchanged and unparsable for the settle period, or at shutdown. The same goes for a file
+  over 1 MiB (torch writes a few KiB; a huge one is probably still growing). Parsing is bounded in
+  memory by `podmortem.core.errorfile.read_error_file` (files over 1 MiB are salvaged from head and tail).
+* Event ids are `wire.error_event_id` (a hash of the content's facts): a rewrite with new content is
+  a new event, the same content seen again (or after a sidecar restart) is the same event.
+* The event's wall time is the file's mtime (the pod's clock, sub-second) when it is not in the
+  future: it says when the failing process wrote the file, which is what orders pods that failed
+  within the same second of the file's own whole-second timestamp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import watchfiles
+
+from podmortem.core import errorfile
+from podmortem.core.model import ErrorRecord
+from podmortem.protocol import wire
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.sidecar.outbox import describe
+
+logger = logging.getLogger(__name__)
+
+STEP_MS = 10
+DEBOUNCE_MS = 200
+TICK_MS = 500
+
+
+def _nearest_existing_dir(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            return candidate
+    return Path(path.anchor or "/")
+
+
+async def watch_path(
+    path: Path,
+    *,
+    step_ms: int = STEP_MS,
+    debounce_ms: int = DEBOUNCE_MS,
+    tick_ms: int = TICK_MS,
+    force_polling: bool | None = None,
+) -> AsyncIterator[bool]:
+    """Yield True when `path` may have changed (also once at the start and after every re-watch), False
+    on a quiet tick. Copes with the file or its directories being created late or deleted."""
+    path = Path.cwd() / path if not path.is_absolute() else path
+    target = path.parent
+    name = path.name
+
+    def only_ours(_change: watchfiles.Change, changed: str) -> bool:
+        return os.path.basename(changed) == name
+
+    yield True
+    while True:
+        watched = _nearest_existing_dir(target)
+        watch_filter: Callable[[watchfiles.Change, str], bool] | None
+        if watched == target:
+            watch_filter = only_ours
+        else:
+            logger.info("%s does not exist yet; watching %s until it appears", target, watched)
+            watch_filter = None
+        try:
+            async for changes in watchfiles.awatch(
+                watched,
+                watch_filter=watch_filter,
+                recursive=False,
+                step=step_ms,
+                debounce=debounce_ms,
+                rust_timeout=tick_ms,
+                yield_on_timeout=True,
+                force_polling=force_polling,
+            ):
+                if not watched.is_dir() or (watched != target and _nearest_existing_dir(target) != watched):
+                    break  # the watched directory went away, or a deeper one appeared: watch again
+                yield bool(changes) and watched == target
+        except (FileNotFoundError, NotADirectoryError) as exc:  # removed while the watch was being set up
+            logger.debug("re-watching %s after %s", path, exc)
+            await asyncio.sleep(tick_ms / 1000)
+        yield True
+
+
+@dataclass
+class _Unsettled:
+    record: ErrorRecord
+    since: float  # monotonic seconds
+    wall: float
+
+
+class ErrorFileWatcher:
+    """Turns the error file's contents into events handed to `emit` (usually `Outbox.put`)."""
+
+    def __init__(
+        self,
+        path: Path,
+        pod_key: str,
+        emit: Callable[[pb.Event], object],
+        *,
+        settle_seconds: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        step_ms: int = STEP_MS,
+        debounce_ms: int = DEBOUNCE_MS,
+        tick_ms: int | None = None,
+        force_polling: bool | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.pod_key = pod_key
+        self._emit = emit
+        self.settle_seconds = settle_seconds
+        self._monotonic = monotonic
+        self._wall = wall
+        self._watch_args = {
+            "step_ms": step_ms,
+            "debounce_ms": debounce_ms,
+            "tick_ms": tick_ms if tick_ms is not None else max(50, min(TICK_MS, int(settle_seconds * 500))),
+            "force_polling": force_polling,
+        }
+        self._signature: tuple[int, int, int] | None = None
+        self._unsettled: _Unsettled | None = None
+        self._sent: set[str] = set()
+
+    async def run(self) -> None:
+        """Watch until cancelled."""
+        logger.info("watching error file %s", self.path)
+        async for changed in watch_path(self.path, **self._watch_args):  # type: ignore[arg-type]
+            self.check(force=changed)
+
+    def check(self, *, force: bool = False, final: bool = False) -> pb.Event | None:
+        """Look at the file once; emit and return an event when it holds something new.
+
+        `force` re-reads even if (inode, size, mtime) look unchanged; `final` (shutdown) reports an
+        unparsable file without waiting for it to settle.
+        """
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._signature is not None:
+                logger.info("error file %s was removed", self.path)
+            self._signature = None
+            self._unsettled = None
+            return None
+        except OSError:
+            st = None  # read_error_file reports it as a parse error
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        if signature is not None and signature == self._signature and not (force or final):
+            return self._settle(final)
+        self._signature = signature
+        record = errorfile.read_error_file(self.path)
+        if record is None:  # removed between stat and open
+            self._signature = None
+            self._unsettled = None
+            return None
+        wall = self._wall_time(st)
+        huge = record.size_bytes > errorfile.MAX_FILE_BYTES
+        if record.parse_error or huge:
+            # Maybe still being written: report it once it stopped changing (a huge file would
+            # otherwise give one event per watch batch while it grows).
+            if self._unsettled is None or self._unsettled.record != record:
+                if record.parse_error:
+                    logger.info("error file %s is not parsable (yet): %s", self.path, record.parse_error)
+                else:
+                    logger.info("error file %s is %d bytes; waiting for it to settle", self.path, record.size_bytes)
+                self._unsettled = _Unsettled(record, self._monotonic(), wall)
+            return self._settle(final)
+        self._unsettled = None
+        return self._send(record, wall)
+
+    def _settle(self, final: bool) -> pb.Event | None:
+        pending = self._unsettled
+        if pending is None:
+            return None
+        if not final and self._monotonic() - pending.since < self.settle_seconds:
+            return None
+        self._unsettled = None
+        record = pending.record
+        if record.parse_error:
+            logger.warning(
+                "error file %s stayed unparsable%s: %s",
+                self.path,
+                "" if final else f" for {self.settle_seconds:g}s",
+                record.parse_error,
+            )
+        else:
+            logger.warning(
+                "error file %s is %d bytes (over the %d-byte limit): only its head and tail were read",
+                self.path,
+                record.size_bytes,
+                errorfile.MAX_FILE_BYTES,
+            )
+        return self._send(record, pending.wall)
+
+    def _send(self, record: ErrorRecord, wall: float) -> pb.Event | None:
+        event_id = wire.error_event_id(self.pod_key, record)
+        if event_id in self._sent:
+            logger.debug("error file %s: same content as already reported [id %s]", self.path, event_id)
+            return None
+        self._sent.add(event_id)
+        event = wire.make_event(wire.error_to_pb(record), event_id, wall=wall)
+        logger.info("observed %s", describe(event))
+        self._emit(event)
+        return event
+
+    def _wall_time(self, st: os.stat_result | None) -> float:
+        now = self._wall()
+        if st is None:
+            return now
+        mtime = st.st_mtime_ns / 1e9
+        return mtime if mtime <= now else now

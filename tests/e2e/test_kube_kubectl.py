@@ -1,0 +1,88 @@
+"""`kubectl podmortem explain` through the real kubectl binary (plugin discovery included) and the emulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.kube_emulator import NS, EmulatorHandle, decision, make_kube, seed_pytorchjob
+
+from podmortem import kubectl_plugin
+from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.kube.publish import kube_publishers
+
+
+@pytest.fixture
+async def published(kube_api: EmulatorHandle, tmp_path: Path) -> Path:
+    seed_pytorchjob(kube_api)
+    kube = make_kube(kube_api, tmp_path)
+    for publisher in kube_publishers(KubeSettings(), kube):
+        await publisher.publish(decision())
+    kube.close()
+    kube_api.emulator.token = None  # kubectl (client-go) sends no bearer token over plain http
+    return kube_api.kubeconfig(tmp_path / "config", NS)
+
+
+def plugin_on_path(tmp_path: Path) -> dict[str, str]:
+    """A `kubectl-podmortem` executable on PATH, as `pip install` would put the console script."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "kubectl-podmortem"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m podmortem.kubectl_plugin "$@"\n')
+    script.chmod(0o755)
+    return dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+
+
+async def test_kubectl_podmortem_explain_a_job(published: Path, tmp_path: Path) -> None:
+    env = plugin_on_path(tmp_path) | {"KUBECONFIG": str(published)}  # flags cannot precede a plugin's name
+    out = run(["kubectl", "podmortem", "explain", "pytorchjob/mixtral-cpt", "-n", NS], env=env)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "Name:           mixtral-cpt" in text and "Kind:           PyTorchJob" in text
+    assert "Verdict:        rank 1 (pod mixtral-cpt-worker-1 on node-1) failed first: user_code" in text
+    assert "  Pod:          mixtral-cpt-worker-1" in text and "  Retryable:    false" in text
+    assert "  - error file: ValueError at 15:06:10" in text
+    assert "Incident:       kubeflow-user.mixtral-cpt.0 (revision 1, final)" in text
+    assert "Condition:      PodmortemRootCause=True (UserCode)" in text
+
+
+async def test_a_pod_without_a_verdict_leads_to_its_job(published: Path) -> None:
+    args = [sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pod/mixtral-cpt-worker-0"]
+    out = run([*args, "--kubeconfig", str(published), "-n", NS])
+    assert out.returncode == 0, out.stderr
+    assert "showing its job pytorchjob.kubeflow.org/mixtral-cpt" in out.stdout
+    assert "Pod:          mixtral-cpt-worker-1" in out.stdout
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pod/mixtral-cpt-worker-1",
+               "--kubeconfig", str(published), "-n", NS, "-o", "json"])  # fmt: skip
+    assert out.returncode == 0 and json.loads(out.stdout)["rank"] == 1
+
+
+async def test_errors_and_no_verdict(published: Path, kube_api: EmulatorHandle) -> None:
+    base = [sys.executable, "-m", "podmortem.kubectl_plugin", "explain"]
+    missing = run([*base, "pytorchjob/nope", "--kubeconfig", str(published), "-n", NS])
+    assert missing.returncode == 2 and "error:" in missing.stderr
+    assert run([*base, "mixtral-cpt", "--kubeconfig", str(published)]).returncode == 2
+    kube_api.put("v1/pods", {"metadata": {"name": "lonely", "namespace": NS}})
+    none = run([*base, "pod/lonely", "--kubeconfig", str(published), "-n", NS])
+    assert none.returncode == 1 and "No podmortem verdict" in none.stdout
+
+
+async def test_kubectl_describe_shows_the_warning_event(published: Path) -> None:
+    out = run(["kubectl", "--kubeconfig", str(published), "describe", "pod", "mixtral-cpt-worker-1"])
+    assert out.returncode == 0, out.stderr
+    assert "podmortem.io/summary" in out.stdout
+    assert "Warning  PodmortemRootCause" in out.stdout
+
+
+def test_render_without_a_verdict_is_none() -> None:
+    assert kubectl_plugin.render({"metadata": {"name": "x"}}) is None
+    text = kubectl_plugin.render({"kind": "Job", "metadata": {"annotations": {"podmortem.io/summary": "s"}}})
+    assert text is not None and "Verdict:        s" in text

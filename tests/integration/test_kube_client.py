@@ -1,0 +1,194 @@
+"""kube.Kube: error translation, retries, rate limit, settings; and the whole path book -> queue -> cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import pytest
+from support.kube_emulator import (
+    NS,
+    PODS,
+    PYTORCHJOBS,
+    EmulatorHandle,
+    eventually,
+    make_kube,
+    seed_pytorchjob,
+    terminated,
+)
+
+from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.kube import client as k
+from podmortem.aggregator.kube.podwatch import PodWatch
+from podmortem.aggregator.kube.publish import PUBLISHED_ANNOTATION, kube_publishers
+from podmortem.aggregator.publishing import PublishQueue
+from podmortem.k8s import errors
+from podmortem.k8s.backoff import Backoff
+from podmortem.k8s.objects import resource_path
+
+POD_PATH = resource_path("v1", "pods", NS, "mixtral-cpt-worker-0")
+
+
+async def test_permanent_errors_are_raised_at_once(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    seed_pytorchjob(kube_api)
+    kube = make_kube(kube_api, tmp_path)
+    with pytest.raises(errors.NotFoundError):
+        await kube.get(resource_path("v1", "pods", NS, "nope"))
+    kube_api.fail(403, 1, methods=("PATCH",))
+    calls = kube.calls
+    with pytest.raises(errors.ForbiddenError) as forbidden:
+        await kube.request("PATCH", POD_PATH, body={}, content_type="application/merge-patch+json")
+    assert kube.calls == calls + 1 and isinstance(forbidden.value, errors.PermanentError)
+    with pytest.raises(errors.AlreadyExistsError):
+        await kube.request("POST", resource_path("v1", "pods", NS), body={"metadata": {"name": "mixtral-cpt-worker-0"}})
+    stale = {"metadata": {"resourceVersion": "1"}}
+    with pytest.raises(errors.ConflictError):  # a precondition conflict is the caller's to resolve
+        await kube.request("PATCH", POD_PATH, body=stale, content_type="application/merge-patch+json")
+    kube.close()
+
+
+async def test_temporary_errors_are_retried_then_given_up(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    seed_pytorchjob(kube_api)
+    kube = make_kube(kube_api, tmp_path, retries=3)
+    kube_api.fail(503, 2, methods=("GET",))
+    assert (await kube.get(POD_PATH))["metadata"]["name"] == "mixtral-cpt-worker-0"
+    kube_api.fail(500, 100, methods=("GET",))
+    calls = kube.calls
+    with pytest.raises(errors.TemporaryError) as exc:
+        await kube.get(POD_PATH)
+    assert exc.value.status == 500 and kube.calls == calls + 4  # 1 + 3 retries
+    kube.close()
+
+
+async def test_a_refused_connection_is_temporary(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        '{"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],'
+        ' "users": [{"name": "u", "user": {"token": "t"}}], "contexts": [{"name": "x", "context": {"cluster": "c",'
+        ' "user": "u"}}], "current-context": "x"}'
+    )
+    kube = k.Kube(
+        k.load_configuration(k.KubeSettings(kubeconfig=str(config))), retries=1, backoff=Backoff(0.001, 0.001)
+    )
+    with pytest.raises(errors.TemporaryError) as exc:
+        await kube.get("/api/v1/pods")
+    assert exc.value.status == 0
+    kube.close()
+
+
+def test_translate() -> None:
+    assert isinstance(errors.translate(409, "AlreadyExists"), errors.AlreadyExistsError)
+    assert isinstance(errors.translate(409, "Conflict"), errors.ConflictError)
+    assert isinstance(errors.translate(410, "Expired"), errors.GoneError)
+    assert isinstance(errors.translate(422), errors.InvalidError)
+    assert (
+        isinstance(errors.translate(429, retry_after=2), errors.TemporaryError)
+        and errors.translate(429, retry_after=2).retry_after == 2
+    )
+    assert isinstance(errors.translate(504), errors.TemporaryError)
+    assert isinstance(errors.translate(418), errors.PermanentError)
+
+
+@pytest.mark.looptime
+async def test_the_rate_limit_lets_a_burst_through_then_paces() -> None:
+    loop = asyncio.get_running_loop()
+    limiter = k.RateLimiter(qps=10, burst=5)
+    start = loop.time()
+    for _ in range(5):
+        await limiter.acquire()
+    assert loop.time() == start  # the burst: no wait
+    for _ in range(10):
+        await limiter.acquire()
+    assert loop.time() - start == pytest.approx(1.0)  # then 10 per second
+    await asyncio.sleep(10)  # idle refills up to the burst, not more
+    mark = loop.time()
+    for _ in range(6):
+        await limiter.acquire()
+    assert loop.time() - mark == pytest.approx(0.1)
+
+
+@pytest.mark.looptime
+async def test_backoff_doubles_up_to_its_cap() -> None:
+    backoff = Backoff(initial=0.5, maximum=4, jitter=0)
+    assert [backoff.delay(n) for n in range(6)] == [0.5, 1, 2, 4, 4, 4]
+    jittered = Backoff(initial=1, maximum=10, jitter=0.2)
+    assert all(0.8 <= jittered.delay(0) <= 1.2 for _ in range(100))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for n in range(4):
+        await asyncio.sleep(backoff.delay(n))
+    assert loop.time() - start == pytest.approx(7.5)
+
+
+def test_settings_from_flags_and_environment() -> None:
+    parser = argparse.ArgumentParser()
+    k.add_kube_arguments(parser)
+    env = {"PODMORTEM_KUBE": "1", "PODMORTEM_NAMESPACES": "a, b", "PODMORTEM_POD_SELECTORS": "x=1,y;z"}
+    s = k.load_kube_settings(parser.parse_args([]), env)
+    assert s.enabled and s.namespaces == ("a", "b") and s.pod_selectors == ("x=1,y", "z")
+    assert s.publish == k.PUBLISH_TARGETS and s.kubeconfig is None
+    s = k.load_kube_settings(
+        parser.parse_args(
+            ["--namespaces", "c", "--kube-publish", "annotations", "--kubeconfig", "/k", "--kube-qps", "5"]
+        ),
+        env,
+    )
+    assert s.namespaces == ("c",) and s.publish == frozenset({"annotations"}) and s.kubeconfig == "/k" and s.qps == 5
+    assert not k.load_kube_settings(parser.parse_args([]), {}).enabled
+    assert k.load_kube_settings(parser.parse_args(["--kube-publish", "none"]), {}).publish == frozenset()
+    with pytest.raises(ValueError):
+        k.load_kube_settings(parser.parse_args(["--kube-publish", "annotations,slack"]), {})
+
+
+async def test_book_to_cluster_with_the_real_engine(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    """A pod fails, the others are torn down: the watch feeds the book, the engine decides, the cluster shows it."""
+    engine = pytest.importorskip("podmortem.core.engine")
+    seed_pytorchjob(kube_api, workers=3)
+    kube = make_kube(kube_api, tmp_path)
+    queue = PublishQueue(kube_publishers(k.KubeSettings(), kube))
+    book = IncidentBook(engine.decide, queue.submit, quorum_timeout=600)
+    settings = k.KubeSettings(namespaces=(NS,))
+    tasks = [asyncio.create_task(PodWatch(kube, book, settings).run()), asyncio.create_task(queue.run())]
+    try:
+        await eventually(lambda: kube_api.emulator.open_watches == 2, "both selectors watched")
+        kube_api.change(PODS, NS, "mixtral-cpt-worker-2", terminated(137, "OOMKilled"))
+        for name in ("mixtral-cpt-worker-0", "mixtral-cpt-worker-1"):
+            kube_api.change(PODS, NS, name, terminated(143))
+        for _ in range(1000):
+            job = kube_api.get(PYTORCHJOBS, NS, "mixtral-cpt")
+            if job and PUBLISHED_ANNOTATION in (job["metadata"].get("annotations") or {}):
+                break
+            await asyncio.sleep(0.01)
+        assert job is not None
+        annotations = job["metadata"]["annotations"]
+        assert annotations[PUBLISHED_ANNOTATION] == "kubeflow-user.mixtral-cpt.0#1"
+        assert "mixtral-cpt-worker-2" in annotations["podmortem.io/summary"]
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        kube.close()
+
+
+async def test_a_watch_left_early_never_blocks_the_next_request(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    """A watch abandoned at any point must not hand its connection — still streaming — to the pool."""
+    seed_pytorchjob(kube_api)
+    kube = make_kube(kube_api, tmp_path, request_timeout=2, retries=0)
+    for round_ in range(20):
+        streams = [
+            kube.watch("/api/v1/pods", {"labelSelector": s})
+            for s in ("none-has-this", "training.kubeflow.org/job-name")
+        ]
+        tasks = [asyncio.create_task(anext(s)) for s in streams]
+        for _ in range(round_ % 4):
+            await asyncio.sleep(0.005)  # leave before, while and after it connects
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for s in streams:
+            await s.aclose()
+        for _ in range(3):  # a request pipelined behind a live watch would time out here
+            pod = await kube.get(POD_PATH)
+            assert pod["metadata"]["name"] == "mixtral-cpt-worker-0"
+    kube.close()

@@ -1,0 +1,242 @@
+"""The aggregator's pod watch and job resolution, against the API emulator with the official client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.kube_emulator import (
+    JOBS,
+    NS,
+    PODS,
+    PYTORCHJOBS,
+    TRAINJOBS,
+    EmulatorHandle,
+    eventually,
+    indexed_job,
+    indexed_pod,
+    make_kube,
+    pytorchjob,
+    seed_jobset,
+    seed_pytorchjob,
+    terminated,
+    trainjob,
+)
+
+from podmortem.aggregator.incidents import IncidentBook, job_key
+from podmortem.aggregator.kube import jobs
+from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.podwatch import JobResolver, PodWatch, run_kubernetes
+from podmortem.aggregator.publishing import Decision
+from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.k8s.backoff import Backoff
+
+
+def first_failed(incident: Incident) -> Verdict:
+    """A simple real verdict: a member that vanished, else the first (by name) with a non-zero exit."""
+    members = sorted(incident.members, key=lambda m: m.pod)
+    for m in members:
+        if m.phase_reason in ("Deleted", "NodeLost"):
+            return Verdict(pod=m.pod, category="node_lost", retryable=True, summary=f"{m.pod} vanished")
+    for m in members:
+        if m.termination and m.termination.exit_code:
+            return Verdict(pod=m.pod, category="user_code", retryable=False, summary=f"{m.pod} exited")
+    return Verdict(pod=None, category=None, retryable=None, summary="no failure")
+
+
+class Book:
+    def __init__(self) -> None:
+        self.decisions: list[Decision] = []
+        self.book = IncidentBook(first_failed, self.decisions.append, quorum_timeout=600)
+
+    def members(self, job: str, attempt: str = "") -> dict[str, Member]:
+        inc = self.book.incident((NS, job, attempt))
+        return {m.pod: m for m in inc.members} if inc else {}
+
+    def world_size(self, job: str, attempt: str = "") -> int | None:
+        inc = self.book.incident((NS, job, attempt))
+        return inc.world_size if inc else None
+
+
+@pytest.fixture
+def kube(kube_api: EmulatorHandle, tmp_path: Path) -> Any:
+    client = make_kube(kube_api, tmp_path)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def watching(kube: Kube) -> AsyncIterator[tuple[Book, PodWatch]]:
+    book = Book()
+    settings = KubeSettings(namespaces=(NS,), pod_selectors=("training.kubeflow.org/job-name",))
+    watch = PodWatch(kube, book.book, settings, backoff=Backoff(0.001, 0.01, jitter=0))
+    task = asyncio.create_task(watch.run())
+    yield book, watch
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_every_training_pod_is_a_member_and_the_job_size_is_expected(
+    kube_api: EmulatorHandle, watching: tuple[Book, PodWatch]
+) -> None:
+    book, _ = watching
+    seed_pytorchjob(kube_api, workers=4)
+    kube_api.put(PODS, {"metadata": {"name": "unrelated", "namespace": NS}, "status": {"phase": "Running"}})
+    await eventually(lambda: len(book.members("mixtral-cpt")) == 4, "4 members")
+    assert book.world_size("mixtral-cpt") == 4
+    members = book.members("mixtral-cpt")
+    assert members["mixtral-cpt-worker-2"].rank == 2  # no Master replica: worker-i is rank i
+    assert members["mixtral-cpt-worker-2"].node == "node-2"
+    assert book.decisions == []  # running pods are not failures
+
+
+async def test_a_pod_deleted_without_any_report_counts(
+    kube_api: EmulatorHandle, watching: tuple[Book, PodWatch]
+) -> None:
+    book, _ = watching
+    seed_pytorchjob(kube_api, workers=3)
+    await eventually(lambda: len(book.members("mixtral-cpt")) == 3, "3 members")
+    kube_api.remove(PODS, NS, "mixtral-cpt-worker-1")
+    await eventually(lambda: book.members("mixtral-cpt")["mixtral-cpt-worker-1"].phase_reason == "Deleted", "deleted")
+    gone = book.members("mixtral-cpt")["mixtral-cpt-worker-1"]
+    assert gone.phase == "Running" and gone.deleted_at is not None
+    assert book.book.open_incidents() == [job_key(JobRef(NS, "mixtral-cpt"), "")]  # a vanished pod is a failure
+    # The others end too (the operator tears the job down): quorum, and a verdict naming the vanished one.
+    for name in ("mixtral-cpt-worker-0", "mixtral-cpt-worker-2"):
+        kube_api.change(PODS, NS, name, terminated(143))
+    await eventually(lambda: len(book.decisions) == 1, "a decision")
+    assert book.decisions[0].closed_by == "quorum" and book.decisions[0].verdict.pod == "mixtral-cpt-worker-1"
+
+
+async def test_a_lost_node_is_seen(kube_api: EmulatorHandle, watching: tuple[Book, PodWatch]) -> None:
+    book, _ = watching
+    seed_pytorchjob(kube_api, workers=2)
+    await eventually(lambda: len(book.members("mixtral-cpt")) == 2, "2 members")
+    kube_api.change(PODS, NS, "mixtral-cpt-worker-0", {"status": {"phase": "Unknown", "reason": "NodeLost"}})
+    await eventually(lambda: book.members("mixtral-cpt")["mixtral-cpt-worker-0"].phase == "Unknown", "lost node")
+    assert book.members("mixtral-cpt")["mixtral-cpt-worker-0"].phase_reason == "NodeLost"
+
+
+async def test_a_broken_watch_resumes_where_it_was(kube_api: EmulatorHandle, watching: tuple[Book, PodWatch]) -> None:
+    book, watch = watching
+    seed_pytorchjob(kube_api, workers=2)
+    await eventually(lambda: len(book.members("mixtral-cpt")) == 2, "2 members")
+    await eventually(lambda: kube_api.emulator.open_watches == 1, "watching")
+    kube_api.break_watches()  # the connection drops mid-stream
+    kube_api.change(PODS, NS, "mixtral-cpt-worker-1", terminated(1))
+    await eventually(lambda: book.members("mixtral-cpt")["mixtral-cpt-worker-1"].termination is not None, "exit seen")
+    assert watch.relists == 1  # resumed from its resourceVersion: no second list
+    watches = [p for m, p in kube_api.requests() if m == "GET" and "watch=true" in p]
+    assert len(watches) >= 2 and "resourceVersion=" in watches[-1]
+
+
+async def test_after_410_it_relists_and_sees_what_vanished_meanwhile(
+    kube_api: EmulatorHandle, watching: tuple[Book, PodWatch]
+) -> None:
+    book, watch = watching
+    seed_pytorchjob(kube_api, workers=3)
+    await eventually(lambda: len(book.members("mixtral-cpt")) == 3, "3 members")
+    await eventually(lambda: kube_api.emulator.open_watches == 1, "watching")
+    away = kube_api.fail(503, 1_000_000, methods=("GET",), plural="pods")  # the apiserver is away...
+    kube_api.break_watches()
+    kube_api.remove(PODS, NS, "mixtral-cpt-worker-2")  # ...while a pod goes...
+    kube_api.compact()  # ...and the versions we knew expire: the next watch gets 410 Gone
+    await eventually(lambda: away.served >= 2, "retrying while the apiserver is away")
+    away.times = 0  # back
+    await eventually(lambda: book.members("mixtral-cpt")["mixtral-cpt-worker-2"].phase_reason == "Deleted", "gone")
+    assert watch.relists == 2
+
+
+async def test_run_kubernetes_stops_on_the_event(kube_api: EmulatorHandle, kube: Kube) -> None:
+    seed_pytorchjob(kube_api, workers=2)
+    book = Book()
+    stop = asyncio.Event()
+    settings = KubeSettings(namespaces=(NS,))
+    task = asyncio.create_task(run_kubernetes(book.book, settings, stop, kube=kube))
+    await eventually(lambda: len(book.members("mixtral-cpt")) == 2, "2 members")
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert task.exception() is None
+
+
+# -- job resolution ----------------------------------------------------------------------------
+
+
+async def test_an_indexed_batch_job_is_resolved_with_its_size(kube_api: EmulatorHandle, kube: Kube) -> None:
+    job = kube_api.put(JOBS, indexed_job("ddp", 4))
+    pod = kube_api.put(PODS, indexed_pod(job, 3))
+    resolved = await JobResolver(kube).resolve(pod)
+    assert resolved is not None
+    assert (resolved.job.kind, resolved.job.name, resolved.job.uid) == ("Job", "ddp", job["metadata"]["uid"])
+    assert resolved.world_size == 4
+    assert jobs.node_rank(resolved.spec_object, pod) == 3
+
+
+async def test_a_jobset_is_resolved_with_its_size_and_ranks(kube_api: EmulatorHandle, kube: Kube) -> None:
+    _, pods = seed_jobset(kube_api, "llm", [("driver", 1, 1), ("workers", 2, 3)])
+    resolver = JobResolver(kube)
+    resolved = [await resolver.resolve(p) for p in pods]
+    assert {(r.job.kind, r.job.name) for r in resolved if r} == {("JobSet", "llm")}
+    assert {r.world_size for r in resolved if r} == {7}  # 1x1 + 2x3
+    ranks = [jobs.node_rank(r.spec_object if r else None, p) for r, p in zip(resolved, pods, strict=True)]
+    assert ranks == list(range(7))
+    assert {jobs.attempt_of(p) for p in pods} == {"0"}
+    gets = [p for m, p in kube_api.requests() if m == "GET" and "/jobsets/" in p]
+    assert len(gets) == 1  # cached: one read of the JobSet for its seven pods
+
+
+async def test_a_trainjob_over_its_jobset(kube_api: EmulatorHandle, kube: Kube) -> None:
+    tj = kube_api.put(TRAINJOBS, trainjob("ft", num_nodes=None))
+    _, pods = seed_jobset(kube_api, "ft", [("node", 1, 2)], owner=tj)
+    resolved = await JobResolver(kube).resolve(pods[0])
+    assert resolved is not None and (resolved.job.kind, resolved.job.name) == ("TrainJob", "ft")
+    assert resolved.world_size == 2  # numNodes unset: the JobSet's size
+    kube_api.put(TRAINJOBS, trainjob("ft", num_nodes=2) | {"metadata": {"name": "ft", "namespace": NS}})
+    assert (await JobResolver(kube).resolve(pods[1])).world_size == 2  # type: ignore[union-attr]
+
+
+async def test_the_world_size_annotation_wins(kube_api: EmulatorHandle, kube: Kube) -> None:
+    job = kube_api.put(PYTORCHJOBS, pytorchjob(workers=4, annotations={"podmortem.io/world-size": "2"}))
+    seeded = kube_api.put(PODS, {"metadata": {"name": "p", "namespace": NS, "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": job["metadata"]["name"], "controller": True}
+    ]}})  # fmt: skip
+    resolved = await JobResolver(kube).resolve(seeded)
+    assert resolved is not None and resolved.world_size == 2
+
+
+def test_world_size_from_specs() -> None:
+    assert jobs.world_size(pytorchjob(workers=3, master=True)) == 4
+    assert jobs.world_size({"kind": "Job", "spec": {"parallelism": 2}}) == 2
+    assert (
+        jobs.world_size({"kind": "Job", "spec": {"completionMode": "Indexed", "completions": 8, "parallelism": 8}}) == 8
+    )
+    assert (
+        jobs.world_size({"kind": "JobSet", "spec": {"replicatedJobs": [{"replicas": 2, "template": {"spec": {}}}]}})
+        == 2
+    )
+    assert jobs.world_size({"kind": "TrainJob", "spec": {"trainer": {"numNodes": 16}}}) == 16
+    assert jobs.world_size({"kind": "TrainJob", "spec": {}}) is None
+    bad = {"kind": "PyTorchJob", "metadata": {"annotations": {"podmortem.io/world-size": "x"}}, "spec": {}}
+    assert jobs.world_size(bad) is None
+
+
+def test_kubeflow_ranks_depend_on_the_master_replica() -> None:
+    with_master = pytorchjob(workers=3, master=True)
+    worker0 = {"metadata": {"labels": {"training.kubeflow.org/replica-type": "worker",
+                                       "training.kubeflow.org/replica-index": "0"}}}  # fmt: skip
+    master0 = {"metadata": {"labels": {"training.kubeflow.org/replica-type": "master",
+                                       "training.kubeflow.org/replica-index": "0"}}}  # fmt: skip
+    assert jobs.node_rank(with_master, worker0) == 1
+    assert jobs.node_rank(pytorchjob(workers=3), worker0) == 0
+    assert jobs.node_rank(None, worker0) is None and jobs.node_rank(None, master0) == 0
+
+
+def test_labels_alone_name_the_workload() -> None:
+    pod = {"metadata": {"namespace": NS, "labels": {"jobset.sigs.k8s.io/jobset-name": "llm"}}}
+    assert jobs.workload_from_labels(pod) == JobRef(NS, "llm", "JobSet")
+    foreign = {"metadata": {"ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Job", "name": "x"}]}}
+    assert jobs.controller_of(foreign) is None  # a "Job" of another group is not ours

@@ -1,0 +1,246 @@
+"""The pod-status side of the sidecar: the local pod file source and the events a pod adds."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.sidecar import config
+from podmortem.sidecar.podsource import (
+    LocalFilePodSource,
+    PodReporter,
+    PodSource,
+    make_pod_source,
+    read_log_tail,
+)
+
+HANG_GUARD = 20.0
+UID = "0f4e4e6d-4bd6-41be-a5e4-4da901c2e623"
+
+
+def running_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "job-worker-0",
+            "namespace": "ns",
+            "uid": UID,
+            "labels": {
+                "training.kubeflow.org/job-name": "job",
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": "0",
+            },
+            "ownerReferences": [{"kind": "PyTorchJob", "name": "job", "uid": "j", "controller": True}],
+        },
+        "spec": {"nodeName": "node-1", "containers": [{"name": "pytorch"}]},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.3",
+            "containerStatuses": [
+                {"name": "podmortem", "restartCount": 0, "state": {"running": {"startedAt": "2026-11-21T15:05:40Z"}}},
+                {"name": "pytorch", "restartCount": 0, "state": {"running": {"startedAt": "2026-11-21T15:05:49Z"}}},
+            ],
+        },
+    }
+
+
+def terminated(pod: dict[str, Any], exit_code: int = 137, signal: int | None = 9) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["status"]["phase"] = "Failed"
+    term: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": "OOMKilled",
+        "startedAt": "2026-11-21T15:05:49Z",
+        "finishedAt": "2026-11-21T15:06:12Z",
+    }
+    if signal is not None:
+        term["signal"] = signal
+    pod["status"]["containerStatuses"][1]["state"] = {"terminated": term}
+    return pod
+
+
+def preempted(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["deletionTimestamp"] = "2026-11-21T15:06:18Z"
+    pod["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-21T15:06:12Z"},
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "lastTransitionTime": "2026-11-21T15:06:10Z",
+        },
+    ]
+    return pod
+
+
+def kinds(events: list[pb.Event]) -> list[str]:
+    return [e.WhichOneof("payload") or "" for e in events]
+
+
+async def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("".join(f"line {i}\n" for i in range(10_000)))
+    sent: list[pb.Event] = []
+    reporter = PodReporter(
+        LocalFilePodSource(tmp_path / "pod.json"),
+        sent.append,
+        pod_name="job-worker-0",
+        log_file=log,
+        log_tail_bytes=1000,
+    )
+    assert await reporter.observe(running_pod()) == []
+    events = await reporter.observe(terminated(running_pod()))
+    # The log tail first: the aggregator may decide as soon as the termination arrives.
+    assert kinds(events) == ["log_tail", "termination"]
+    assert kinds(sent) == ["log_tail", "termination"]
+    term = events[1].termination
+    assert (term.exit_code, term.signal, term.reason, term.container) == (137, 9, "OOMKilled", "pytorch")
+    assert events[1].id == f"{UID}/termination/0"
+    tail = events[0].log_tail
+    assert tail.truncated and tail.text.endswith("line 9999\n") and tail.text.startswith("line ")
+    assert len(tail.text) <= 1000
+    assert events[0].id == f"{UID}/log_tail/0"
+    assert await reporter.observe(terminated(running_pod())) == []  # the same again: nothing new
+    events = await reporter.observe(preempted(terminated(running_pod())))
+    assert kinds(events) == ["condition", "deletion"]
+    assert events[0].condition.reason == "PreemptionByScheduler"
+    assert kinds(sent) == ["log_tail", "termination", "condition", "deletion"]
+
+
+async def test_reporter_without_log_file_sends_no_tail(tmp_path: Path) -> None:
+    reporter = PodReporter(LocalFilePodSource(tmp_path / "pod.json"), lambda e: None)
+    assert kinds(await reporter.observe(terminated(running_pod(), exit_code=1, signal=None))) == ["termination"]
+
+
+async def test_reporter_warns_about_another_pods_status(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reporter = PodReporter(LocalFilePodSource(tmp_path / "p.json"), lambda e: None, pod_name="someone-else")
+    await reporter.observe(running_pod())
+    await reporter.observe(running_pod())
+    assert caplog.text.count("but this sidecar is for 'someone-else'") == 1
+
+
+def test_read_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    assert read_log_tail(log, 100) is None
+    log.write_bytes(b"short\n")
+    tail = read_log_tail(log, 100)
+    assert tail is not None and (tail.text, tail.truncated) == ("short\n", False)
+    log.write_bytes(b"a" * 50 + b"\n" + b"\xff\xfe end\n")
+    tail = read_log_tail(log, 20)
+    assert tail is not None and tail.truncated and tail.text == "\ufffd\ufffd end\n"
+    assert read_log_tail(log, 0) is None
+
+
+async def test_local_file_source_yields_complete_new_versions(tmp_path: Path) -> None:
+    path = tmp_path / "status" / "pod.json"  # the directory, too, appears late
+    source = LocalFilePodSource(path, tick_ms=100)
+    assert await source.read() is None
+    got: list[dict[str, Any]] = []
+    arrived = asyncio.Event()
+
+    async def consume() -> None:
+        async for pod in source.pods():
+            got.append(pod)
+            arrived.set()
+
+    task = asyncio.create_task(consume())
+    try:
+        path.parent.mkdir()
+        data = json.dumps(running_pod())
+        path.write_text(data[: len(data) // 2])  # a partial write is skipped
+        path.write_text(data)
+        async with asyncio.timeout(HANG_GUARD):
+            while not got:
+                arrived.clear()
+                await arrived.wait()
+        path.write_text(data)  # unchanged content: not yielded again
+        path.write_text(json.dumps(terminated(running_pod())))
+        async with asyncio.timeout(HANG_GUARD):
+            while len(got) < 2:
+                arrived.clear()
+                await arrived.wait()
+        assert [p["status"]["phase"] for p in got] == ["Running", "Failed"]
+        assert await source.read() == terminated(running_pod())
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_local_file_source_ignores_non_objects(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "pod.json"
+    path.write_text("[1, 2]")
+    source = LocalFilePodSource(path)
+    assert await source.read() is None
+    assert "does not hold a JSON object" in caplog.text
+
+
+class MemorySource:
+    """A drop-in PodSource (what podwatch.py implements against the API)."""
+
+    def __init__(self, versions: list[dict[str, Any]]) -> None:
+        self.versions = versions
+
+    async def pods(self) -> AsyncIterator[dict[str, Any]]:
+        for pod in self.versions:
+            yield pod
+
+    async def read(self) -> dict[str, Any] | None:
+        return self.versions[-1] if self.versions else None
+
+
+async def test_any_pod_source_plugs_into_the_reporter() -> None:
+    source = MemorySource([running_pod(), terminated(running_pod()), preempted(terminated(running_pod()))])
+    assert isinstance(source, PodSource)
+    assert isinstance(LocalFilePodSource(Path("x")), PodSource)
+    sent: list[pb.Event] = []
+    reporter = PodReporter(source, sent.append)
+    await reporter.run()
+    assert kinds(sent) == ["termination", "condition", "deletion"]
+    assert await reporter.refresh() == []  # the last look finds nothing new
+
+
+ENV = {"POD_NAME": "p", "POD_NAMESPACE": "n", "TORCHELASTIC_ERROR_FILE": "/e", "PODMORTEM_AGGREGATOR": "h:1"}
+
+
+def test_make_pod_source() -> None:
+    assert make_pod_source(config.from_env_and_args(ENV)) is None
+    source = make_pod_source(config.from_env_and_args({**ENV, "PODMORTEM_POD_STATUS_FILE": "/run/pod.json"}))
+    assert isinstance(source, LocalFilePodSource) and source.path == Path("/run/pod.json")
+
+
+def test_in_a_pod_the_source_is_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from podmortem.sidecar.apiserver import OwnPod
+
+    env = {**ENV, "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    settings = config.from_env_and_args(env)
+    assert settings.pod_source == "api"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    source = make_pod_source(settings)
+    assert isinstance(source, OwnPod) and isinstance(source, PodSource)
+    assert (source.namespace, source.name) == ("n", "p")
+    # A pod status file wins over the API; "none" switches pod status off.
+    assert config.from_env_and_args({**env, "PODMORTEM_POD_STATUS_FILE": "/p.json"}).pod_source == "file"
+    assert make_pod_source(config.from_env_and_args({**env, "PODMORTEM_POD_SOURCE": "none"})) is None
+
+
+class LoggingSource(MemorySource):
+    async def log_tail(self, container: str, limit_bytes: int) -> str:
+        return f"{container}: last words\n"
+
+
+async def test_log_tail_from_a_source_that_can_fetch_logs() -> None:
+    sent: list[pb.Event] = []
+    reporter = PodReporter(LoggingSource([terminated(running_pod())]), sent.append)
+    await reporter.run()
+    assert kinds(sent) == ["log_tail", "termination"]
+    assert sent[0].log_tail.text == "pytorch: last words\n" and not sent[0].log_tail.truncated

@@ -1,0 +1,209 @@
+"""The sidecar's root task and process: one stop path, a last look, a bounded flush, exit codes.
+
+Runs `serve` in-process and `python -m podmortem.sidecar.running` as a real process, both against the
+test servicer of test_sidecar_stream.py on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fake_collector import HANG_GUARD, FakeCollector, serving
+
+from podmortem.k8s.backoff import Backoff
+from podmortem.sidecar import config, running
+from podmortem.sidecar.config import Settings
+from podmortem.sidecar.outbox import Outbox
+
+ERROR = {"message": {"message": "ValueError: bad label", "extraInfo": {"py_callstack": "tb", "timestamp": "17"}}}
+POD = {
+    "metadata": {"name": "job-worker-0", "namespace": "ns", "uid": "u0"},
+    "status": {
+        "phase": "Failed",
+        "containerStatuses": [{"name": "pytorch", "restartCount": 0, "state": {"terminated": {"exitCode": 1}}}],
+    },
+}
+FAST = Backoff(initial=0.01, maximum=0.05)
+
+
+def settings_for(tmp_path: Path, target: str, **extra: str) -> Settings:
+    env = {
+        "POD_NAME": "job-worker-0",
+        "POD_NAMESPACE": "ns",
+        "POD_UID": "u0",
+        "TORCHELASTIC_ERROR_FILE": str(tmp_path / "err" / "error.json"),
+        "PODMORTEM_AGGREGATOR": target,
+        "PODMORTEM_POD_STATUS_FILE": str(tmp_path / "pod.json"),
+        "PODMORTEM_SETTLE_SECONDS": "3600",  # only the last look reports an unparsable file
+        **extra,
+    }
+    return config.from_env_and_args(env)
+
+
+@contextlib.asynccontextmanager
+async def serve_task(settings: Settings, outbox: Outbox) -> AsyncIterator[tuple[asyncio.Event, asyncio.Task[int]]]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        running.serve(settings, stop=stop, outbox=outbox, backoff=FAST, install_signal_handlers=False)
+    )
+    try:
+        yield stop, task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_events_flow_and_stop_flushes_the_last_look(tmp_path: Path) -> None:
+    outbox = Outbox()
+    async with serving(FakeCollector()) as served:
+        settings = settings_for(tmp_path, served.target)
+        async with serve_task(settings, outbox) as (stop, task):
+            fake = served.collector
+            settings.error_file.parent.mkdir()
+            settings.error_file.write_text(json.dumps(ERROR))
+            await fake.until(lambda: len(fake.events) == 1)
+            assert fake.events[0].error_file.message == "ValueError: bad label"
+            # Just before the stop: the agent's file is rewritten with garbage (never settles in time),
+            # and the pod status shows the termination.
+            settings.error_file.write_bytes(b"{\x00 half")
+            assert settings.pod_status_file is not None
+            settings.pod_status_file.write_text(json.dumps(POD))
+            stop.set()
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+        kinds = [e.WhichOneof("payload") for e in fake.events]
+        assert sorted(kinds) == ["error_file", "error_file", "termination"]
+        assert any(e.error_file.parse_error for e in fake.events)
+        assert len(outbox) == 0  # everything acknowledged before exit
+
+
+async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path) -> None:
+    outbox = Outbox()
+    async with serving(FakeCollector(ack=False)) as served:
+        settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="60")
+        async with serve_task(settings, outbox) as (stop, task):
+            settings.error_file.parent.mkdir()
+            settings.error_file.write_text(json.dumps(ERROR))
+            await served.collector.until(lambda: len(served.collector.events) == 1)
+            stop.set()
+            await asyncio.sleep(0.05)
+            assert not task.done() and len(outbox) == 1  # flushing: waiting for the ack
+            await served.stop()
+            await served.start(FakeCollector())  # the aggregator restarts and acks the resent event
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+        assert len(outbox) == 0
+
+
+async def test_flush_gives_up_after_its_timeout(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    outbox = Outbox()
+    async with serving(FakeCollector(ack=False)) as served:
+        settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="0.2")
+        async with serve_task(settings, outbox) as (stop, task):
+            settings.error_file.parent.mkdir()
+            settings.error_file.write_text(json.dumps(ERROR))
+            await served.collector.until(lambda: len(served.collector.events) == 1)
+            stop.set()
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+        assert len(outbox) == 1
+        assert "never acknowledged" in caplog.text and outbox.pending()[0].id in caplog.text
+
+
+async def test_rejected_registration_is_exit_code_2(tmp_path: Path) -> None:
+    async with serving(FakeCollector(reject="unknown job")) as served:
+        settings = settings_for(tmp_path, served.target)
+        async with serve_task(settings, Outbox()) as (_, task):
+            assert await asyncio.wait_for(task, HANG_GUARD) == running.EXIT_CONFIG
+
+
+def test_main_with_missing_settings_is_exit_code_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("POD_NAME", "POD_NAMESPACE", "TORCHELASTIC_ERROR_FILE", "PODMORTEM_AGGREGATOR"):
+        monkeypatch.delenv(name, raising=False)
+    assert running.main(["--pod-name", "p"]) == 2
+    err = capsys.readouterr().err
+    assert "POD_NAMESPACE (or --namespace) is required" in err
+    assert "POD_NAME" not in err.replace("POD_NAMESPACE", "")
+
+
+def test_build_parser_and_run_are_the_cli_contract() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    running.build_parser(sub.add_parser("sidecar"))
+    ns = parser.parse_args(["sidecar", "--pod-name", "p", "--rank", "3"])
+    assert (ns.command, ns.pod_name, ns.rank) == ("sidecar", "p", "3")
+
+
+def test_register_carries_the_identity(tmp_path: Path) -> None:
+    settings = settings_for(
+        tmp_path,
+        "h:1",
+        PODMORTEM_JOB_NAME="job",
+        PODMORTEM_JOB_KIND="PyTorchJob",
+        PET_NODE_RANK="0",
+        PET_NNODES="2",
+        PODMORTEM_REPLICA_INDEX="0",
+        PODMORTEM_ATTEMPT="1",
+    )
+    reg = running.build_register(settings, "sess")
+    assert (reg.job.namespace, reg.job.name, reg.job.kind, reg.pod, reg.pod_uid) == (
+        "ns",
+        "job",
+        "PyTorchJob",
+        "job-worker-0",
+        "u0",
+    )
+    assert (reg.rank, reg.world_size_hint, reg.replica_index, reg.attempt, reg.session_id) == (0, 2, 0, "1", "sess")
+    assert not running.build_register(settings_for(tmp_path, "h:1"), "s").HasField("rank")
+
+
+async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
+    async with serving(FakeCollector()) as served:
+        fake = served.collector
+        error_file = tmp_path / "error.json"
+        env: dict[str, Any] = {
+            **os.environ,
+            "POD_NAME": "job-worker-1",
+            "POD_NAMESPACE": "ns",
+            "TORCHELASTIC_ERROR_FILE": str(error_file),
+            "PODMORTEM_AGGREGATOR": served.target,
+            "PODMORTEM_POD_SOURCE": "none",  # also when the tests themselves run in a pod
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "podmortem.sidecar.running",
+            "--flush-timeout",
+            "5",
+            env=env,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            await fake.until(lambda: len(fake.registers) == 1)
+            assert fake.registers[0].pod == "job-worker-1"
+            error_file.write_text(json.dumps(ERROR))
+            await fake.until(lambda: len(fake.events) == 1)
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(HANG_GUARD):
+                _, stderr = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        log = stderr.decode()
+        assert proc.returncode == 0, log
+        assert "received SIGTERM" in log
+        assert "observed error file 'ValueError: bad label'" in log
+        assert "sent error file" in log and "acked error file" in log

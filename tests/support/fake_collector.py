@@ -1,0 +1,129 @@
+"""A small Collector servicer speaking collector.proto, for sidecar tests over real gRPC on 127.0.0.1.
+
+It registers, acks (or holds its acks), answers clock probes on a clock it can skew, rejects bad
+registrations with INVALID_ARGUMENT, and can be stopped and restarted on the same port — the parts of
+an aggregator a sidecar test needs, without the aggregator's incident logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+
+HANG_GUARD = 20.0
+
+
+class FakeCollector(pb_grpc.CollectorServicer):
+    """A test aggregator: records what it receives and answers as the contract says."""
+
+    def __init__(self, *, clock_offset_ns: int = 0, ack: bool = True, reject: str = "") -> None:
+        self.clock_offset_ns = clock_offset_ns
+        self.ack = ack
+        self.reject = reject
+        self.acks_released = asyncio.Event()
+        if ack:
+            self.acks_released.set()
+        self.registers: list[pb.Register] = []
+        self.firsts: list[str] = []  # the kind of the first message of every stream
+        self.events: list[pb.Event] = []
+        self.estimates: list[pb.ClockEstimate] = []
+        self.probes = 0
+        self.abort_next: list[grpc.StatusCode] = []  # end the next streams with these codes
+        self._changed = asyncio.Event()
+
+    @property
+    def event_ids(self) -> list[str]:
+        return [e.id for e in self.events]
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(HANG_GUARD):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def Report(
+        self, request_iterator: AsyncIterator[pb.SidecarMessage], context: Any
+    ) -> AsyncIterator[pb.AggregatorMessage]:
+        first = True
+        held: list[str] = []
+        async for msg in request_iterator:
+            kind = msg.WhichOneof("body") or ""
+            if first:
+                self.firsts.append(kind)
+                first = False
+                if kind != "register":
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be register")
+                if self.abort_next:
+                    code = self.abort_next.pop(0)
+                    self._changed.set()
+                    await context.abort(code, "test: ending this stream")
+            if kind == "register":
+                self.registers.append(msg.register)
+                self._changed.set()
+                if self.reject or not msg.register.pod:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.reject or "pod is required")
+                yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id="fake"))
+            elif kind == "event":
+                self.events.append(msg.event)
+                self._changed.set()
+                held.append(msg.event.id)
+                if self.acks_released.is_set():
+                    yield pb.AggregatorMessage(ack=pb.Ack(event_ids=held))
+                    held = []
+            elif kind == "clock_probe":
+                self.probes += 1
+                self._changed.set()
+                t2 = time.time_ns() + self.clock_offset_ns
+                reply = pb.ClockReply(seq=msg.clock_probe.seq, t1=msg.clock_probe.t1)
+                reply.t2.FromNanoseconds(t2)
+                reply.t3.FromNanoseconds(time.time_ns() + self.clock_offset_ns)
+                yield pb.AggregatorMessage(clock_reply=reply)
+            elif kind == "clock_estimate":
+                self.estimates.append(msg.clock_estimate)
+                self._changed.set()
+
+
+class Served:
+    """A FakeCollector behind a real grpc.aio server that can be stopped and started on the same port."""
+
+    def __init__(self, collector: FakeCollector) -> None:
+        self.collector = collector
+        self.port = 0
+        self.server: Any = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self, collector: FakeCollector | None = None) -> None:
+        if collector is not None:
+            self.collector = collector
+        server = grpc.aio.server()
+        pb_grpc.add_CollectorServicer_to_server(self.collector, server)  # type: ignore[no-untyped-call]
+        self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        await server.start()
+        self.server = server
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(grace=None)
+            self.server = None
+
+
+@contextlib.asynccontextmanager
+async def serving(collector: FakeCollector) -> AsyncIterator[Served]:
+    served = Served(collector)
+    await served.start()
+    try:
+        yield served
+    finally:
+        await served.stop()

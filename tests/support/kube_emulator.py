@@ -1,0 +1,951 @@
+"""A Kubernetes API emulator good enough for podmortem's tests: KMock's emulator with its gaps filled.
+
+podmortem talks to Kubernetes in three ways — the official `kubernetes` client (aggregator), raw HTTP
+(sidecar) and the real `kubectl` binary (the plugin) — and we test all three against one real HTTP
+server rather than mocks. KMock's `KubernetesEmulator` (kmock 0.8) gives the server, discovery and an
+object store; `PodmortemEmulator` serves every resource request itself on top of that store to fill
+the gaps we found (see /work/shared/TESTSTACK.md):
+
+1. resourceVersion, uid, creationTimestamp, generation are assigned on every write (one global,
+   increasing resourceVersion, as etcd's revision); lists carry `apiVersion`, `kind: <Kind>List` and a
+   numeric `metadata.resourceVersion`.
+2. Label selectors (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`) and field selectors (any dotted
+   path, `=`/`==`/`!=`; e.g. `metadata.name`, `status.phase`, `involvedObject.uid`) on LIST and WATCH.
+3. WATCH honours `resourceVersion`: from a given version it replays only the later events from an
+   event log; without one it starts with ADDED for the current objects. `compact()` drops the log so
+   an older version gets the apiserver's answer: an `ERROR` event with a 410 Gone Status.
+   `timeoutSeconds` ends the stream; `break_watches()` cuts every open stream mid-way.
+4. PUT (replace) with the optimistic-concurrency check: a stale `metadata.resourceVersion` is a 409.
+   PATCH honours a `metadata.resourceVersion` in the patch the same way, applies JSON patches with
+   RFC 6902 semantics (a failed `test` op is a 422) and merge patches with RFC 7386 semantics
+   (strategic merge is treated as a merge patch: lists are replaced).
+5. The `status` subresource is kept apart, as the apiserver does for resources that declare it: writes
+   to the main resource leave `.status` alone, writes to `/status` change only `.status`.
+6. `pods/<name>/log` serves text set with `set_log()`, honouring `container`, `tailLines` and
+   `limitBytes` (which, as in the apiserver, keeps the *first* bytes of the selected lines).
+7. Bearer-token authentication when a token is configured (401 otherwise).
+8. Fault injection: `fail(status, times, ...)` answers the next matching requests with that status
+   (429 with a `Retry-After` header).
+9. What the real `kubectl` needs: core discovery says `groupVersion: "v1"` (KMock says `"/v1"`),
+   lists have `kind`/`apiVersion`, watch streams are `application/json`, Status bodies for errors.
+
+`running_emulator()` runs it in its own thread with its own event loop, so that the test's loop, the
+sync `kubernetes` client (in threads), the sidecar's asyncio HTTP client and `kubectl` subprocesses can
+all talk to it at once; `EmulatorHandle` offers thread-safe helpers to seed and change objects.
+The last section builds the objects the tests seed: a PyTorchJob and pods shaped like the corpus's,
+indexed Jobs, JobSets (with their child Jobs and pods, labelled as the JobSet controller does),
+TrainJobs, and `Decision`s to publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import copy
+import dataclasses
+import datetime
+import json
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import kmock
+from kmock._internal import rendering
+from kmock._internal.references import resource as Resource
+
+from podmortem.aggregator.kube.client import Kube, KubeSettings, load_configuration
+from podmortem.aggregator.publishing import Decision
+from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.k8s.backoff import Backoff
+
+JSON = dict[str, Any]
+Key = tuple[Resource, str | None, str]
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: dicts merge recursively, null deletes, everything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+_REQ = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+_EQ = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([A-Za-z0-9_./-]*)\s*$")
+_EXISTS = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*$")
+
+
+def _split_selector(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current)
+    return parts
+
+
+def match_labels(selector: str, labels: dict[str, str]) -> bool:
+    for term in _split_selector(selector or ""):
+        if m := _REQ.match(term):
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if (op == "in") != (labels.get(key) in values) or (op == "in" and key not in labels):
+                return False
+        elif m := _EQ.match(term):
+            key, op, value = m.groups()
+            if (labels.get(key) == value) != (op in ("=", "==")):
+                return False
+        elif m := _EXISTS.match(term):
+            if (m.group(2) in labels) == bool(m.group(1)):
+                return False
+        else:
+            raise ValueError(f"bad label selector term {term!r}")
+    return True
+
+
+def _lookup(obj: Any, dotted: str) -> str:
+    for part in dotted.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
+def match_fields(selector: str, obj: JSON) -> bool:
+    for term in _split_selector(selector or ""):
+        m = re.match(r"^\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
+        if not m:
+            raise ValueError(f"bad field selector term {term!r}")
+        path, op, value = m.groups()
+        if (_lookup(obj, path) == value) != (op in ("=", "==")):
+            return False
+    return True
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the emulator ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Fault:
+    status: int
+    times: int
+    methods: frozenset[str] = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+    plural: str | None = None
+    subresource: str | None = "*"  # "*": any; None: the main resource only
+    served: int = 0
+
+
+class _Problem(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+@attrs.define(kw_only=True)
+class PodmortemEmulator(kmock.KubernetesEmulator):
+    token: str | None = None
+    logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
+    faults: list[Fault] = attrs.field(factory=list)
+    history: list[tuple[int, Resource, str, JSON]] = attrs.field(factory=list)  # (rv, res, type, obj)
+    revision: int = 1000
+    compacted: int = 0  # events up to this revision are gone from `history`
+    watch_epoch: int = 0  # bumped by break_watches()
+    open_watches: int = 0
+    seen: list[tuple[str, str]] = attrs.field(factory=list)  # (method, path_qs) of every request
+    _changed: asyncio.Condition | None = attrs.field(default=None)
+
+    # -- discovery fixes for kubectl --
+
+    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+        payload = await super()._serve_version(request)
+        if isinstance(payload, dict):
+            payload["groupVersion"] = str(payload.get("groupVersion", "")).lstrip("/")
+        return payload
+
+    # -- the request path --
+
+    @property
+    def changed(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        raw = request._raw_request
+        self.seen.append((str(request.method.value), str(raw.path_qs) if raw is not None else ""))
+        res = request.resource
+        if res is None or res.plural is None:
+            return await super()._handle(request)  # discovery, /version, ...
+        try:
+            if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+                raise _Problem(401, "Unauthorized", "Unauthorized")
+            fault = self._fault(request)
+            if fault is not None:
+                headers = {"Retry-After": "0"} if fault.status == 429 else None
+                return self._status(fault.status, "Injected", f"injected fault {fault.status}", headers)
+            if not any(r == res for r in self._get_resources()):
+                raise _Problem(404, "NotFound", f"the server could not find the requested resource {res}")
+            return await self._dispatch(request, res)
+        except _Problem as p:
+            return self._status(p.status, p.reason, p.message)
+
+    def _fault(self, request: rendering.Request) -> Fault | None:
+        for fault in self.faults:
+            if fault.served >= fault.times or request.method.value not in fault.methods:
+                continue
+            if fault.plural is not None and request.resource is not None and fault.plural != request.resource.plural:
+                continue
+            if fault.subresource != "*" and fault.subresource != request.subresource:
+                continue
+            fault.served += 1
+            return fault
+        return None
+
+    @staticmethod
+    def _status(
+        code: int, reason: str, message: str, headers: dict[str, str] | None = None
+    ) -> aiohttp.web.StreamResponse:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "metadata": {},
+            "status": "Failure",
+            "code": code,
+            "reason": reason,
+            "message": message,
+        }
+        return aiohttp.web.json_response(body, status=code, headers=headers)
+
+    async def _dispatch(self, request: rendering.Request, res: Resource) -> aiohttp.web.StreamResponse:
+        method, name, sub = request.method.value, request.name, request.subresource
+        params = request.params
+        if method == "GET" and params.get("watch") in ("true", "1"):
+            return await self._watch(request, res)
+        if method == "GET" and name is None:
+            return aiohttp.web.json_response(self._list(request, res))
+        if method == "GET" and sub == "log":
+            return self._log(request)
+        if method == "GET" and sub in (None, "status") and name is not None:
+            return aiohttp.web.json_response(self._get(res, request.namespace, name))
+        if method == "POST" and name is None:
+            return aiohttp.web.json_response(await self._create(request, res), status=201)
+        if method == "PUT" and name is not None and sub in (None, "status"):
+            return aiohttp.web.json_response(await self._replace(request, res, name))
+        if method == "PATCH" and name is not None and sub in (None, "status"):
+            return aiohttp.web.json_response(await self._patch(request, res, name))
+        if method == "DELETE" and name is not None and sub is None:
+            return aiohttp.web.json_response(await self.remove(res, request.namespace, name))
+        raise _Problem(405, "MethodNotAllowed", f"{method} is not supported on this path")
+
+    # -- state --
+
+    def _kind(self, res: Resource) -> str:
+        for r in self._resources:
+            if r == res:
+                info = self._resources[r]
+                if info.kind:
+                    return str(info.kind)
+        return str(res.plural).rstrip("s").capitalize()
+
+    def _api_version(self, res: Resource) -> str:
+        return f"{res.group}/{res.version}" if res.group else str(res.version)
+
+    def _has_status(self, res: Resource) -> bool:
+        for r in self._resources:
+            if r == res:
+                return "status" in set(self._resources[r].subresources)
+        return False
+
+    def _current(self, res: Resource, namespace: str | None, name: str) -> JSON | None:
+        key = (res, namespace, name)
+        if key not in self._objects:
+            return None
+        obj = self._objects[key]
+        if obj.deleted:
+            return None
+        stored = obj.raw
+        meta = stored.setdefault("metadata", {})
+        if "resourceVersion" not in meta:  # seeded directly into `objects`: stamp it now
+            self._stamp(res, stored, namespace, name)
+            obj.history[-1] = stored
+        return copy.deepcopy(stored)
+
+    def _stamp(self, res: Resource, obj: JSON, namespace: str | None, name: str) -> None:
+        meta = obj.setdefault("metadata", {})
+        meta["name"] = name
+        if namespace is not None:
+            meta["namespace"] = namespace
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", now_rfc3339())
+        meta.setdefault("generation", 1)
+        self.revision += 1
+        meta["resourceVersion"] = str(self.revision)
+        obj.setdefault("apiVersion", self._api_version(res))
+        obj.setdefault("kind", self._kind(res))
+
+    async def _store(self, res: Resource, obj: JSON, event: str) -> JSON:
+        meta = obj["metadata"]
+        namespace, name = meta.get("namespace"), meta["name"]
+        self.revision += 1
+        meta["resourceVersion"] = str(self.revision)
+        key = (res, namespace, name)
+        if key in self._objects and event != "DELETED":
+            if self._objects[key].deleted:
+                self._objects[key].create(copy.deepcopy(obj))
+            else:
+                self._objects[key].history.append(copy.deepcopy(obj))
+        elif key not in self._objects:
+            self._objects[key] = copy.deepcopy(obj)
+        if event == "DELETED":
+            self._objects[key].delete()
+        self.history.append((self.revision, res, event, copy.deepcopy(obj)))
+        async with self.changed:
+            self.changed.notify_all()
+        return obj
+
+    def _get(self, res: Resource, namespace: str | None, name: str) -> JSON:
+        obj = self._current(res, namespace, name)
+        if obj is None:
+            raise _Problem(404, "NotFound", f'{res.plural} "{name}" not found')
+        return obj
+
+    def _matching(self, request: rendering.Request, res: Resource) -> list[JSON]:
+        out = []
+        for r, namespace, name in list(self._objects):
+            if r != res or (request.namespace is not None and namespace != request.namespace):
+                continue
+            obj = self._current(r, namespace, name)
+            if obj is not None and self._selected(request, obj):
+                out.append(obj)
+        return out
+
+    @staticmethod
+    def _selected(request: rendering.Request, obj: JSON) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return match_labels(request.params.get("labelSelector", ""), labels) and match_fields(
+            request.params.get("fieldSelector", ""), obj
+        )
+
+    def _list(self, request: rendering.Request, res: Resource) -> JSON:
+        return {
+            "apiVersion": self._api_version(res),
+            "kind": f"{self._kind(res)}List",
+            "metadata": {"resourceVersion": str(self.revision)},
+            "items": self._matching(request, res),
+        }
+
+    async def _create(self, request: rendering.Request, res: Resource) -> JSON:
+        obj = copy.deepcopy(request.data)
+        if not isinstance(obj, dict):
+            raise _Problem(400, "BadRequest", "body is not an object")
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        namespace = request.namespace or meta.get("namespace")
+        if self._current(res, namespace, meta.get("name", "")) is not None:
+            raise _Problem(409, "AlreadyExists", f'{res.plural} "{meta.get("name")}" already exists')
+        meta.pop("resourceVersion", None)
+        self._stamp(res, obj, namespace, meta["name"])
+        return await self._store(res, obj, "ADDED")
+
+    def _check_version(self, given: Any, current: JSON, name: str) -> None:
+        if given and str(given) != current["metadata"]["resourceVersion"]:
+            raise _Problem(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again",
+            )
+
+    def _finish_write(self, res: Resource, sub: str | None, old: JSON, new: JSON) -> JSON:
+        if self._has_status(res):
+            if sub == "status":
+                new = dict(old, status=new.get("status"))
+            elif "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        meta = new.setdefault("metadata", {})
+        for field in ("name", "namespace", "uid", "creationTimestamp"):
+            if field in old["metadata"]:
+                meta[field] = old["metadata"][field]
+        if sub is None and new.get("spec") != old.get("spec"):
+            meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        return new
+
+    async def _replace(self, request: rendering.Request, res: Resource, name: str) -> JSON:
+        old = self._get(res, request.namespace, name)
+        body = copy.deepcopy(request.data)
+        if not isinstance(body, dict):
+            raise _Problem(400, "BadRequest", "body is not an object")
+        self._check_version((body.get("metadata") or {}).get("resourceVersion"), old, name)
+        new = self._finish_write(res, request.subresource, old, body)
+        return await self._store(res, new, "MODIFIED")
+
+    async def _patch(self, request: rendering.Request, res: Resource, name: str) -> JSON:
+        old = self._get(res, request.namespace, name)
+        ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+        body = request.data
+        if ctype == "application/json-patch+json":
+            if not isinstance(body, list):
+                raise _Problem(400, "BadRequest", "a JSON patch is a list of operations")
+            try:
+                new = jsonpatch.apply_patch(copy.deepcopy(old), body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise _Problem(422, "Invalid", f"the JSON patch cannot be applied: {exc}") from exc
+        elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            if not isinstance(body, dict):
+                raise _Problem(400, "BadRequest", "a merge patch is an object")
+            self._check_version((body.get("metadata") or {}).get("resourceVersion"), old, name)
+            new = merge_patch(old, body)
+        else:
+            raise _Problem(415, "UnsupportedMediaType", f"the patch content type {ctype!r} is not supported")
+        new = self._finish_write(res, request.subresource, old, new)
+        return await self._store(res, new, "MODIFIED")
+
+    def _log(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        assert request.name is not None
+        self._get(Resource("", "v1", "pods"), request.namespace, request.name)
+        container = request.params.get("container", "")
+        text = self.logs.get((request.namespace or "", request.name, container))
+        if text is None:
+            raise _Problem(400, "BadRequest", f"container {container!r} has no log")
+        if "tailLines" in request.params:
+            n = int(request.params["tailLines"])
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-n:] if n else [])
+        data = text.encode()
+        if "limitBytes" in request.params:
+            data = data[: int(request.params["limitBytes"])]
+        return aiohttp.web.Response(body=data, content_type="text/plain")
+
+    async def _watch(self, request: rendering.Request, res: Resource) -> aiohttp.web.StreamResponse:
+        raw = request._raw_request
+        assert raw is not None
+        response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        since = request.params.get("resourceVersion", "")
+        timeout = float(request.params.get("timeoutSeconds", "0") or 0)
+        epoch = self.watch_epoch
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout > 0 else None
+
+        async def send(kind: str, obj: JSON) -> None:
+            await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+        self.open_watches += 1
+        try:
+            if since in ("", "0"):
+                for obj in self._matching(request, res):
+                    await send("ADDED", obj)
+                position = self.revision
+            elif int(since) < self.compacted:
+                gone = {
+                    "apiVersion": "v1",
+                    "kind": "Status",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": f"too old resource version: {since} ({self.compacted})",
+                    "reason": "Expired",
+                    "code": 410,
+                }
+                await send("ERROR", gone)
+                return response
+            else:
+                position = int(since)
+            while self.watch_epoch == epoch:
+                for rv, r, kind, obj in list(self.history):
+                    if rv <= position:
+                        continue
+                    position = rv  # past other resources' changes too, or the wait below never happens
+                    if r != res:
+                        continue
+                    ns = (obj.get("metadata") or {}).get("namespace")
+                    if request.namespace is not None and ns != request.namespace:
+                        continue
+                    if self._selected(request, obj):
+                        await send(kind, obj)
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                async with self.changed:
+                    if self.watch_epoch == epoch and (not self.history or self.history[-1][0] <= position):
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self.changed.wait(), timeout=min(remaining or 0.5, 0.5))
+            if self.watch_epoch != epoch:
+                # Cut mid-stream: drop the connection without finishing the chunked body.
+                if raw.transport is not None:
+                    raw.transport.close()
+                return response
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        finally:
+            self.open_watches -= 1
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+
+    # -- helpers called on the emulator's loop (via EmulatorHandle) --
+
+    # Shadows kmock's handler-DSL `put` (a route builder we never use on this class): the test-side name
+    # for "store this object" reads best as put, so the override is deliberate.
+    async def put(self, res: Resource, obj: JSON) -> JSON:  # type: ignore[override]
+        """Create or overwrite (status included) an object, as its controller or the kubelet would."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        namespace, name = meta.get("namespace"), meta["name"]
+        old = self._current(res, namespace, name)
+        if old is None:
+            meta.pop("resourceVersion", None)
+            self._stamp(res, obj, namespace, name)
+            return await self._store(res, obj, "ADDED")
+        for field in ("uid", "creationTimestamp", "generation"):
+            meta.setdefault(field, old["metadata"].get(field))
+        obj.setdefault("apiVersion", self._api_version(res))
+        obj.setdefault("kind", self._kind(res))
+        return await self._store(res, obj, "MODIFIED")
+
+    async def change(self, res: Resource, namespace: str | None, name: str, patch: JSON) -> JSON:
+        old = self._get(res, namespace, name)
+        return await self._store(res, merge_patch(old, patch), "MODIFIED")
+
+    async def remove(self, res: Resource, namespace: str | None, name: str) -> JSON:
+        obj = self._get(res, namespace, name)
+        return await self._store(res, obj, "DELETED")
+
+    async def compact(self) -> None:
+        self.compacted = self.revision
+        self.history.clear()
+        self.watch_epoch += 1  # the apiserver's watch cache expiring also ends the streams
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def break_watches(self) -> None:
+        self.watch_epoch += 1
+        async with self.changed:
+            self.changed.notify_all()
+
+
+# -- running it in a thread --------------------------------------------------------------------
+
+PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
+JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
+TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
+PODS = "v1/pods"
+JOBS = "batch/v1/jobs"
+EVENTS = "v1/events"
+
+
+@dataclasses.dataclass
+class EmulatorHandle:
+    """The emulator running in its own thread; every method is safe to call from any thread."""
+
+    emulator: PodmortemEmulator
+    loop: asyncio.AbstractEventLoop
+    url: str
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result(timeout=10)
+
+    def put(self, resource: str, obj: JSON) -> JSON:
+        result: JSON = self.call(self.emulator.put, Resource(resource), obj)
+        return result
+
+    def change(self, resource: str, namespace: str | None, name: str, patch: JSON) -> JSON:
+        result: JSON = self.call(self.emulator.change, Resource(resource), namespace, name, patch)
+        return result
+
+    def remove(self, resource: str, namespace: str | None, name: str) -> JSON:
+        result: JSON = self.call(self.emulator.remove, Resource(resource), namespace, name)
+        return result
+
+    def get(self, resource: str, namespace: str | None, name: str) -> JSON | None:
+        async def read() -> JSON | None:
+            return self.emulator._current(Resource(resource), namespace, name)
+
+        result: JSON | None = self.call(read)
+        return result
+
+    def list(self, resource: str, namespace: str | None = None) -> list[JSON]:
+        async def read() -> list[JSON]:
+            out = []
+            for r, ns, name in list(self.emulator.objects):
+                if r == Resource(resource) and (namespace is None or ns == namespace):
+                    obj = self.emulator._current(r, ns, name)
+                    if obj is not None:
+                        out.append(obj)
+            return out
+
+        result: list[JSON] = self.call(read)
+        return result
+
+    def compact(self) -> None:
+        self.call(self.emulator.compact)
+
+    def break_watches(self) -> None:
+        self.call(self.emulator.break_watches)
+
+    def fail(
+        self,
+        status: int,
+        times: int,
+        *,
+        methods: tuple[str, ...] = ("POST", "PUT", "PATCH", "DELETE"),
+        plural: str | None = None,
+        subresource: str | None = "*",
+    ) -> Fault:
+        fault = Fault(status, times, frozenset(methods), plural, subresource)
+
+        async def add() -> None:
+            self.emulator.faults.append(fault)
+
+        self.call(add)
+        return fault
+
+    def set_log(self, namespace: str, pod: str, container: str, text: str) -> None:
+        self.emulator.logs[(namespace, pod, container)] = text
+
+    def requests(self) -> builtins.list[tuple[str, str]]:
+        return list(self.emulator.seen)
+
+    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        token = self.emulator.token or "test-token"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "emu", "cluster": {"server": self.url}}],
+                    "users": [{"name": "emu", "user": {"token": token}}],
+                    "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "emu", "namespace": namespace}}],
+                    "current-context": "emu",
+                }
+            )
+        )
+        return path
+
+
+def declare_resources(emu: PodmortemEmulator) -> None:
+    emu.resources.load_bundled()
+    emu.resources[PYTORCHJOBS] = kmock.ResourceInfo(
+        kind="PyTorchJob", singular="pytorchjob", namespaced=True, subresources={"status"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    )  # fmt: skip
+    emu.resources[JOBSETS] = kmock.ResourceInfo(
+        kind="JobSet", singular="jobset", namespaced=True, subresources={"status"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    )  # fmt: skip
+    emu.resources[TRAINJOBS] = kmock.ResourceInfo(
+        kind="TrainJob", singular="trainjob", namespaced=True, subresources={"status"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def running_emulator(token: str | None = "test-token") -> Iterator[EmulatorHandle]:
+    """Start the emulator on 127.0.0.1 (a free port) in a daemon thread; stop it on exit."""
+    ready: dict[str, Any] = {}
+    started = threading.Event()
+    stop: asyncio.Event | None = None
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        emu = PodmortemEmulator(token=token)
+        declare_resources(emu)
+        async with emu, kmock.Server(emu, host="127.0.0.1", port=0) as srv:
+            ready["handle"] = EmulatorHandle(emu, asyncio.get_running_loop(), str(srv.url).rstrip("/"))
+            started.set()
+            await stop.wait()
+            await emu.break_watches()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # pragma: no cover - surfaced to the test below
+            ready["error"] = exc
+            started.set()
+
+    thread = threading.Thread(target=run, name="kube-emulator", daemon=True)
+    thread.start()
+    started.wait(timeout=30)
+    if "error" in ready:
+        raise RuntimeError("the emulator did not start") from ready["error"]
+    handle: EmulatorHandle = ready["handle"]
+    try:
+        yield handle
+    finally:
+        assert stop is not None
+        handle.loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=10)
+
+
+# -- objects the tests seed ---------------------------------------------------------------------
+
+NS = "kubeflow-user"
+JOB = "mixtral-cpt"
+CONTROLLER_CONDITIONS = [
+    {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": "created",
+     "lastTransitionTime": "2026-11-21T15:05:40Z", "lastUpdateTime": "2026-11-21T15:05:40Z"},
+    {"type": "Running", "status": "False", "reason": "PyTorchJobRunning", "message": "was running",
+     "lastTransitionTime": "2026-11-21T15:06:12Z", "lastUpdateTime": "2026-11-21T15:06:12Z"},
+    {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "worker 1 failed",
+     "lastTransitionTime": "2026-11-21T15:06:12Z", "lastUpdateTime": "2026-11-21T15:06:12Z"},
+]  # fmt: skip
+
+
+def pytorchjob(
+    name: str = JOB, workers: int = 3, master: bool = False, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    specs: dict[str, Any] = {"Worker": {"replicas": workers, "restartPolicy": "Never", "template": {}}}
+    if master:
+        specs["Master"] = {"replicas": 1, "restartPolicy": "Never", "template": {}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": NS, "annotations": dict(annotations or {})},
+        "spec": {"pytorchReplicaSpecs": specs},
+        "status": {"conditions": copy.deepcopy(CONTROLLER_CONDITIONS)},
+    }
+
+
+def training_pod(job: dict[str, Any], index: int, rtype: str = "worker", phase: str = "Running") -> dict[str, Any]:
+    name = f"{job['metadata']['name']}-{rtype}-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {
+                "training.kubeflow.org/job-name": job["metadata"]["name"],
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                "training.kubeflow.org/replica-type": rtype,
+                "training.kubeflow.org/replica-index": str(index),
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "PyTorchJob",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"].get("uid", ""),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"nodeName": f"node-{index}", "hostname": name, "containers": [{"name": "pytorch", "image": "t"}]},
+        "status": {
+            "phase": phase,
+            "podIP": f"10.0.0.{10 + index}",
+            "containerStatuses": [
+                {"name": "pytorch", "restartCount": 0, "state": {"running": {"startedAt": "2026-11-21T15:05:49Z"}}}
+            ],
+        },
+    }
+
+
+def terminated(exit_code: int, reason: str = "Error") -> dict[str, Any]:
+    return {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": exit_code,
+                            "reason": reason,
+                            "startedAt": "2026-11-21T15:05:49Z",
+                            "finishedAt": "2026-11-21T15:06:10Z",
+                        }
+                    },
+                }
+            ],
+        }
+    }
+
+
+def seed_pytorchjob(api: EmulatorHandle, workers: int = 3, **annotations: str) -> tuple[dict[str, Any], list[str]]:
+    job = api.put(PYTORCHJOBS, pytorchjob(workers=workers, annotations=annotations))
+    pods = [api.put(PODS, training_pod(job, i))["metadata"]["name"] for i in range(workers)]
+    return job, pods
+
+
+def indexed_job(name: str, completions: int, owner: dict[str, Any] | None = None, **labels: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": dict(labels)}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+             "uid": owner["metadata"]["uid"], "controller": True}
+        ]  # fmt: skip
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"completionMode": "Indexed", "completions": completions, "parallelism": completions},
+    }
+
+
+def indexed_pod(job: dict[str, Any], index: int, **labels: str) -> dict[str, Any]:
+    name = f"{job['metadata']['name']}-{index}-abcde"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {
+                "batch.kubernetes.io/job-name": job["metadata"]["name"],
+                "batch.kubernetes.io/job-completion-index": str(index),
+                **labels,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"nodeName": f"node-{index}", "containers": [{"name": "trainer"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def jobset(name: str, replicated: list[tuple[str, int, int]], owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+             "uid": owner["metadata"]["uid"], "controller": True}
+        ]  # fmt: skip
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": meta,
+        "spec": {
+            "replicatedJobs": [
+                {"name": rj, "replicas": replicas,
+                 "template": {"spec": {"completionMode": "Indexed", "completions": pods, "parallelism": pods}}}
+                for rj, replicas, pods in replicated
+            ]
+        },
+    }  # fmt: skip
+
+
+def seed_jobset(
+    api: EmulatorHandle, name: str, replicated: list[tuple[str, int, int]], owner: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A JobSet, its child Jobs and their pods, labelled as the JobSet controller does."""
+    js = api.put(JOBSETS, jobset(name, replicated, owner))
+    pods = []
+    global_index = 0
+    for rj, replicas, per_job in replicated:
+        for j in range(replicas):
+            labels = {
+                "jobset.sigs.k8s.io/jobset-name": name,
+                "jobset.sigs.k8s.io/replicatedjob-name": rj,
+                "jobset.sigs.k8s.io/job-index": str(j),
+                "jobset.sigs.k8s.io/job-global-index": str(global_index),
+                "jobset.sigs.k8s.io/restart-attempt": "0",
+            }
+            child = api.put(JOBS, indexed_job(f"{name}-{rj}-{j}", per_job, js, **labels))
+            for i in range(per_job):
+                pods.append(api.put(PODS, indexed_pod(child, i, **labels)))
+            global_index += 1
+    return js, pods
+
+
+def trainjob(name: str, num_nodes: int | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"}, "trainer": {}}
+    if num_nodes is not None:
+        spec["trainer"]["numNodes"] = num_nodes
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+def decision(
+    pod: str | None = f"{JOB}-worker-1",
+    revision: int = 1,
+    category: str | None = "user_code",
+    message: str = "ValueError: bad label 7 in batch 1234",
+    job: JobRef | None = None,
+    members: tuple[str, ...] = (f"{JOB}-worker-0", f"{JOB}-worker-1", f"{JOB}-worker-2"),
+) -> Decision:
+    job = job or JobRef(NS, JOB, "PyTorchJob")
+    incident = Incident(
+        job=job,
+        world_size=len(members),
+        members=tuple(Member(pod=m, namespace=job.namespace) for m in members),
+        attempt="",
+        incident_id=f"{job.namespace}.{job.name}.0",
+        opened_at=1795271119.0,
+    )
+    verdict = Verdict(
+        pod=pod,
+        category=category,  # type: ignore[arg-type]
+        retryable=False if pod else None,
+        summary="rank 1 raised ValueError first; the others lost their peer" if pod else "all pods succeeded",
+        rank=1 if pod else None,
+        node="node-1" if pod else "",
+        exception_type="ValueError" if pod else "",
+        message=message if pod else "",
+        evidence=("error file: ValueError at 15:06:10", "peers: gloo connection closed by peer"),
+        confidence=0.92,
+        rule="python-exception",
+    )
+    return Decision(
+        incident=incident,
+        verdict=verdict,
+        decided_at=1795271125.0,
+        revision=revision,
+        closed_by="quorum",
+        reported=len(members),
+    )
+
+
+def make_kube(api: EmulatorHandle, tmp_path: Path, **kwargs: Any) -> Kube:
+    settings = KubeSettings(kubeconfig=str(api.kubeconfig(tmp_path / "kubeconfig", NS)))
+    options: dict[str, Any] = {"backoff": Backoff(0.001, 0.01, jitter=0), "watch_timeout": 30}
+    options.update(kwargs)
+    return Kube(load_configuration(settings), **options)
+
+
+async def eventually(check: Callable[[], bool], what: str = "condition", limit: float = 10.0) -> None:
+    """Wait (bounded, polling) until `check()` holds; fail naming `what` when it never does."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while not check():
+        if loop.time() > end:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.01)

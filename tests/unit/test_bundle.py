@@ -1,0 +1,235 @@
+"""Bundle loading: real files in tmp_path, the shared fold, rank inference, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podmortem.core.model import Member
+from podmortem.offline.bundle import BundleError, assign_ranks, load_bundle
+
+
+def pod_json(
+    name: str,
+    *,
+    rtype: str = "worker",
+    index: int = 0,
+    exit_code: int = 1,
+    signal: int | None = None,
+    reason: str = "Error",
+    ip: str = "10.0.0.1",
+    deleted: str | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    term: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": "2026-11-21T14:58:00Z",
+        "finishedAt": "2026-11-21T14:58:20Z",
+    }
+    if signal is not None:
+        term["signal"] = signal
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ns",
+        "uid": f"uid-{name}",
+        "creationTimestamp": "2026-11-21T14:57:58Z",
+        "labels": {
+            "training.kubeflow.org/job-name": "job",
+            "training.kubeflow.org/replica-type": rtype,
+            "training.kubeflow.org/replica-index": str(index),
+        },
+        "ownerReferences": [{"kind": "PyTorchJob", "name": "job", "uid": "job-uid", "controller": True}],
+    }
+    if deleted:
+        meta["deletionTimestamp"] = deleted
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": f"node-{name}", "hostname": name, "containers": [{"name": "pytorch"}]},
+        "status": {
+            "phase": "Failed",
+            "podIP": ip,
+            "conditions": conditions or [],
+            "containerStatuses": [{"name": "pytorch", "restartCount": 0, "state": {"terminated": term}}],
+        },
+    }
+
+
+def error_json(message: str, ts: int) -> dict[str, Any]:
+    return {
+        "message": {
+            "message": message,
+            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": str(ts)},
+            "errorCode": 1,
+        }
+    }
+
+
+def make_bundle(
+    root: Path,
+    pods: dict[str, dict[str, Any]],
+    errors: dict[str, Any] | None = None,
+    logs: dict[str, str] | None = None,
+    world_size: int | None = None,
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "incident.json").write_text(
+        json.dumps(
+            {
+                "job": {"namespace": "ns", "name": "job", "kind": "PyTorchJob", "uid": "job-uid"},
+                "world_size": world_size or len(pods),
+            }
+        )
+    )
+    for name, pod in pods.items():
+        d = root / "pods" / name
+        d.mkdir(parents=True)
+        (d / "pod.json").write_text(json.dumps(pod))
+        if errors and name in errors:
+            e = errors[name]
+            (d / "error.json").write_text(e if isinstance(e, str) else json.dumps(e))
+        if logs and name in logs:
+            (d / "log.txt").write_text(logs[name])
+    return root
+
+
+TS = 1795273090  # 2026-11-21T14:58:10Z
+
+
+def test_loads_members_through_the_fold(tmp_path: Path) -> None:
+    b = make_bundle(
+        tmp_path / "b",
+        {
+            "job-master-0": pod_json("job-master-0", rtype="master", ip="10.0.0.1"),
+            "job-worker-0": pod_json(
+                "job-worker-0", index=0, ip="10.0.0.2", exit_code=143, signal=15, deleted="2026-11-21T14:58:21Z"
+            ),
+            "job-worker-1": pod_json(
+                "job-worker-1",
+                index=1,
+                ip="10.0.0.3",
+                conditions=[
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "lastTransitionTime": "2026-11-21T14:58:05Z",
+                    }
+                ],
+            ),
+        },
+        errors={"job-master-0": error_json("ValueError: bad", TS)},
+        logs={"job-worker-0": "hello\n"},
+    )
+    inc = load_bundle(b)
+    assert inc.job.name == "job" and inc.world_size == 3 and inc.incident_id == "b"
+    m = {x.pod: x for x in inc.members}
+    assert [x.pod for x in inc.members] == ["job-master-0", "job-worker-0", "job-worker-1"]
+    assert m["job-master-0"].error is not None and m["job-master-0"].error.timestamp == TS
+    assert m["job-master-0"].error.exception_type == "ValueError"
+    assert m["job-worker-0"].termination is not None and m["job-worker-0"].termination.exit_code == 143
+    assert m["job-worker-0"].deleted_at is not None and m["job-worker-0"].log_tail == "hello\n"
+    cond = m["job-worker-1"].condition("DisruptionTarget")
+    assert cond is not None and cond.reason == "PreemptionByScheduler"
+    # Kubeflow ranks with a Master replica: master-0 is 0, worker-i is i+1.
+    assert (m["job-master-0"].rank, m["job-worker-0"].rank, m["job-worker-1"].rank) == (0, 1, 2)
+    # No sidecar observed a bundle: the fold's read-time stamps are not evidence.
+    assert all(x.error_observed_at is None and x.termination_observed_at is None for x in inc.members)
+
+
+def test_ranks_without_a_master_replica() -> None:
+    members = [Member(pod=f"w-{i}", replica_type="worker", replica_index=i) for i in (2, 0, 1)]
+    assert [m.rank for m in assign_ranks(members)] == [2, 0, 1]
+    with_master = [Member(pod="m-0", replica_type="Master", replica_index=0), *members]
+    assert [m.rank for m in assign_ranks(with_master)] == [0, 3, 1, 2]
+    known = [Member(pod="w-0", replica_type="worker", replica_index=0, rank=7)]
+    assert assign_ranks(known)[0].rank == 7
+
+
+def test_garbage_error_file_is_kept_as_unreadable(tmp_path: Path) -> None:
+    b = make_bundle(tmp_path / "b", {"w-0": pod_json("w-0", exit_code=139, signal=11)}, errors={"w-0": "{oops"})
+    (m,) = load_bundle(b).members
+    assert m.error is not None and m.error.parse_error
+
+
+def test_truth_json_is_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = make_bundle(tmp_path / "b", {"w-0": pod_json("w-0")})
+    (b / "truth.json").write_text(json.dumps({"root_pod": "w-0"}))
+    real_open = Path.open
+    real_read = Path.read_text
+
+    def guard_open(self: Path, *a: Any, **k: Any) -> Any:
+        assert self.name != "truth.json", "the bundle loader read truth.json"
+        return real_open(self, *a, **k)
+
+    def guard_read(self: Path, *a: Any, **k: Any) -> str:
+        assert self.name != "truth.json", "the bundle loader read truth.json"
+        return real_read(self, *a, **k)
+
+    monkeypatch.setattr(Path, "open", guard_open)
+    monkeypatch.setattr(Path, "read_text", guard_read)
+    assert load_bundle(b).members[0].pod == "w-0"
+
+
+@pytest.mark.parametrize(
+    ("breakage", "expected"),
+    [
+        ("no-dir", "no such directory"),
+        ("file", "not a directory"),
+        ("no-incident", "incident.json not found"),
+        ("bad-incident-json", "incident.json is not valid JSON"),
+        ("incident-not-object", "must be a JSON object"),
+        ("incident-no-job", "'job' must be an object"),
+        ("bad-world-size", "'world_size' must be a positive integer"),
+        ("no-pods", "no pods/ directory"),
+        ("empty-pods", "no pod directories"),
+        ("pod-json-missing", "pod.json not found"),
+        ("pod-json-garbage", "pod.json is not valid JSON"),
+        ("pod-json-not-pod", "not a Pod object"),
+    ],
+)
+def test_broken_bundles_raise_one_clear_line(tmp_path: Path, breakage: str, expected: str) -> None:
+    b = make_bundle(tmp_path / "b", {"w-0": pod_json("w-0")})
+    target: Path = b
+    if breakage == "no-dir":
+        target = tmp_path / "absent"
+    elif breakage == "file":
+        target = b / "incident.json"
+    elif breakage == "no-incident":
+        (b / "incident.json").unlink()
+    elif breakage == "bad-incident-json":
+        (b / "incident.json").write_text("{")
+    elif breakage == "incident-not-object":
+        (b / "incident.json").write_text("[]")
+    elif breakage == "incident-no-job":
+        (b / "incident.json").write_text(json.dumps({"world_size": 1}))
+    elif breakage == "bad-world-size":
+        (b / "incident.json").write_text(json.dumps({"job": {"name": "j"}, "world_size": "two"}))
+    elif breakage == "no-pods":
+        (b / "pods" / "w-0" / "pod.json").unlink()
+        (b / "pods" / "w-0").rmdir()
+        (b / "pods").rmdir()
+    elif breakage == "empty-pods":
+        (b / "pods" / "w-0" / "pod.json").unlink()
+        (b / "pods" / "w-0").rmdir()
+    elif breakage == "pod-json-missing":
+        (b / "pods" / "w-0" / "pod.json").unlink()
+    elif breakage == "pod-json-garbage":
+        (b / "pods" / "w-0" / "pod.json").write_text("not json at all")
+    elif breakage == "pod-json-not-pod":
+        (b / "pods" / "w-0" / "pod.json").write_text(json.dumps({"kind": "Pod"}))
+    with pytest.raises(BundleError) as info:
+        load_bundle(target)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_large_log_keeps_the_tail(tmp_path: Path) -> None:
+    big = "".join(f"line {i}\n" for i in range(60_000)) + "RuntimeError: the end\n"
+    b = make_bundle(tmp_path / "b", {"w-0": pod_json("w-0")}, logs={"w-0": big})
+    tail = load_bundle(b).members[0].log_tail
+    assert tail.endswith("RuntimeError: the end\n") and len(tail) < len(big) and tail.startswith("line ")

@@ -1,0 +1,557 @@
+"""The decision engine on small hand-made incidents, one failure family per test.
+
+Members are built directly (no bundle files) so that each test states exactly the evidence it gives
+the engine — including partial evidence, as the aggregator sees it before every member has reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from podmortem.core.engine import TIE_SECONDS, assess, decide, parse_log
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.model import CATEGORIES, Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict
+from podmortem.core.rules import load_rules
+
+T0 = 1_800_000_000.0  # a whole second
+JOB = JobRef("ns", "job", "PyTorchJob")
+
+GLOO_CLOSED = (
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[{ip}]:4455. This is typically caused by a remote worker crashing."
+)
+GLOO_TIMEOUT = (
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+    "{ms}ms for recv operation to complete"
+)
+SIGTERM = "SignalException: Process 4242 got signal: 15"
+
+
+def member(
+    pod: str,
+    *,
+    rank: int | None = None,
+    ip: str = "",
+    msg: str | None = None,
+    ts: float | None = None,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    reason: str = "Error",
+    finished: float | None = None,
+    log: str = "",
+    conditions: tuple[Condition, ...] = (),
+    phase: str = "",
+    phase_reason: str = "",
+    running: bool = False,
+    offset: float | None = None,
+    observed: float | None = None,
+    node: str = "",
+) -> Member:
+    error = None
+    if msg is not None:
+        error = ErrorRecord(
+            message=msg, exception_type=exception_type_of(msg), timestamp=int(ts) if ts is not None else None
+        )
+    term = None
+    if exit_code is not None:
+        term = Termination(exit_code=exit_code, signal=signal, reason=reason, finished_at=finished)
+    return Member(
+        pod=pod,
+        rank=rank,
+        pod_ip=ip,
+        node=node or f"node-{pod}",
+        error=error,
+        termination=term,
+        conditions=conditions,
+        phase=phase or ("Failed" if exit_code else ""),
+        phase_reason=phase_reason,
+        running=running,
+        log_tail=log,
+        clock_offset=offset,
+        error_observed_at=observed,
+    )
+
+
+def incident(*members: Member, world_size: int | None = None) -> Incident:
+    return Incident(job=JOB, world_size=world_size or len(members), members=members)
+
+
+def check(v: Verdict, pod: str | None, category: str | None, retryable: bool | None) -> None:
+    assert (v.pod, v.category, v.retryable) == (pod, category, retryable), (v.summary, v.evidence)
+    assert v.category is None or v.category in CATEGORIES
+    assert 0.0 <= v.confidence <= 1.0
+
+
+def cascade(root: Member, n: int = 4, start: float = T0, ip_of_root: str = "10.0.0.1") -> tuple[Member, ...]:
+    """The root and n-1 peers that die of it: two name it, one is torn down by the cleanup."""
+    peers: list[Member] = []
+    for i in range(1, n):
+        pod = f"w-{i}"
+        if i == n - 1:
+            peers.append(member(pod, rank=i, ip=f"10.0.0.{i + 1}", msg=SIGTERM, ts=start + 2, exit_code=1))
+        else:
+            addr = ip_of_root if i % 2 else "127.0.0.1"
+            peers.append(
+                member(
+                    pod,
+                    rank=i,
+                    ip=f"10.0.0.{i + 1}",
+                    msg=GLOO_CLOSED.format(ip=addr),
+                    ts=start,
+                    exit_code=143,
+                    signal=15,
+                )
+            )
+    return (root, *peers)
+
+
+# --- primary failures of each family --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "category", "retryable"),
+    [
+        ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "hardware", True),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "hardware", True),
+        ("RuntimeError: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "hardware", True),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1333, unhandled system error "
+            "(run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1",
+            "network",
+            True,
+        ),
+        ("FileNotFoundError: [Errno 2] No such file or directory: '/mnt/data/train-00017.parquet'", "infra", True),
+        ("OSError: [Errno 28] No space left on device: '/ckpt/step-900'", "infra", True),
+        ("ValueError: loss is nan at step 812", "user_code", False),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.", "gpu_oom", False),
+        ("RuntimeError: DataLoader worker (pid 311) is killed by signal: Killed. ", "host_oom", False),
+    ],
+)
+def test_root_is_the_member_with_its_own_failure(message: str, category: str, retryable: bool) -> None:
+    # The root wrote its file a second *after* two of its victims (same-second races and skew are normal).
+    root = member("w-0", rank=0, ip="10.0.0.1", msg=message, ts=T0 + 1, exit_code=1)
+    v = decide(incident(*cascade(root)))
+    check(v, "w-0", category, retryable)
+    assert v.rank == 0 and v.node == "node-w-0"
+    assert {s.pod for s in v.secondary} == {"w-1", "w-2", "w-3"}
+    assert v.summary.count("\n") <= 1 and "w-0" in v.summary
+    assert v.message and v.rule
+
+
+def test_secondaries_say_why() -> None:
+    root = member("w-0", rank=0, ip="10.0.0.1", msg="KeyError: 'lr'", ts=T0, exit_code=1)
+    v = decide(incident(*cascade(root)))
+    why = {s.pod: s.reason for s in v.secondary}
+    assert "connection closed by peer" in why["w-1"] and "10.0.0.1 is w-0" in why["w-1"]
+    assert "torn down" in why["w-3"]
+    assert v.exception_type == "KeyError"
+
+
+def test_sigterm_teardown_is_never_the_root_when_someone_failed() -> None:
+    root = member("w-2", rank=2, msg="IndexError: Target 9 is out of bounds.", ts=T0 + 3, exit_code=1)
+    torn = [member(f"w-{i}", rank=i, msg=SIGTERM, ts=T0, exit_code=1) for i in (0, 1)]
+    v = decide(incident(*torn, root, member("w-3", rank=3, exit_code=143, signal=15, finished=T0)))
+    check(v, "w-2", "user_code", False)
+
+
+def test_oomkilled_container_without_error_file() -> None:
+    root = member("w-1", rank=1, ip="10.0.0.2", exit_code=137, signal=9, reason="OOMKilled", finished=T0 + 1)
+    peer = member("w-0", rank=0, msg=GLOO_CLOSED.format(ip="10.0.0.2"), ts=T0, exit_code=1)
+    v = decide(incident(peer, root))
+    check(v, "w-1", "host_oom", False)
+    assert v.rule == "k8s.oomkilled"
+
+
+def test_oomkilled_overrides_a_secondary_error_file() -> None:
+    # One worker of the pod was OOM-killed; its sibling saw the peer go and its file is the one copied.
+    root = member("w-1", rank=1, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0, exit_code=1, reason="OOMKilled")
+    peer = member("w-0", rank=0, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0, exit_code=1)
+    check(decide(incident(peer, root)), "w-1", "host_oom", False)
+
+
+@pytest.mark.parametrize("code", [139, 134])
+def test_native_crash_exit_code(code: int) -> None:
+    root = member("w-0", rank=0, exit_code=code, signal=code - 128, finished=T0 + 2)
+    v = decide(incident(*cascade(root)))
+    check(v, "w-0", "crash", False)
+
+
+SEGV_LOG = """\
+[rank1] step 10 loss 1.2 acc 0.5 (0.2 s/step)
+Fatal Python error: Segmentation fault
+E1121 14:58:15.596000 21520 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed \
+(exitcode: -11) local_rank: 0 (pid: 21525) of binary: /usr/bin/python3
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_14:58:15
+  host      : w-1.job.ns.svc.cluster.local
+  rank      : 1 (local_rank: 0)
+  exitcode  : -11 (pid: 21525)  (SIGSEGV)
+  error_file: <N/A>
+  traceback : Signal 11 (SIGSEGV) received by PID 21525
+============================================================
+"""
+
+
+def test_segfault_found_in_the_log_tail() -> None:
+    # The agent exits 1 and writes no error file: only torch's failure summary in the log says SIGSEGV.
+    t = 1795273095.0  # 2026-11-21T14:58:15Z
+    root = member("w-1", rank=1, ip="10.0.0.2", exit_code=1, finished=t + 1, log=SEGV_LOG)
+    peer = member(
+        "w-0",
+        rank=0,
+        msg="RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [10.0.0.2]:50065: Connection reset by peer.",
+        ts=t,
+        exit_code=1,
+    )
+    v = decide(incident(peer, root))
+    check(v, "w-1", "crash", False)
+    assert v.extra["global_rank"] == 1
+    assert v.extra["failed_at"] == pytest.approx(1795273095.1, abs=0.5)  # the sub-second glog line
+
+
+def test_sys_exit_without_exception_from_the_log() -> None:
+    log = SEGV_LOG.replace("-11 (pid: 21525)  (SIGSEGV)", "2 (pid: 21525)").replace(
+        "Signal 11 (SIGSEGV) received by PID 21525", "To enable traceback see: https://pytorch.org/docs/"
+    )
+    root = member("w-1", rank=1, exit_code=1, finished=T0, log=log)
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0 - 1, exit_code=1) for i in (0, 2)]
+    v = decide(incident(peers[0], root, peers[1]))
+    check(v, "w-1", "user_code", False)
+    assert v.rule == "exit.code-2"
+
+
+def test_exit_1_without_any_message_is_a_weak_root() -> None:
+    root = member("w-3", rank=3, exit_code=1, finished=T0 + 1)
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0, exit_code=1) for i in range(3)]
+    v = decide(incident(*peers, root))
+    check(v, "w-3", "user_code", False)
+    assert v.confidence <= 0.7
+
+
+# --- preemption, node lost, hang ---------------------------------------------------------------------
+
+
+def test_preemption_by_disruption_target() -> None:
+    cond = Condition("DisruptionTarget", "True", "PreemptionByScheduler", "preempting", last_transition_time=T0)
+    root = member("w-2", rank=2, ip="10.0.0.3", msg=SIGTERM, ts=T0, exit_code=1, conditions=(cond,))
+    others = [
+        member("w-0", rank=0, msg=SIGTERM, ts=T0 + 4, exit_code=1),  # cleanup SIGTERM later
+        member("w-1", rank=1, msg=GLOO_CLOSED.format(ip="10.0.0.3"), ts=T0 + 1, exit_code=143, signal=15),
+    ]
+    v = decide(incident(*others, root))
+    check(v, "w-2", "preemption", True)
+    assert v.rule == "k8s.preempted"
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        member("w-1", rank=1, exit_code=137, reason="ContainerStatusUnknown"),
+        member("w-1", rank=1, phase="Unknown", phase_reason="NodeLost", running=True),
+        member(
+            "w-1",
+            rank=1,
+            exit_code=137,
+            reason="Error",
+            conditions=(
+                Condition("DisruptionTarget", "True", "DeletionByTaintManager", "", last_transition_time=T0 + 60),
+            ),
+        ),
+    ],
+    ids=["container-status-unknown", "phase-unknown-nodelost", "deletion-by-taint-manager"],
+)
+def test_node_lost(lost: Member) -> None:
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_TIMEOUT.format(ms=12000), ts=T0 + 20, exit_code=1) for i in (0, 2, 3)]
+    v = decide(incident(peers[0], lost, *peers[1:]))
+    check(v, "w-1", "node_lost", True)
+    assert v.extra["failed_at"] == pytest.approx(T0 + 20 + 0.5 - 12, abs=1.0)  # when the peers began waiting
+
+
+def test_hang_root_is_the_member_that_did_not_time_out() -> None:
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_TIMEOUT.format(ms=15000), ts=T0, exit_code=1) for i in range(5)]
+    hung = member("w-5", rank=5, msg=SIGTERM, ts=T0 + 3, exit_code=1)  # torn down by the cleanup
+    v = decide(incident(*peers, hung))
+    check(v, "w-5", "hang", True)
+    assert len(v.secondary) == 5 and all("timed out" in s.reason for s in v.secondary)
+
+
+def test_hang_root_still_running() -> None:
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_TIMEOUT.format(ms=10000), ts=T0, exit_code=1) for i in (0, 1)]
+    hung = member("w-2", rank=2, running=True, phase="Running")
+    check(decide(incident(*peers, hung)), "w-2", "hang", True)
+
+
+HANG_LOG_SILENT = """\
+[2026-11-21 15:08:11,494][train][INFO] - rank 2: starting: world_size=4 local_rank=0
+[2026-11-21 15:08:11,622][train][INFO] - rank 3: starting: world_size=4 local_rank=1
+[2026-11-21 15:08:15,770][train][INFO] - rank 3: step 0 loss 1.3420
+[2026-11-21 15:08:15,772][train][INFO] - rank 2: step 0 loss 1.3277
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/opt/app/train.py", line 310, in main
+[rank2]: RuntimeError: [gloo/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete
+"""
+HANG_LOG_BOTH = """\
+[2026-11-21 15:08:16,770][train][INFO] - rank 1: step 0 loss 1.4583
+[2026-11-21 15:08:16,771][train][INFO] - rank 0: step 0 loss 1.4024
+[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:16522.
+[rank0]: RuntimeError: [gloo/tcp/unbound_buffer.cc:129] Timed out waiting 10000ms for send operation to complete
+"""
+
+
+def test_hang_inside_a_pod_with_a_silent_rank() -> None:
+    # Two workers per pod; rank 3 hangs, its sibling rank 2 times out, the other pod's ranks fail too.
+    a = member("w-0", rank=0, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0 + 1, exit_code=1, log=HANG_LOG_BOTH)
+    b = member("w-1", rank=1, msg=GLOO_TIMEOUT.format(ms=10000), ts=T0, exit_code=1, log=HANG_LOG_SILENT)
+    v = decide(incident(a, b))
+    check(v, "w-1", "hang", True)
+    assert any("rank(s) 3 never raised" in e for e in v.evidence)
+
+
+def test_hang_without_a_visible_stuck_member_is_still_a_hang() -> None:
+    # Without logs nobody stands out; the pod that waited first is the best guess, with low confidence.
+    a = member("w-0", rank=0, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0 + 1, exit_code=1)
+    b = member("w-1", rank=1, msg=GLOO_TIMEOUT.format(ms=10000), ts=T0, exit_code=1)
+    v = decide(incident(a, b))
+    check(v, "w-1", "hang", True)
+    assert v.confidence <= 0.35 and v.rule == "engine.hang-unlocated"
+
+
+def test_network_error_among_watchdog_timeouts() -> None:
+    watchdog = (
+        "RuntimeError: [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80, "
+        "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."
+    )
+    peers = [member(f"w-{i}", rank=i, msg=watchdog.format(r=i), ts=T0 + 600, exit_code=1) for i in (0, 2, 3)]
+    remote = member(
+        "w-1",
+        rank=1,
+        msg="torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process "
+        "exited or there was a network error\nncclRemoteError: socketProgress: Connection reset",
+        ts=T0,
+        exit_code=1,
+    )
+    check(decide(incident(peers[0], remote, *peers[1:])), "w-1", "network", True)
+
+
+def test_slow_exception_handler_still_wins_over_earlier_timeouts() -> None:
+    # The root spends 16 s in an emergency-checkpoint handler; its peers time out (10 s) and write first.
+    root = member("w-1", rank=1, msg="KeyError: 'cosine_restarts'", ts=T0 + 16, exit_code=1)
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_TIMEOUT.format(ms=10000), ts=T0 + 10, exit_code=1) for i in (0, 2, 3)]
+    v = decide(incident(peers[0], root, *peers[1:]))
+    check(v, "w-1", "user_code", False)
+    assert any("before it wrote its error" in e for e in v.evidence)
+
+
+# --- ordering: clocks, sub-second times, ties -------------------------------------------------------------
+
+
+def test_skewed_clocks_do_not_make_a_victim_the_root() -> None:
+    # The victims' clocks run 8 s behind: their files look 7 s older than the root's.
+    root = member("w-4", rank=4, ip="10.0.0.5", msg="ValueError: invalid literal for int()", ts=T0 + 8, exit_code=1)
+    peers = [
+        member(f"w-{i}", rank=i, msg=GLOO_CLOSED.format(ip="10.0.0.5"), ts=T0 + 1, exit_code=143, signal=15)
+        for i in range(4)
+    ]
+    check(decide(incident(*peers, root)), "w-4", "user_code", False)
+
+
+def test_two_independent_failures_earliest_wins() -> None:
+    first = member("w-0", rank=0, msg="IndexError: Target 6 is out of bounds.", ts=T0, exit_code=1)
+    second = member("w-1", rank=1, msg="ValueError: learning rate must be positive", ts=T0 + 2, exit_code=1)
+    v = decide(incident(second, first))
+    check(v, "w-0", "user_code", False)
+    assert "also failed on its own" in {s.pod: s.reason for s in v.secondary}["w-1"]
+
+
+def test_measured_clock_offsets_reorder_independent_failures() -> None:
+    # On its own clock w-0 wrote first, but its clock is 5 s slow (measured): w-1 failed first.
+    a = member("w-0", rank=0, msg="IndexError: boom", ts=T0, exit_code=1, offset=5.0)
+    b = member("w-1", rank=1, msg="torch.OutOfMemoryError: CUDA out of memory.", ts=T0 + 2, exit_code=1, offset=0.0)
+    check(decide(incident(a, b)), "w-1", "gpu_oom", False)
+    # Without the measurement, the file timestamps decide.
+    a2 = member("w-0", rank=0, msg="IndexError: boom", ts=T0, exit_code=1)
+    b2 = member("w-1", rank=1, msg="torch.OutOfMemoryError: CUDA out of memory.", ts=T0 + 2, exit_code=1)
+    check(decide(incident(a2, b2)), "w-0", "user_code", False)
+
+
+def test_sub_second_observation_breaks_a_same_second_tie() -> None:
+    a = member("w-0", rank=0, msg="IndexError: boom", ts=T0, exit_code=1, observed=T0 + 0.80)
+    b = member("w-1", rank=1, msg="torch.OutOfMemoryError: CUDA out of memory.", ts=T0, exit_code=1, observed=T0 + 0.15)
+    v = decide(incident(a, b))
+    check(v, "w-1", "gpu_oom", False)
+    assert v.confidence < 0.9  # 0.65 s apart: not a confident order
+
+
+def test_weak_primary_needs_a_clear_margin() -> None:
+    nccl = (
+        "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process exited or there was a "
+        "network error\nncclRemoteError: ..."
+    )
+    weak = member("w-0", rank=0, msg=nccl, ts=T0, exit_code=1)
+    strong = member(
+        "w-1", rank=1, msg="RuntimeError: CUDA error: an illegal memory access was encountered", ts=T0 + 1, exit_code=1
+    )
+    check(decide(incident(weak, strong)), "w-1", "hardware", True)
+    early = member("w-0", rank=0, msg=nccl, ts=T0 - 30, exit_code=1)
+    check(decide(incident(early, strong)), "w-0", "network", True)
+
+
+# --- partial information (the aggregator before everyone reported) ---------------------------------------
+
+
+def test_nothing_failed_is_a_clean_verdict() -> None:
+    v = decide(incident(*(member(f"w-{i}", rank=i, exit_code=0, reason="Completed") for i in range(3))))
+    check(v, None, None, None)
+    assert "No failure" in v.summary and v.secondary == ()
+
+
+def test_empty_and_pending_incidents() -> None:
+    check(decide(Incident(job=JOB, world_size=4, members=())), None, None, None)
+    v = decide(incident(member("w-0", running=True, phase="Running"), world_size=2))
+    check(v, None, None, None)
+    assert "yet" in v.summary
+
+
+def test_only_a_termination_so_far() -> None:
+    v = decide(
+        incident(member("w-0", rank=0, exit_code=139, signal=11), member("w-1", rank=1, phase="Running", running=True))
+    )
+    check(v, "w-0", "crash", False)
+
+
+def test_only_a_condition_so_far() -> None:
+    cond = Condition("DisruptionTarget", "True", "EvictionByEvictionAPI", "", last_transition_time=T0)
+    v = decide(incident(member("w-0", rank=0, conditions=(cond,)), member("w-1", rank=1)))
+    check(v, "w-0", "preemption", True)
+
+
+def test_only_an_error_record_so_far() -> None:
+    v = decide(incident(member("w-0", msg="torch.OutOfMemoryError: CUDA out of memory."), member("w-1")))
+    check(v, "w-0", "gpu_oom", False)
+
+
+def test_only_victims_reported_blames_the_named_peer() -> None:
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_CLOSED.format(ip="10.0.0.9"), ts=T0, exit_code=1) for i in (0, 1)]
+    silent = Member(pod="w-2", rank=2, pod_ip="10.0.0.9")
+    v = decide(incident(*peers, silent))
+    assert v.pod == "w-2" and v.category is None and v.confidence < 0.5
+
+
+def test_only_victims_and_nobody_named() -> None:
+    peers = [member(f"w-{i}", rank=i, msg=GLOO_CLOSED.format(ip="127.0.0.1"), ts=T0, exit_code=1) for i in (0, 1)]
+    v = decide(incident(*peers, Member(pod="w-2", rank=2)))
+    assert v.pod == "w-2" and v.category is None and v.confidence <= 0.2
+    v2 = decide(incident(*peers, world_size=3))
+    assert v2.pod in ("w-0", "w-1") and v2.category is None and v2.extra["members_missing"] == 1
+
+
+def test_sigterm_everywhere_is_an_outside_termination() -> None:
+    first = member("w-1", rank=1, msg=SIGTERM, ts=T0, exit_code=1)
+    later = member("w-0", rank=0, msg=SIGTERM, ts=T0 + 3, exit_code=1)
+    v = decide(incident(later, first))
+    check(v, "w-1", "preemption", True)
+    assert v.confidence <= 0.5
+
+
+def test_unreadable_error_file_falls_back_to_other_evidence() -> None:
+    broken = Member(
+        pod="w-0",
+        rank=0,
+        error=ErrorRecord(message="", parse_error="not valid JSON"),
+        termination=Termination(exit_code=139, signal=11),
+    )
+    check(decide(incident(broken, member("w-1", rank=1, exit_code=143, signal=15))), "w-0", "crash", False)
+
+
+# --- rules files -------------------------------------------------------------------------------------
+
+
+def test_operator_rule_changes_the_verdict(tmp_path: Path) -> None:
+    root = member("w-0", rank=0, ip="10.0.0.1", msg="ValueError: tokenizer shard checksum mismatch", ts=T0, exit_code=1)
+    inc = incident(*cascade(root))
+    check(decide(inc), "w-0", "user_code", False)
+    path = tmp_path / "rules.json"
+    path.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "id": "site.checksum",
+                        "message": "checksum mismatch",
+                        "category": "infra",
+                        "advice": "Re-sync the tokenizer cache.",
+                    }
+                ]
+            }
+        )
+    )
+    v = decide(inc, load_rules(path))
+    check(v, "w-0", "infra", True)
+    assert v.rule == "site.checksum" and "Re-sync the tokenizer cache." in v.summary
+
+
+def test_operator_can_declare_a_message_secondary(tmp_path: Path) -> None:
+    wrapper = member("w-0", rank=0, msg="TrainerAbort: collective failed, aborting", ts=T0, exit_code=1)
+    real = member(
+        "w-1", rank=1, msg="RuntimeError: CUDA error: uncorrectable ECC error encountered", ts=T0 + 1, exit_code=1
+    )
+    check(decide(incident(wrapper, real)), "w-0", "user_code", False)
+    path = tmp_path / "rules.json"
+    path.write_text(
+        json.dumps({"rules": [{"id": "site.abort", "exception_type": "TrainerAbort", "secondary": "peer"}]})
+    )
+    check(decide(incident(wrapper, real), load_rules(path)), "w-1", "hardware", True)
+
+
+# --- logs, purity, speed -----------------------------------------------------------------------------------
+
+
+def test_parse_log_reads_torch_summary_and_glog() -> None:
+    facts = parse_log(SEGV_LOG, 1795273095.0)
+    assert facts.summary_rank == 1 and facts.summary_exitcode == -11 and not facts.summary_has_error_file
+    assert facts.first_failure_at == pytest.approx(1795273095.596)
+    assert facts.summary_time == 1795273095.0
+    assert 1 in facts.ranks_seen
+    assert parse_log(SEGV_LOG, None).first_failure_at is None  # no year to place glog lines
+
+
+def test_assess_is_deterministic_and_pure() -> None:
+    root = member("w-0", rank=0, msg="KeyError: 'x'", ts=T0, exit_code=1)
+    inc = incident(*cascade(root))
+    assert decide(inc) == decide(inc)
+    assert assess(root).role == "primary"
+
+
+def test_ten_thousand_members_decided_fast() -> None:
+    n = 10_000
+    members = [
+        member(
+            f"w-{i}",
+            rank=i,
+            ip=f"10.{i // 250}.{i % 250}.1",
+            msg=GLOO_CLOSED.format(ip="10.0.0.1"),
+            ts=T0 + (i % 3),
+            exit_code=143,
+            signal=15,
+        )
+        for i in range(1, n)
+    ]
+    root = member("w-0", rank=0, ip="10.0.0.1", msg="KeyError: 'x'", ts=T0 + 2, exit_code=1)
+    inc = incident(root, *members)
+    start = time.perf_counter()
+    v = decide(inc)
+    elapsed = time.perf_counter() - start
+    check(v, "w-0", "user_code", False)
+    assert len(v.secondary) == n - 1
+    assert elapsed < 2.0  # bench/engine_speed.py reports the figure; this only catches quadratic blow-ups
+
+
+def test_tie_window_constant_is_sane() -> None:
+    assert 0.5 <= TIE_SECONDS <= 2.0

@@ -1,0 +1,170 @@
+"""The incident book: open on the first failure, close on quorum or timeout, dedupe, revise late."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from podmortem.aggregator.incidents import IncidentBook, MemberKey
+from podmortem.aggregator.metrics import Metrics
+from podmortem.aggregator.publishing import Decision
+from podmortem.aggregator.running import make_decide
+from podmortem.core.model import ErrorRecord, Termination
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
+
+JOB = pb.JobRef(namespace="ml", name="llm", kind="PyTorchJob")
+T0 = 1_800_000_000.0
+
+
+def register(book: IncidentBook, pod: str, rank: int, world: int | None = None) -> MemberKey:
+    reg = pb.Register(job=JOB, pod=pod, node=f"node-{rank}", rank=rank, attempt="0")
+    if world is not None:
+        reg.world_size_hint = world
+    return book.register(reg)
+
+
+def error(message: str, ts: int, event_id: str | None = None, wall: float | None = None) -> pb.Event:
+    rec = ErrorRecord(message=message, exception_type=message.split(":")[0], timestamp=ts)
+    return make_event(error_to_pb(rec), event_id, wall=wall if wall is not None else ts + 0.5)
+
+
+def ended(code: int, at: float, signal: int | None = None, event_id: str | None = None) -> pb.Event:
+    term = Termination(exit_code=code, signal=signal, reason="Error", started_at=T0 - 60, finished_at=at)
+    return make_event(termination_to_pb(term), event_id, wall=at + 0.2)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.decisions: list[Decision] = []
+
+    def __call__(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+
+def make_book(world: int | None = None, timeout: float = 30.0) -> tuple[IncidentBook, Recorder, Metrics]:
+    rec = Recorder()
+    metrics = Metrics(CollectorRegistry())
+    book = IncidentBook(make_decide(), rec, quorum_timeout=timeout, default_world_size=world, metrics=metrics)
+    return book, rec, metrics
+
+
+async def test_quorum_closes_as_soon_as_last_member_reports() -> None:
+    book, rec, _ = make_book()
+    keys = [register(book, f"job-worker-{i}", i, world=3) for i in range(3)]
+    book.ingest(keys[1], error("ValueError: bad label", int(T0)), from_sidecar=True)
+    book.ingest(keys[1], ended(1, T0 + 1), from_sidecar=True)
+    peer_gone = "RuntimeError: Connection closed by peer [10.0.0.2]:2900"
+    book.ingest(keys[0], error(peer_gone, int(T0) + 1), from_sidecar=True)
+    book.ingest(keys[0], ended(1, T0 + 2), from_sidecar=True)
+    assert rec.decisions == []  # one member still silent
+    book.ingest(keys[2], ended(143, T0 + 3, signal=15), from_sidecar=True)
+    assert len(rec.decisions) == 1
+    d = rec.decisions[0]
+    assert d.closed_by == "quorum" and d.final and d.revision == 1
+    assert d.verdict.pod == "job-worker-1"
+    assert d.incident.world_size == 3
+
+
+@pytest.mark.looptime
+async def test_timeout_closes_when_a_member_never_reports() -> None:
+    book, rec, metrics = make_book(timeout=45)
+    keys = [register(book, f"p-{i}", i, world=3) for i in range(3)]
+    book.ingest(keys[0], error("ValueError: x", int(T0)), from_sidecar=True)
+    book.ingest(keys[0], ended(1, T0 + 1), from_sidecar=True)
+    book.ingest(keys[1], ended(143, T0 + 2, signal=15), from_sidecar=True)
+    await asyncio.sleep(44)
+    assert rec.decisions == []
+    assert metrics.open_incidents._value.get() == 1
+    await asyncio.sleep(2)
+    assert len(rec.decisions) == 1
+    assert rec.decisions[0].closed_by == "timeout"
+    assert not rec.decisions[0].final
+    assert rec.decisions[0].reported == 2
+    assert metrics.open_incidents._value.get() == 0
+
+
+async def test_duplicates_are_ignored_but_counted() -> None:
+    book, rec, metrics = make_book(world=2)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    ev = error("ValueError: x", int(T0), event_id="a/error/1")
+    assert book.ingest(a, ev) is True
+    assert book.ingest(a, ev) is False
+    assert metrics.duplicates._value.get() == 1
+    assert metrics.registry.get_sample_value("podmortem_events_received_total", {"kind": "error_file"}) == 1
+    book.ingest(a, ended(1, T0 + 1), from_sidecar=True)
+    book.ingest(b, ended(1, T0 + 2), from_sidecar=True)
+    assert len(rec.decisions) == 1
+
+
+async def test_late_report_revises_the_verdict() -> None:
+    book, rec, _ = make_book(world=2, timeout=5)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    # Only the victim's story is known at first...
+    peer_gone = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [1.2.3.4]:1"
+    book.ingest(a, error(peer_gone, 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101), from_sidecar=True)
+    book.close_all()
+    assert rec.decisions[-1].revision == 1
+    # ... then the real root reports: an OOM kill with no error file.
+    oom = Termination(exit_code=137, signal=9, reason="OOMKilled", finished_at=99.0)
+    book.ingest(b, make_event(termination_to_pb(oom)), from_sidecar=True)
+    assert len(rec.decisions) == 2
+    assert rec.decisions[-1].revision == 2 and rec.decisions[-1].closed_by == "revision"
+    assert rec.decisions[-1].verdict.pod == "b"
+    assert rec.decisions[-1].verdict.category == "host_oom"
+
+
+async def test_no_incident_when_every_member_succeeds() -> None:
+    book, rec, _ = make_book(world=2)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    book.ingest(a, ended(0, T0), from_sidecar=True)
+    book.ingest(b, ended(0, T0), from_sidecar=True)
+    assert rec.decisions == []
+    assert book.open_incidents() == []
+
+
+async def test_events_from_unregistered_members_are_refused() -> None:
+    book, _, _ = make_book()
+    with pytest.raises(KeyError):
+        book.ingest(MemberKey(("ml", "llm", "0"), "ghost"), error("ValueError: x", 1))
+
+
+async def test_clock_offset_measured_later_still_corrects_observation_times() -> None:
+    book, _, _ = make_book(world=2)
+    a = register(book, "a", 0)
+    book.ingest(a, error("ValueError: x", 100, wall=100.25), from_sidecar=True)
+    book.set_clock(a, offset=-3.0, round_trip=0.004)
+    book.set_clock(a, offset=+9.0, round_trip=0.5)  # a worse sample is not kept
+    incident = book.incident(a.job)
+    assert incident is not None
+    member = next(m for m in incident.members if m.pod == "a")
+    assert member.clock_offset == -3.0
+    assert member.error_observed_at == pytest.approx(97.25)
+
+
+async def test_a_connected_sidecar_is_waited_for_even_when_the_pod_watch_saw_the_exit() -> None:
+    book, rec, _ = make_book(world=2)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    # The aggregator's pod watch sees both containers end before b's sidecar has said anything.
+    book.ingest(a, error("RuntimeError: Connection closed by peer [10.0.0.2]:29500", 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101.0, event_id="a/termination/0"), from_sidecar=True)
+    book.ingest(b, ended(1, 100.5, event_id="b/termination/0"))  # from the pod watch
+    assert rec.decisions == []  # b's sidecar is connected and may still be sending its error file
+    book.ingest(b, error("ValueError: the real root cause", 99), from_sidecar=True)
+    book.ingest(b, ended(1, 100.5, event_id="b/termination/0"), from_sidecar=True)  # its own report
+    assert len(rec.decisions) == 1 and rec.decisions[0].closed_by == "quorum"
+    assert rec.decisions[0].verdict.pod == "b"
+
+
+async def test_a_closed_stream_stops_the_wait_for_its_sidecar() -> None:
+    book, rec, _ = make_book(world=2)
+    a, b = register(book, "a", 0), register(book, "b", 1)
+    book.ingest(a, error("ValueError: x", 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101.0), from_sidecar=True)
+    book.ingest(b, ended(143, 102.0, signal=15))  # pod watch only
+    assert rec.decisions == []
+    book.disconnected(b)
+    assert len(rec.decisions) == 1 and rec.decisions[0].verdict.pod == "a"

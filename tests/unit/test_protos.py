@@ -1,0 +1,32 @@
+"""The checked-in generated protobuf code must match protos/ (regenerate with `make proto`)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_generated_code_is_fresh() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_stale_code_is_detected(tmp_path: Path) -> None:
+    # Work on a copy so the check itself is shown to fail on a changed contract.
+    import shutil
+
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "protos", copy / "protos")
+    shutil.copytree(ROOT / "podmortem" / "protocol" / "v1", copy / "podmortem" / "protocol" / "v1")
+    shutil.copytree(ROOT / "scripts", copy / "scripts")
+    proto = next((copy / "protos").rglob("collector.proto"))
+    text = proto.read_text().replace("string aggregator_id = 1;", "string aggregator_id = 1;\n  string x = 2;")
+    proto.write_text(text)
+    result = subprocess.run(
+        [sys.executable, str(copy / "scripts" / "gen_protos.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "stale" in result.stderr

@@ -1,0 +1,260 @@
+"""Rules: built-in classification per family, and operator rules files (precedence, errors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.rules import DEFAULT_RULES, RulesError, load_rules
+
+
+def classify(message: str) -> tuple[str | None, str | None, bool]:
+    """(category, secondary kind, weak) of an error message under the built-in rules."""
+    r = DEFAULT_RULES.classify_message(message, exception_type_of(message))
+    assert r is not None, message
+    return r.category, r.secondary, r.weak
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        # CUDA / device faults
+        ("RuntimeError: CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors might be ...", "hardware"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "hardware"),
+        ("RuntimeError: CUDA error: unspecified launch failure", "hardware"),
+        ("RuntimeError: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "hardware"),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error",
+            "hardware",
+        ),
+        ("RuntimeError: CUDA error: device-side assert triggered", "user_code"),
+        ("RuntimeError: Found no NVIDIA driver on your system.", "infra"),
+        # GPU and host memory
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu_oom"),
+        ("OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 5 has a total capacity", "gpu_oom"),
+        ("RuntimeError: CUDA error: out of memory", "gpu_oom"),
+        ("RuntimeError: DataLoader worker (pid 21697) is killed by signal: Killed. ", "host_oom"),
+        ("MemoryError: ", "host_oom"),
+        ("RuntimeError: DataLoader worker (pid 9943) is killed by signal: Bus error. ", "infra"),
+        # NCCL / network
+        (
+            "torch.distributed.DistBackendError: NCCL error in: "
+            "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, "
+            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\nncclSystemError: ...",
+            "network",
+        ),
+        # environment
+        ("FileNotFoundError: [Errno 2] No such file or directory: '/data/shard-0001.bin'", "infra"),
+        ("PermissionError: [Errno 13] Permission denied: '/ckpt/step-100'", "infra"),
+        ("OSError: [Errno 28] No space left on device", "infra"),
+        ("OSError: [Errno 30] Read-only file system: '/mnt/ckpt'", "infra"),
+        ("OSError: [Errno 116] Stale file handle", "infra"),
+        # the program
+        ("loss is nan at step 1200, stopping training", "user_code"),  # no exception type: needs the rule
+        ("FloatingPointError: Non-finite loss detected", "user_code"),
+        ("ValueError: Caught ValueError in DataLoader worker process 0.\nOriginal Traceback ...", "user_code"),
+        ("KeyError: 'cosine_restarts'", "user_code"),
+        ("CheckpointStateError: optimizer state for param group 0 has no 'moment'", "user_code"),
+        ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x12 and 16x32)", "user_code"),
+    ],
+)
+def test_primary_messages(message: str, category: str) -> None:
+    cat, sec, weak = classify(message)
+    assert (cat, sec) == (category, None)
+    assert not weak
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        (
+            "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.4.2.7]:4455. "
+            "This is typically caused by a remote worker crashing.",
+            "peer",
+        ),
+        (
+            "RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error [10.0.0.3]:50065: Connection reset by peer.",
+            "peer",
+        ),
+        (
+            "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation "
+            "to complete",
+            "timeout",
+        ),
+        (
+            "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 1800000ms "
+            "for send operation to complete",
+            "timeout",
+        ),
+        (
+            "RuntimeError: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.",
+            "timeout",
+        ),
+        ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.", "store"),
+        ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 21582 got signal: 15", "teardown"),
+        ("SignalException: Process 7 got signal: 15", "teardown"),
+    ],
+)
+def test_secondary_messages(message: str, kind: str) -> None:
+    cat, sec, _ = classify(message)
+    assert (cat, sec) == (None, kind)
+
+
+def test_weak_primaries() -> None:
+    assert classify(
+        "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process exited or there "
+        "was a network error, NCCL version 2.21.5\nncclRemoteError: ..."
+    ) == ("network", None, True)
+    # A non-Python error file ({"message": "<text>"}) with no exception type.
+    assert classify("segment writer gave up after 3 attempts") == ("user_code", None, True)
+
+
+@pytest.mark.parametrize(
+    ("code", "category", "secondary", "retryable"),
+    [
+        (1, "user_code", None, False),
+        (2, "user_code", None, False),
+        (127, "user_code", None, False),
+        (139, "crash", None, False),
+        (134, "crash", None, False),
+        (138, "user_code", None, True),  # Kubeflow: user-retryable
+        (143, None, "teardown", None),
+        (130, None, "teardown", None),
+        (137, None, "teardown", None),
+    ],
+)
+def test_exit_codes_follow_kubeflow_policy(
+    code: int, category: str | None, secondary: str | None, retryable: bool | None
+) -> None:
+    r = DEFAULT_RULES.classify_exit_code(code)
+    assert r is not None
+    assert (r.category, r.secondary, r.is_retryable) == (category, secondary, retryable)
+
+
+def test_signals_reasons_conditions_phases() -> None:
+    assert DEFAULT_RULES.classify_signal(11).category == "crash"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_signal(6).category == "crash"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_signal(9).category == "host_oom"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_signal(15).secondary == "teardown"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_reason("OOMKilled").category == "host_oom"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_reason("ContainerStatusUnknown").category == "node_lost"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_reason("Error") is None
+    for reason in ("PreemptionByScheduler", "EvictionByEvictionAPI", "TerminationByKubelet"):
+        r = DEFAULT_RULES.classify_disruption(reason)
+        assert r is not None and r.category == "preemption" and r.is_retryable is True
+    assert DEFAULT_RULES.classify_disruption("DeletionByTaintManager").category == "node_lost"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_phase("Unknown", "NodeLost").category == "node_lost"  # type: ignore[union-attr]
+    assert DEFAULT_RULES.classify_phase("Failed", "") is None
+    assert DEFAULT_RULES.classify_log_line("[12345.6] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE") is not None
+
+
+def write(tmp_path: Path, doc: object, name: str = "rules.json") -> Path:
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return p
+
+
+def test_operator_rules_take_precedence(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "rules": [
+                # This site's storage layer raises KeyError when a shard is missing: that is infra, not a bug.
+                {
+                    "id": "site.shard-missing",
+                    "message": r"KeyError: 'shard-\d+'",
+                    "category": "infra",
+                    "advice": "Re-sync the dataset cache.",
+                },
+                {"id": "site.retry-wrapper", "message": "RetryWrapperGaveUp", "secondary": "peer"},
+                {"id": "site.exit-42", "exit_code": 42, "category": "hardware", "retryable": False},
+            ]
+        },
+    )
+    rules = load_rules(path)
+    r = rules.classify_message("KeyError: 'shard-0042'", "KeyError")
+    assert r is not None and (r.id, r.category, r.is_retryable, r.operator) == (
+        "site.shard-missing",
+        "infra",
+        True,
+        True,
+    )
+    assert rules.classify_message("KeyError: 'lr'", "KeyError").id == "python.exception"  # type: ignore[union-attr]
+    assert rules.classify_message("RetryWrapperGaveUp: x", "RetryWrapperGaveUp").secondary == "peer"  # type: ignore[union-attr]
+    r42 = rules.classify_exit_code(42)
+    assert r42 is not None and (r42.category, r42.is_retryable) == ("hardware", False)
+    assert rules.classify_exit_code(139).category == "crash"  # type: ignore[union-attr]  # defaults still there
+
+
+def test_replace_defaults(tmp_path: Path) -> None:
+    rules = load_rules(
+        write(
+            tmp_path,
+            {"replace_defaults": True, "rules": [{"id": "only", "exception_type": "ValueError", "category": "infra"}]},
+        )
+    )
+    assert [r.id for r in rules.rules] == ["only"]
+    assert rules.classify_message("KeyError: x", "KeyError") is None
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("{not json", "not valid JSON"),
+        ([1, 2], "top level must be a JSON object"),
+        ({"rules": {}}, "'rules' must be a list"),
+        ({"rulez": []}, "unknown top-level key"),
+        ({"rules": [{"message": "x", "category": "infra"}]}, "needs a non-empty string 'id'"),
+        ({"rules": [{"id": "a", "category": "infra"}]}, "needs exactly one matcher"),
+        ({"rules": [{"id": "a", "message": "x", "exit_code": 1, "category": "infra"}]}, "needs exactly one matcher"),
+        ({"rules": [{"id": "a", "message": "x"}]}, "needs exactly one outcome"),
+        ({"rules": [{"id": "a", "message": "x", "category": "gpu_melted"}]}, "unknown category 'gpu_melted'"),
+        ({"rules": [{"id": "a", "message": "x", "secondary": "victim"}]}, "unknown secondary kind"),
+        ({"rules": [{"id": "a", "message": "(unclosed", "category": "infra"}]}, "not a valid regular expression"),
+        ({"rules": [{"id": "a", "exit_code": "1", "category": "infra"}]}, "must be an integer"),
+        ({"rules": [{"id": "a", "message": "x", "category": "infra", "retryable": "yes"}]}, "'retryable' must be"),
+        ({"rules": [{"id": "a", "message": "x", "category": "infra", "severity": 3}]}, "unknown key(s) severity"),
+        (
+            {
+                "rules": [
+                    {"id": "a", "message": "x", "category": "infra"},
+                    {"id": "a", "message": "y", "category": "infra"},
+                ]
+            },
+            "used twice",
+        ),
+        ({"version": 2, "rules": []}, "unsupported 'version'"),
+    ],
+)
+def test_bad_rules_file_is_a_clear_error(tmp_path: Path, doc: object, expected: str) -> None:
+    path = write(tmp_path, doc)
+    with pytest.raises(RulesError) as info:
+        load_rules(path)
+    text = str(info.value)
+    assert expected in text
+    assert str(path) in text and "\n" not in text
+
+
+def test_missing_rules_file(tmp_path: Path) -> None:
+    with pytest.raises(RulesError, match="rules file not found"):
+        load_rules(tmp_path / "absent.json")
+    with pytest.raises(RulesError, match="is a directory"):
+        load_rules(tmp_path)
+
+
+def test_bad_rule_names_the_rule(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "rules": [
+                {"id": "ok", "message": "x", "category": "infra"},
+                {"id": "broken", "message": "[", "category": "infra"},
+            ]
+        },
+    )
+    with pytest.raises(RulesError, match=r"rule #2 \('broken'\)"):
+        load_rules(path)
