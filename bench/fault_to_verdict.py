@@ -22,7 +22,8 @@ import sys
 import time
 from typing import Any
 
-from podmortem.local.harness import EXPECTED_CATEGORY, JobSpec, LocalJob
+from podmortem.local.faults import EXPECTED_CATEGORY
+from podmortem.local.harness import JobSpec, LocalJob
 
 
 def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 from podmortem import __version__
-
-FAULTS = ("exception", "oom", "sigkill", "segfault", "hang", "preempt", "multi", "skew")
+from podmortem.local.faults import FAULTS
 
 
 class _Command(Protocol):
@@ -41,7 +40,7 @@ def _analyze_run(ns: argparse.Namespace) -> int:
 
 
 def _demo_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fault", choices=FAULTS, default="exception", help="what goes wrong (default exception)")
+    parser.add_argument("--fault", choices=list(FAULTS), default="exception", help="what goes wrong")
     parser.add_argument("--pods", type=int, default=3, help="number of pods, i.e. torchrun nodes (default 3)")
     parser.add_argument("--fail-rank", type=int, default=None, help="node rank made to fail (default: the last)")
     parser.add_argument("--nproc", type=int, default=1, help="worker processes per pod (default 1)")

@@ -13,18 +13,8 @@ import sys
 import textwrap
 from typing import Any, TextIO
 
-from podmortem.local.harness import EXPECTED_CATEGORY, JobResult, JobSpec, LocalJob
-
-FAULT_TEXT: dict[str, str] = {
-    "exception": "raises ValueError in its training step",
-    "oom": "raises torch.OutOfMemoryError (CUDA out of memory)",
-    "sigkill": "is OOM-killed: the container's processes get SIGKILL (exit 137, OOMKilled)",
-    "segfault": "segfaults in native code (SIGSEGV)",
-    "hang": "blocks forever; its peers hit the collective timeout",
-    "preempt": "is preempted by the scheduler (DisruptionTarget, SIGTERM)",
-    "multi": "raises ValueError; a second pod independently raises KeyError ~1 s later",
-    "skew": "raises ValueError while every other pod's clock runs 6 s behind",
-}
+from podmortem.local.faults import EXPECTED_CATEGORY, FAULTS
+from podmortem.local.harness import JobResult, JobSpec, LocalJob
 
 
 def _say(out: TextIO, text: str = "") -> None:
@@ -96,8 +86,8 @@ def render(result: JobResult, out: TextIO) -> bool:
 def main(fault: str = "exception", pods: int = 3, fail_rank: int | None = None, nproc: int = 1) -> int:
     """Run the demo job; `fail_rank` is the node rank (pod) made to fail, the last one by default."""
     out = sys.stdout
-    if fault not in FAULT_TEXT:
-        _say(out, f"unknown fault {fault!r}; choose one of {', '.join(FAULT_TEXT)}")
+    if fault not in FAULTS:
+        _say(out, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
         return 2
     if pods < 2 or (fail_rank is not None and not 0 <= fail_rank < pods):
         _say(out, "need at least 2 pods and a fail rank between 0 and pods-1")
@@ -110,6 +100,6 @@ def main(fault: str = "exception", pods: int = 3, fail_rank: int | None = None, 
         f"podmortem demo: job {job.job_name}, {pods} pods x {job.nproc} worker(s)"
         + ("" if job.torch else " — without torch: plain worker processes stand in for torchrun"),
     )
-    _say(out, f"  fault: pod {job.pod_name(target)} (node rank {target}) {FAULT_TEXT[fault]}")
+    _say(out, f"  fault: pod {job.pod_name(target)} (node rank {target}) {FAULTS[fault].text}")
     result = job.run()
     return 0 if render(result, out) else 1

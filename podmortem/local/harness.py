@@ -63,18 +63,6 @@ from podmortem.local import clockshim
 POLL = 0.02  # seconds between looks at processes, markers and verdicts
 TOKEN_ENV = "PODMORTEM_HARNESS_POD"
 
-# The ground truth the tests compare the verdict with, per fault (category table of the corpus).
-EXPECTED_CATEGORY: dict[str, tuple[str, bool]] = {
-    "exception": ("user_code", False),
-    "oom": ("gpu_oom", False),
-    "sigkill": ("host_oom", False),
-    "segfault": ("crash", False),
-    "hang": ("hang", True),
-    "preempt": ("preemption", True),
-    "multi": ("user_code", False),
-    "skew": ("user_code", False),
-}
-
 
 class HarnessError(RuntimeError):
     """The local job could not be run (a process did not start, a deadline passed)."""

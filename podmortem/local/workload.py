@@ -56,7 +56,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-FAULTS: tuple[str, ...] = ("none", "exception", "oom", "sigkill", "segfault", "hang", "preempt", "multi", "skew")
+from podmortem.local import faults
+
+FAULTS: tuple[str, ...] = ("none", *faults.FAULTS)
 
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.local.harness import EXPECTED_CATEGORY, JobResult, JobSpec, LocalJob, PodOutcome
+from podmortem.local.faults import EXPECTED_CATEGORY
+from podmortem.local.harness import JobResult, JobSpec, LocalJob, PodOutcome
 
 pytestmark = [
     pytest.mark.torch,

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from podmortem.local import workload
-from podmortem.local.harness import EXPECTED_CATEGORY, JobResult, JobSpec, LocalJob, PodOutcome
+from podmortem.local.faults import EXPECTED_CATEGORY
+from podmortem.local.harness import JobResult, JobSpec, LocalJob, PodOutcome
 
 
 def test_fault_list_matches_the_expected_categories() -> None:
