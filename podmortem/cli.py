@@ -57,9 +57,11 @@ _LOCAL: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[arg
     "demo": (_demo_parser, _demo_run),
 }
 _MODULES = {"sidecar": "podmortem.sidecar.running", "aggregator": "podmortem.aggregator.running"}
+_MODULES["webhook"] = "podmortem.webhook.server"
 _HELP = {
     "sidecar": "run beside a training container: watch its error file and pod, stream events to the aggregator",
     "aggregator": "collect events from all sidecars, decide each incident's root cause, publish the verdict",
+    "webhook": "inject the sidecar into training pods (Kubernetes mutating admission webhook, HTTPS)",
     "analyze": "decide offline from an incident bundle (copied error files, pod JSON, log tails)",
     "demo": "run a local multi-pod training job with an injected fault and print the verdict (no cluster)",
 }

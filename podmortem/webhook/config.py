@@ -1,0 +1,218 @@
+"""The webhook's settings, read in one place: a flag wins over its environment variable, which wins over the default.
+
+Only `--tls-cert` and `--tls-key` have no default, so `podmortem webhook --listen HOST:PORT --tls-cert FILE
+--tls-key FILE` starts it; the chart sets every other one through the environment.
+
+| flag | environment | default | meaning |
+| --- | --- | --- | --- |
+| `--listen` | `PODMORTEM_WEBHOOK_LISTEN` | `0.0.0.0:8443` | HTTPS address: `POST /mutate`, `GET /healthz` |
+| `--tls-cert` | `PODMORTEM_WEBHOOK_TLS_CERT` | required | PEM serving certificate (chain) |
+| `--tls-key` | `PODMORTEM_WEBHOOK_TLS_KEY` | required | its PEM private key |
+| `--metrics-listen` | `PODMORTEM_WEBHOOK_METRICS_LISTEN` | `0.0.0.0:9091` | plain HTTP `/metrics`; `""` disables |
+| `--aggregator` | `PODMORTEM_AGGREGATOR` | `podmortem.podmortem.svc:50051` | what the sidecars dial |
+| `--sidecar-image` | `PODMORTEM_SIDECAR_IMAGE` | `ghcr.io/podmortem/podmortem:<version>` | the sidecar's image |
+| `--sidecar-image-pull-policy` | `PODMORTEM_SIDECAR_IMAGE_PULL_POLICY` | `IfNotPresent` | |
+| `--native-sidecars` | `PODMORTEM_NATIVE_SIDECARS` | `true` | native sidecar (k8s >= 1.29); `false`: a container |
+| `--sidecar-cpu-request` | `PODMORTEM_SIDECAR_CPU_REQUEST` | `10m` | |
+| `--sidecar-memory-request` | `PODMORTEM_SIDECAR_MEMORY_REQUEST` | `48Mi` | |
+| `--sidecar-cpu-limit` | `PODMORTEM_SIDECAR_CPU_LIMIT` | `""` | none: a limit throttles the report on a busy node |
+| `--sidecar-memory-limit` | `PODMORTEM_SIDECAR_MEMORY_LIMIT` | `64Mi` | the sidecar's budget is 40 MiB RSS |
+| `--sidecar-run-as-user` | `PODMORTEM_SIDECAR_RUN_AS_USER` | `65532` | the image's non-root user |
+| `--error-dir` | `PODMORTEM_ERROR_DIR` | `/var/run/podmortem` | shared volume's mount when the pod sets no error file |
+| `--token-audience` | `PODMORTEM_TOKEN_AUDIENCE` | `podmortem` | audience of the sidecar's projected token |
+| `--token-expiration` | `PODMORTEM_TOKEN_EXPIRATION` | `3600` | its lifetime in seconds (>= 600) |
+| `--shutdown-grace` | `PODMORTEM_WEBHOOK_SHUTDOWN_GRACE` | `5` | seconds to finish open requests on SIGTERM |
+| `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | |
+
+A malformed value is a `ConfigError` naming every problem at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from podmortem.webhook.mutation import Injection
+
+
+class ConfigError(ValueError):
+    """The settings are incomplete or malformed; the message lists every problem."""
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("podmortem")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    tls_cert: Path
+    tls_key: Path
+    listen: str = "0.0.0.0:8443"
+    metrics_listen: str = "0.0.0.0:9091"
+    shutdown_grace: float = 5.0
+    log_level: str = "INFO"
+    injection: Injection = field(default_factory=Injection)
+
+
+@dataclass(frozen=True)
+class _Setting:
+    dest: str
+    flag: str
+    env: str
+    help: str
+
+
+# Server settings, then the injection's (dest = an `Injection` field).
+_SERVER: tuple[_Setting, ...] = (
+    _Setting("listen", "--listen", "PODMORTEM_WEBHOOK_LISTEN", "HTTPS address host:port (default 0.0.0.0:8443)"),
+    _Setting("tls_cert", "--tls-cert", "PODMORTEM_WEBHOOK_TLS_CERT", "PEM serving certificate (required)"),
+    _Setting("tls_key", "--tls-key", "PODMORTEM_WEBHOOK_TLS_KEY", "PEM private key (required)"),
+    _Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "PODMORTEM_WEBHOOK_METRICS_LISTEN",
+        "plain-HTTP /metrics address; '' disables (default 0.0.0.0:9091)",
+    ),
+    _Setting(
+        "shutdown_grace",
+        "--shutdown-grace",
+        "PODMORTEM_WEBHOOK_SHUTDOWN_GRACE",
+        "seconds to finish open requests on SIGTERM (default 5)",
+    ),
+    _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level (default INFO)"),
+)
+_INJECTION: tuple[_Setting, ...] = (
+    _Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC host:port the sidecars dial"),
+    _Setting("image", "--sidecar-image", "PODMORTEM_SIDECAR_IMAGE", "the sidecar's container image"),
+    _Setting(
+        "image_pull_policy",
+        "--sidecar-image-pull-policy",
+        "PODMORTEM_SIDECAR_IMAGE_PULL_POLICY",
+        "Always, IfNotPresent or Never",
+    ),
+    _Setting(
+        "native_sidecars",
+        "--native-sidecars",
+        "PODMORTEM_NATIVE_SIDECARS",
+        "true: init container with restartPolicy Always (Kubernetes >= 1.29); false: regular container",
+    ),
+    _Setting("cpu_request", "--sidecar-cpu-request", "PODMORTEM_SIDECAR_CPU_REQUEST", "sidecar CPU request"),
+    _Setting("memory_request", "--sidecar-memory-request", "PODMORTEM_SIDECAR_MEMORY_REQUEST", "memory request"),
+    _Setting("cpu_limit", "--sidecar-cpu-limit", "PODMORTEM_SIDECAR_CPU_LIMIT", "sidecar CPU limit; '' for none"),
+    _Setting("memory_limit", "--sidecar-memory-limit", "PODMORTEM_SIDECAR_MEMORY_LIMIT", "sidecar memory limit"),
+    _Setting("run_as_user", "--sidecar-run-as-user", "PODMORTEM_SIDECAR_RUN_AS_USER", "the sidecar's uid and gid"),
+    _Setting("error_dir", "--error-dir", "PODMORTEM_ERROR_DIR", "shared volume mount path for the error file"),
+    _Setting("token_audience", "--token-audience", "PODMORTEM_TOKEN_AUDIENCE", "projected token audience"),
+    _Setting(
+        "token_expiration_seconds",
+        "--token-expiration",
+        "PODMORTEM_TOKEN_EXPIRATION",
+        "projected token lifetime in seconds (>= 600)",
+    ),
+)
+SETTINGS = _SERVER + _INJECTION
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; defaults are None so that an absent flag falls back to the environment."""
+    group = parser.add_argument_group("webhook settings (each flag overrides its environment variable)")
+    for s in SETTINGS:
+        group.add_argument(s.flag, dest=s.dest, default=None, metavar=s.env, help=f"{s.help} [env {s.env}]")
+
+
+def _address(value: str) -> bool:
+    _, sep, port = value.rpartition(":")
+    return bool(sep and port.isdigit() and int(port) < 65536)
+
+
+def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig:
+    raw: dict[str, str] = {}
+    for s in SETTINGS:
+        flag = getattr(ns, s.dest, None) if ns is not None else None
+        value = flag if flag is not None else env.get(s.env)
+        if value is not None:
+            raw[s.dest] = str(value).strip()
+    problems: list[str] = []
+
+    def name(dest: str) -> str:
+        s = next(x for x in SETTINGS if x.dest == dest)
+        return f"{s.env} (or {s.flag})"
+
+    for dest in ("tls_cert", "tls_key"):
+        if not raw.get(dest):
+            problems.append(f"{name(dest)} is required")
+    listen = raw.get("listen") or WebhookConfig.listen
+    if not _address(listen):
+        problems.append(f"{name('listen')} = {listen!r} is not host:port")
+    metrics_listen = raw.get("metrics_listen", WebhookConfig.metrics_listen)
+    if metrics_listen and not _address(metrics_listen):
+        problems.append(f"{name('metrics_listen')} = {metrics_listen!r} is not host:port")
+    grace = WebhookConfig.shutdown_grace
+    if raw.get("shutdown_grace"):
+        try:
+            grace = float(raw["shutdown_grace"])
+            if grace < 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"{name('shutdown_grace')} = {raw['shutdown_grace']!r} is not a number >= 0")
+    level = (raw.get("log_level") or "INFO").upper()
+    if not isinstance(logging.getLevelName(level), int):
+        problems.append(f"{name('log_level')} = {level!r} is not a logging level")
+
+    defaults = Injection(image=f"ghcr.io/podmortem/podmortem:{_version()}", version=_version())
+    inj: dict[str, object] = {f.name: getattr(defaults, f.name) for f in fields(Injection)}
+    for s in _INJECTION:
+        if s.dest not in raw:
+            continue
+        value = raw[s.dest]
+        if s.dest == "native_sidecars":
+            if value.lower() not in ("true", "false"):
+                problems.append(f"{name(s.dest)} = {value!r} is not true or false")
+            inj[s.dest] = value.lower() == "true"
+        elif s.dest in ("token_expiration_seconds", "run_as_user"):
+            low = 600 if s.dest == "token_expiration_seconds" else 1
+            if not value.isdigit() or int(value) < low:
+                problems.append(f"{name(s.dest)} = {value!r} is not a whole number >= {low}")
+            else:
+                inj[s.dest] = int(value)
+        elif s.dest in ("cpu_request", "memory_request", "cpu_limit", "memory_limit"):
+            if value and not _QUANTITY.match(value):
+                problems.append(f"{name(s.dest)} = {value!r} is not a Kubernetes quantity")
+            inj[s.dest] = value
+        elif s.dest == "image_pull_policy" and value not in _PULL_POLICIES:
+            problems.append(f"{name(s.dest)} = {value!r} is not one of {', '.join(_PULL_POLICIES)}")
+        elif s.dest == "aggregator" and not _address(value):
+            problems.append(f"{name(s.dest)} = {value!r} is not host:port")
+        elif s.dest == "error_dir" and (not value.startswith("/") or value.rstrip("/") == ""):
+            problems.append(f"{name(s.dest)} = {value!r} must be an absolute directory other than /")
+        elif s.dest in ("image", "token_audience") and not value:
+            problems.append(f"{name(s.dest)} must not be empty")
+        else:
+            inj[s.dest] = value
+    if problems:
+        raise ConfigError("invalid webhook settings:\n  - " + "\n  - ".join(problems))
+    return WebhookConfig(
+        tls_cert=Path(raw["tls_cert"]),
+        tls_key=Path(raw["tls_key"]),
+        listen=listen,
+        metrics_listen=metrics_listen,
+        shutdown_grace=grace,
+        log_level=level,
+        injection=Injection(**inj),  # type: ignore[arg-type]
+    )
+
+
+def split_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)

@@ -1,0 +1,357 @@
+"""What the webhook does to a pod: a pure function from an AdmissionReview to a JSONPatch, no I/O.
+
+The API server sends every pod CREATE in an opted-in namespace (and, with `reinvocationPolicy:
+IfNeeded`, again after later webhooks changed it). `review` answers an `admission.k8s.io/v1`
+AdmissionReview; `mutate` is the core: it edits a copy of the pod and `jsonpatch.make_patch` turns
+the difference into RFC 6902 operations, so the patch is exactly what changed and nothing is
+hand-indexed. What an injected pod gets:
+
+- the sidecar `podmortem-sidecar`: a native sidecar (an init container with `restartPolicy: Always`,
+  Kubernetes >= 1.29) or, with `native_sidecars=False`, a regular container;
+- a shared `emptyDir` (`podmortem-errors`) mounted in the training container and, read-only, in the
+  sidecar; `TORCHELASTIC_ERROR_FILE` on the training container points into it. When the user set
+  `TORCHELASTIC_ERROR_FILE` already, their path is kept: if one of their volumes holds it, the sidecar
+  mounts that same volume at the same place; otherwise the emptyDir is mounted at the file's directory
+  in both containers;
+- the sidecar's settings as environment: identity from the downward API (`POD_NAME`, `POD_NAMESPACE`,
+  `POD_UID`, `NODE_NAME`, `POD_IP`), the job from the pod's labels (as `aggregator/jobs.py`
+  `workload_from_labels` reads them), `PODMORTEM_AGGREGATOR`, `PODMORTEM_CONTAINER`, and the torchrun
+  rank and size copied from the training container when the operator set them literally;
+- resources, a locked-down securityContext, and a projected ServiceAccount token for podmortem's
+  audience (`podmortem-token`), for the aggregator to authenticate sidecars by;
+- the annotation `podmortem.io/injected: "<version>"`.
+
+Never breaks a pod: anything it does not understand (no training labels, no containers, an error
+file path it cannot see, a name already taken) leaves the pod unchanged, with the reason as the
+outcome the server counts. A pod that already has the sidecar gets an empty patch (idempotent on
+reinvocation), and `podmortem.io/inject: "false"` on the pod always wins.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+JSON = dict[str, Any]
+
+SIDECAR_NAME = "podmortem-sidecar"
+ERRORS_VOLUME = "podmortem-errors"
+TOKEN_VOLUME = "podmortem-token"
+TOKEN_DIR = "/var/run/secrets/podmortem.io/serviceaccount"
+ERROR_FILE_NAME = "error.json"
+INJECT_ANNOTATION = "podmortem.io/inject"
+INJECTED_ANNOTATION = "podmortem.io/injected"
+CONTAINER_ANNOTATION = "podmortem.io/container"
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# The container the Kubeflow training operator requires in a PyTorchJob.
+KUBEFLOW_CONTAINER = "pytorch"
+
+KUBEFLOW_JOB = "training.kubeflow.org/job-name"
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+BATCH_JOB_NAME = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME = "job-name"  # Kubernetes < 1.27 labels Job pods with this only
+BATCH_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+# Outcomes, as counted by the server (`podmortem_webhook_reviews_total{outcome}`): a fixed set.
+INJECTED = "injected"
+ALREADY_INJECTED = "already_injected"
+OPTED_OUT = "opted_out"
+NOT_TRAINING = "not_training_pod"
+NOT_POD_CREATE = "not_pod_create"
+UNSUPPORTED = "unsupported"  # a training pod we do not understand: let through unchanged
+OUTCOMES = (INJECTED, ALREADY_INJECTED, OPTED_OUT, NOT_TRAINING, NOT_POD_CREATE, UNSUPPORTED)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """What to inject. Defaults match `podmortem webhook --help`; the chart sets each one."""
+
+    aggregator: str = "podmortem.podmortem.svc:50051"
+    image: str = "ghcr.io/podmortem/podmortem:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    # Native sidecars (init containers with restartPolicy Always) are on by default from Kubernetes 1.29.
+    native_sidecars: bool = True
+    cpu_request: str = "10m"
+    memory_request: str = "48Mi"
+    cpu_limit: str = ""  # no CPU limit: throttling would delay the report when the node is busy
+    memory_limit: str = "64Mi"  # the sidecar's budget is 40 MiB RSS
+    error_dir: str = "/var/run/podmortem"
+    token_audience: str = "podmortem"
+    token_expiration_seconds: int = 3600  # the API server's minimum is 600
+    # Set explicitly so that a pod-level runAsUser 0 does not make runAsNonRoot refuse to start it.
+    run_as_user: int = 65532
+    version: str = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Result:
+    """The patch (empty when the pod is left alone) and why."""
+
+    patch: list[JSON]
+    outcome: str
+    reason: str = ""
+
+
+class Unsupported(Exception):
+    """A training pod this webhook does not understand; the message says what."""
+
+
+def _field(path: str) -> JSON:
+    return {"fieldRef": {"fieldPath": path}}
+
+
+def _label(key: str) -> JSON:
+    return _field(f"metadata.labels['{key}']")
+
+
+def _workload_env(labels: Mapping[str, str], annotations: Mapping[str, str]) -> list[JSON] | None:
+    """The sidecar's job settings from the pod's labels, in `workload_from_labels`'s order; None: not training."""
+    env: list[JSON]
+    if KUBEFLOW_JOB in labels:
+        env = [
+            {"name": "PODMORTEM_JOB_NAME", "valueFrom": _label(KUBEFLOW_JOB)},
+            {"name": "PODMORTEM_JOB_KIND", "value": "PyTorchJob"},
+        ]
+        if KUBEFLOW_REPLICA_TYPE in labels:
+            env.append({"name": "PODMORTEM_REPLICA_TYPE", "valueFrom": _label(KUBEFLOW_REPLICA_TYPE)})
+        if KUBEFLOW_REPLICA_INDEX in labels:
+            env.append({"name": "PODMORTEM_REPLICA_INDEX", "valueFrom": _label(KUBEFLOW_REPLICA_INDEX)})
+        return env
+    if JOBSET_NAME in labels:
+        # docs/kubernetes.md: JobSet (and TrainJob) pods register under the JobSet and its restart attempt.
+        env = [
+            {"name": "PODMORTEM_JOB_NAME", "valueFrom": _label(JOBSET_NAME)},
+            {"name": "PODMORTEM_JOB_KIND", "value": "JobSet"},
+        ]
+        if JOBSET_RESTART_ATTEMPT in labels:
+            env.append({"name": "PODMORTEM_ATTEMPT", "valueFrom": _label(JOBSET_RESTART_ATTEMPT)})
+        return env
+    for key in (BATCH_JOB_NAME, LEGACY_JOB_NAME):
+        if key in labels:
+            env = [
+                {"name": "PODMORTEM_JOB_NAME", "valueFrom": _label(key)},
+                {"name": "PODMORTEM_JOB_KIND", "value": "Job"},
+            ]
+            if BATCH_COMPLETION_INDEX in annotations:
+                # An indexed Job's completion index is the pod's torchrun node rank.
+                env.append(
+                    {"name": "PET_NODE_RANK", "valueFrom": _field(f"metadata.annotations['{BATCH_COMPLETION_INDEX}']")}
+                )
+            return env
+    return None
+
+
+def _training_container(containers: list[JSON], annotations: Mapping[str, str]) -> JSON:
+    wanted = annotations.get(CONTAINER_ANNOTATION)
+    if wanted:
+        for c in containers:
+            if c.get("name") == wanted:
+                return c
+        raise Unsupported(f"annotation {CONTAINER_ANNOTATION}={wanted!r} names no container")
+    for c in containers:
+        if c.get("name") == KUBEFLOW_CONTAINER:
+            return c
+    return containers[0]
+
+
+def _error_file(container: JSON, settings: Injection) -> tuple[str, bool]:
+    """The error file path and whether the user set it (True) or we choose it (False)."""
+    for item in container.get("env") or []:
+        if item.get("name") != ERROR_FILE_ENV:
+            continue
+        value = item.get("value")
+        if "valueFrom" in item or not isinstance(value, str):
+            raise Unsupported(f"{ERROR_FILE_ENV} is set from a reference; its path is not known at admission")
+        path = posixpath.normpath(value)
+        if not posixpath.isabs(path) or posixpath.dirname(path) == "/":
+            raise Unsupported(f"{ERROR_FILE_ENV}={value!r} must be an absolute path below a directory")
+        return path, True
+    return posixpath.join(settings.error_dir, ERROR_FILE_NAME), False
+
+
+def _covering_mount(container: JSON, path: str) -> JSON | None:
+    """The container's volume mount holding `path` (the deepest one), if any."""
+    best: JSON | None = None
+    for mount in container.get("volumeMounts") or []:
+        mount_path = posixpath.normpath(str(mount.get("mountPath", "")))
+        if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
+            if best is None or len(mount_path) > len(posixpath.normpath(str(best.get("mountPath", "")))):
+                best = mount
+    return best
+
+
+def _copied_env(container: JSON) -> list[JSON]:
+    """torchrun's rank and size, when the operator set them on the training container as plain values."""
+    out = []
+    for item in container.get("env") or []:
+        if item.get("name") in ("PET_NODE_RANK", "PET_NNODES") and isinstance(item.get("value"), str):
+            out.append({"name": item["name"], "value": item["value"]})
+    return out
+
+
+def _resources(settings: Injection) -> JSON:
+    requests = {k: v for k, v in (("cpu", settings.cpu_request), ("memory", settings.memory_request)) if v}
+    limits = {k: v for k, v in (("cpu", settings.cpu_limit), ("memory", settings.memory_limit)) if v}
+    out: JSON = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _has_name(items: list[JSON] | None, name: str) -> bool:
+    return any(i.get("name") == name for i in items or [])
+
+
+def mutate(pod: Mapping[str, Any], settings: Injection) -> Result:
+    """The JSONPatch that injects the sidecar into `pod`, or an empty one with the reason it is left alone."""
+    meta = pod.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    if str(annotations.get(INJECT_ANNOTATION, "")).lower() == "false":
+        return Result([], OPTED_OUT, f'annotation {INJECT_ANNOTATION}: "false"')
+    if _has_name(spec.get("initContainers"), SIDECAR_NAME) or _has_name(spec.get("containers"), SIDECAR_NAME):
+        return Result([], ALREADY_INJECTED, f"{SIDECAR_NAME} is already in the pod")
+    workload_env = _workload_env(labels, annotations)
+    if workload_env is None:
+        return Result([], NOT_TRAINING, "no Kubeflow, JobSet or batch Job label")
+    try:
+        mutated = _inject(copy.deepcopy(dict(pod)), settings, workload_env)
+    except Unsupported as exc:
+        return Result([], UNSUPPORTED, str(exc))
+    patch = jsonpatch.make_patch(dict(pod), mutated)
+    return Result(list(patch.patch), INJECTED)
+
+
+def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
+    spec = pod.setdefault("spec", {})
+    containers = spec.get("containers") or []
+    if not containers:
+        raise Unsupported("the pod has no containers")
+    volumes: list[JSON] = spec.setdefault("volumes", [])
+    for name in (ERRORS_VOLUME, TOKEN_VOLUME):
+        if _has_name(volumes, name):
+            raise Unsupported(f"a volume named {name!r} exists already")
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    training = _training_container(containers, annotations)
+    error_file, user_set = _error_file(training, settings)
+
+    sidecar_mounts: list[JSON] = []
+    user_mount = _covering_mount(training, error_file) if user_set else None
+    if user_mount is not None:
+        # The file is on one of the user's volumes: the sidecar reads it through the same volume.
+        shared = {k: v for k, v in user_mount.items() if k in ("name", "mountPath", "subPath", "subPathExpr")}
+        sidecar_mounts.append({**shared, "readOnly": True})
+    else:
+        error_dir = posixpath.dirname(error_file)
+        if any(
+            posixpath.normpath(str(m.get("mountPath", ""))) == error_dir for m in training.get("volumeMounts") or []
+        ):
+            raise Unsupported(f"{error_dir} is already a mount point in container {training.get('name')!r}")
+        volumes.append({"name": ERRORS_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}})
+        training.setdefault("volumeMounts", []).append({"name": ERRORS_VOLUME, "mountPath": error_dir})
+        sidecar_mounts.append({"name": ERRORS_VOLUME, "mountPath": error_dir, "readOnly": True})
+    if not user_set:
+        training.setdefault("env", []).append({"name": ERROR_FILE_ENV, "value": error_file})
+
+    volumes.append(
+        {
+            "name": TOKEN_VOLUME,
+            "projected": {
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "audience": settings.token_audience,
+                            "expirationSeconds": settings.token_expiration_seconds,
+                            "path": "token",
+                        }
+                    }
+                ]
+            },
+        }
+    )
+    sidecar_mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+
+    env: list[JSON] = [
+        {"name": "POD_NAME", "valueFrom": _field("metadata.name")},
+        {"name": "POD_NAMESPACE", "valueFrom": _field("metadata.namespace")},
+        {"name": "POD_UID", "valueFrom": _field("metadata.uid")},
+        {"name": "NODE_NAME", "valueFrom": _field("spec.nodeName")},
+        {"name": "POD_IP", "valueFrom": _field("status.podIP")},
+        {"name": ERROR_FILE_ENV, "value": error_file},
+        {"name": "PODMORTEM_AGGREGATOR", "value": settings.aggregator},
+        {"name": "PODMORTEM_CONTAINER", "value": str(training.get("name", ""))},
+        *workload_env,
+    ]
+    have = {e["name"] for e in env}
+    env.extend(e for e in _copied_env(training) if e["name"] not in have)
+    if spec.get("automountServiceAccountToken") is False:
+        # No API credentials in this pod, by the user's choice: the sidecar reports the error file only
+        # (the aggregator's pod watch still sees the pod's status).
+        env.append({"name": "PODMORTEM_POD_SOURCE", "value": "none"})
+
+    sidecar: JSON = {
+        "name": SIDECAR_NAME,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "args": ["sidecar"],
+        "env": env,
+        "resources": _resources(settings),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": settings.run_as_user,
+            "runAsGroup": settings.run_as_user,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": sidecar_mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if settings.native_sidecars:
+        # Appended last: it starts after the pod's own init containers, just before the training container.
+        spec.setdefault("initContainers", []).append({**sidecar, "restartPolicy": "Always"})
+    else:
+        containers.append(sidecar)
+    meta = pod.setdefault("metadata", {})
+    meta.setdefault("annotations", {})[INJECTED_ANNOTATION] = settings.version
+    return pod
+
+
+def review(admission_review: Mapping[str, Any], settings: Injection) -> tuple[JSON, Result]:
+    """Answer an `admission.k8s.io/v1` AdmissionReview. Always allowed: this webhook never rejects a pod.
+
+    Raises `ValueError` when the body is not an AdmissionReview with a request uid (the server answers 400).
+    """
+    if not isinstance(admission_review, Mapping):
+        raise ValueError("the body is not a JSON object")
+    request = admission_review.get("request")
+    if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        raise ValueError("not an AdmissionReview: request.uid is missing")
+    api_version = str(admission_review.get("apiVersion") or "admission.k8s.io/v1")
+    response: JSON = {"uid": request["uid"], "allowed": True}
+    kind = request.get("kind") or {}
+    pod = request.get("object")
+    if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request.get("operation") != "CREATE":
+        result = Result([], NOT_POD_CREATE, f"{kind.get('kind')} {request.get('operation')}")
+    elif not isinstance(pod, Mapping):
+        result = Result([], UNSUPPORTED, "request.object is not a pod")
+    else:
+        result = mutate(pod, settings)
+    if result.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(result.patch).encode()).decode()
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}, result
