@@ -1,0 +1,248 @@
+"""The webhook over real HTTPS (trustme certificates): AdmissionReviews in, patches applied and schema-checked."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonpatch
+import kubernetes_validate
+import pytest
+import trustme
+from prometheus_client import CollectorRegistry
+
+from podmortem.webhook import mutation, server
+from podmortem.webhook.config import WebhookConfig
+from podmortem.webhook.mutation import Injection
+from podmortem.webhook.server import WebhookServer
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "admission"
+REPO = Path(__file__).parent.parent.parent
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return dict(json.loads((FIXTURES / f"{name}.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def write_cert(ca: trustme.CA, directory: Path, *names: str) -> tuple[Path, Path]:
+    cert = ca.issue_cert(*names)
+    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
+    cert_path.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    key_path.write_bytes(cert.private_key_pem.bytes())
+    return cert_path, key_path
+
+
+@pytest.fixture
+async def webhook(ca: trustme.CA, tmp_path: Path) -> AsyncIterator[WebhookServer]:
+    cert, key = write_cert(ca, tmp_path, "podmortem-webhook.podmortem.svc", "127.0.0.1")
+    config = WebhookConfig(
+        tls_cert=cert,
+        tls_key=key,
+        listen="127.0.0.1:0",
+        metrics_listen="127.0.0.1:0",
+        injection=Injection(image="example.org/podmortem:1.0", aggregator="podmortem.podmortem.svc:50051"),
+    )
+    srv = WebhookServer(config, registry=CollectorRegistry())
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+
+
+def client_ssl(ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return ctx
+
+
+async def post(ca: trustme.CA, port: int, body: Any) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"https://127.0.0.1:{port}/mutate",
+            data=body if isinstance(body, bytes) else json.dumps(body),
+            headers={"Content-Type": "application/json"},
+            ssl=client_ssl(ca),
+        ) as resp:
+            return resp.status, dict(await resp.json())
+
+
+def patched(review: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    pod = review["request"]["object"]
+    response = answer["response"]
+    assert response["uid"] == review["request"]["uid"] and response["allowed"] is True
+    if "patch" not in response:
+        return dict(pod)
+    assert response["patchType"] == "JSONPatch"
+    result = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    kubernetes_validate.validate(result, "1.33.0", strict=True)
+    return dict(result)
+
+
+def count(srv: WebhookServer, outcome: str) -> float:
+    value = srv.metrics.registry.get_sample_value("podmortem_webhook_reviews_total", {"outcome": outcome})
+    return float(value or 0)
+
+
+async def test_pytorchjob_pod_is_injected_and_reinvocation_changes_nothing(
+    ca: trustme.CA, webhook: WebhookServer
+) -> None:
+    review = fixture("pytorchjob-worker")
+    status, answer = await post(ca, webhook.port, review)
+    assert status == 200
+    pod = patched(review, answer)
+    sidecar = pod["spec"]["initContainers"][-1]
+    assert sidecar["name"] == "podmortem-sidecar" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "example.org/podmortem:1.0"
+    # The API server reinvokes the webhook with the patched pod (reinvocationPolicy IfNeeded).
+    again = {**review, "request": {**review["request"], "object": pod}}
+    status, answer = await post(ca, webhook.port, again)
+    assert status == 200 and "patch" not in answer["response"]
+    assert count(webhook, mutation.INJECTED) == 1 and count(webhook, mutation.ALREADY_INJECTED) == 1
+
+
+async def test_indexed_job_pod_is_injected(ca: trustme.CA, webhook: WebhookServer) -> None:
+    review = fixture("indexed-job")
+    _, answer = await post(ca, webhook.port, review)
+    pod = patched(review, answer)
+    sidecar = next(c for c in pod["spec"]["initContainers"] if c["name"] == "podmortem-sidecar")
+    env = {e["name"]: e for e in sidecar["env"]}
+    assert env["TORCHELASTIC_ERROR_FILE"]["value"] == "/ckpt/errors/error.json"
+    assert env["PODMORTEM_JOB_KIND"]["value"] == "Job"
+
+
+async def test_a_pod_to_leave_alone_gets_no_patch(ca: trustme.CA, webhook: WebhookServer) -> None:
+    review = fixture("leave-alone")
+    _, answer = await post(ca, webhook.port, review)
+    assert patched(review, answer) == review["request"]["object"]
+    assert answer["response"] == {"uid": review["request"]["uid"], "allowed": True}
+    assert count(webhook, mutation.NOT_TRAINING) == 1
+
+
+async def test_a_pod_already_injected_by_hand_gets_no_patch(ca: trustme.CA, webhook: WebhookServer) -> None:
+    """A pod whose template carries the README's hand-written sidecar (per-namespace installs)."""
+    review = fixture("indexed-job")
+    review["request"]["object"]["spec"]["containers"].append(
+        {"name": "podmortem-sidecar", "image": "example.org/podmortem:1.0", "args": ["sidecar"]}
+    )
+    _, answer = await post(ca, webhook.port, review)
+    assert "patch" not in answer["response"]
+    assert count(webhook, mutation.ALREADY_INJECTED) == 1
+
+
+async def test_a_pod_it_does_not_understand_passes_unchanged_and_is_counted(
+    ca: trustme.CA, webhook: WebhookServer
+) -> None:
+    review = fixture("pytorchjob-worker")
+    review["request"]["object"]["spec"]["containers"][0]["env"].append(
+        {"name": "TORCHELASTIC_ERROR_FILE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+    )
+    _, answer = await post(ca, webhook.port, review)
+    assert answer["response"] == {"uid": review["request"]["uid"], "allowed": True}
+    assert count(webhook, mutation.UNSUPPORTED) == 1
+
+
+async def test_bad_requests_get_400_and_are_counted(ca: trustme.CA, webhook: WebhookServer) -> None:
+    status, answer = await post(ca, webhook.port, b"{not json")
+    assert status == 400 and "AdmissionReview" in answer["error"]
+    status, answer = await post(ca, webhook.port, {"apiVersion": "admission.k8s.io/v1", "request": {}})
+    assert status == 400 and "uid" in answer["error"]
+    assert count(webhook, server.BAD_REQUEST) == 2
+
+
+async def test_health_and_metrics(ca: trustme.CA, webhook: WebhookServer) -> None:
+    await post(ca, webhook.port, fixture("leave-alone"))
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"https://127.0.0.1:{webhook.port}/healthz", ssl=client_ssl(ca)) as resp:
+            assert resp.status == 200
+        async with session.get(f"http://127.0.0.1:{webhook.metrics_port}/metrics") as resp:
+            text = await resp.text()
+    assert 'podmortem_webhook_reviews_total{outcome="not_training_pod"} 1.0' in text
+    assert 'podmortem_webhook_reviews_total{outcome="unsupported"} 0.0' in text
+
+
+async def test_a_renewed_certificate_is_served_without_restart(
+    ca: trustme.CA, webhook: WebhookServer, tmp_path: Path
+) -> None:
+    other = trustme.CA()
+    renewed_dir = tmp_path / "renewed"
+    renewed_dir.mkdir()
+    cert, key = write_cert(other, renewed_dir, "127.0.0.1")
+    os.replace(cert, webhook.config.tls_cert)  # as the kubelet swaps a Secret volume's files
+    os.replace(key, webhook.config.tls_key)
+    assert webhook.load_certificate() is True
+    assert webhook.load_certificate() is False  # unchanged files are not reloaded
+    status, _ = await post(other, webhook.port, fixture("leave-alone"))
+    assert status == 200
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await post(ca, webhook.port, fixture("leave-alone"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_the_command_starts_with_three_flags_and_stops_on_sigterm(ca: trustme.CA, tmp_path: Path) -> None:
+    cert, key = write_cert(ca, tmp_path, "127.0.0.1")
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PODMORTEM_WEBHOOK_METRICS_LISTEN": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podmortem.cli", "webhook", "--listen", f"127.0.0.1:{port}",
+         "--tls-cert", str(cert), "--tls-key", str(key)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        status = 0
+        deadline = time.monotonic() + 30  # polling deadline for the process to start, not a timing assertion
+        while time.monotonic() < deadline and status != 200:
+            try:
+                status, _ = await post(ca, port, fixture("leave-alone"))
+            except aiohttp.ClientConnectorError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                await asyncio.sleep(0.2)
+        assert status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert b"webhook stopped" in (proc.stderr.read() if proc.stderr else b"")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_refuses_missing_certificates(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for var in ("PODMORTEM_WEBHOOK_TLS_CERT", "PODMORTEM_WEBHOOK_TLS_KEY"):
+        env.pop(var, None)
+    out = subprocess.run(
+        [sys.executable, "-m", "podmortem.cli", "webhook", "--tls-cert", str(tmp_path / "nope.crt"),
+         "--tls-key", str(tmp_path / "nope.key")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and "nope.crt does not exist" in out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "podmortem.cli", "webhook", "--native-sidecars", "maybe"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "PODMORTEM_WEBHOOK_TLS_CERT (or --tls-cert) is required" in out.stderr
+    assert "'maybe' is not true or false" in out.stderr
