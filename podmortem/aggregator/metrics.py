@@ -3,19 +3,61 @@
 Names follow `namespace_subsystem_name_unit`; counters end in `_total`. Label sets are small and
 fixed (category from the fixed vocabulary, event kind from the contract, namespace of the job — as
 bounded as the cluster's namespaces), and the category series are created up front so dashboards
-see zeros from the first scrape rather than gaps. Tests use a fresh `CollectorRegistry()`.
+see zeros from the first scrape rather than gaps. Values that come from user code or the cluster
+(exception class, node) are bounded: the first N distinct values are labels, later ones count as
+`other`. The one per-incident gauge keeps only the most recent incidents, for alerting on each.
+Publisher failures are counted by wrapping each publisher (`Metrics.counting`).
+Tests use a fresh `CollectorRegistry()`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+from collections import OrderedDict
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from podmortem.aggregator.publishing import Decision
+from podmortem.aggregator.publishing import Decision, Publisher
 from podmortem.core.model import CATEGORIES
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
 NO_CATEGORY = "none"  # an incident with no failed pod (e.g. a clean exit)
 LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600)
+# Bounds on the label values that come from the cluster or from user code (see `_Bounded`).
+MAX_EXCEPTION_TYPES = 50
+MAX_NODES = 200
+RECENT_INCIDENTS = 256  # incidents kept as podmortem_incident_verdict_timestamp_seconds series
+OTHER = "other"
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+
+class _Bounded:
+    """Label values for a bounded label: the first `limit` distinct values are kept, later ones are OTHER."""
+
+    def __init__(self, limit: int, empty: str) -> None:
+        self.limit, self.empty = limit, empty
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if not value:
+            return self.empty
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self.limit:
+            return OTHER
+        self._seen.add(value)
+        return value
+
+
+def exception_label(exception_type: str) -> str:
+    """'torch.cuda.OutOfMemoryError' -> 'OutOfMemoryError': the class name only, at most 64 name characters."""
+    name = exception_type.strip().rsplit(".", 1)[-1]
+    return _NOT_NAME.sub("_", name)[:64]
+
+
+def _retryable(value: bool | None) -> str:
+    return "unknown" if value is None else str(value).lower()
 
 
 class Metrics:
@@ -65,6 +107,41 @@ class Metrics:
             "Incidents opened and waiting for quorum or timeout.",
             registry=self.registry,
         )
+        self.root_causes = Counter(
+            "podmortem_root_causes_total",
+            "Incidents decided (first verdict only), by namespace, category, retryable and how the incident closed.",
+            ["namespace", "category", "retryable", "closed_by"],
+            registry=self.registry,
+        )
+        self.exception_types = Counter(
+            "podmortem_root_cause_exceptions_total",
+            f"First verdicts by the root failure's exception class (none: no exception; past "
+            f"{MAX_EXCEPTION_TYPES} distinct classes: other).",
+            ["namespace", "exception_type"],
+            registry=self.registry,
+        )
+        self.nodes = Counter(
+            "podmortem_root_cause_nodes_total",
+            f"First verdicts by the root-cause pod's node (unknown: not known; past {MAX_NODES} nodes: other).",
+            ["namespace", "node"],
+            registry=self.registry,
+        )
+        self.publish_errors = Counter(
+            "podmortem_publish_errors_total",
+            "Verdicts a publisher failed to publish (after its own retries), by publisher.",
+            ["publisher"],
+            registry=self.registry,
+        )
+        self.recent = Gauge(
+            "podmortem_incident_verdict_timestamp_seconds",
+            f"When the latest verdict of each of the {RECENT_INCIDENTS} most recent incidents was decided, "
+            "labelled with its root pod and category (for alerting: one series per incident).",
+            ["namespace", "job", "incident", "pod", "node", "category", "retryable"],
+            registry=self.registry,
+        )
+        self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
+        self._node_label = _Bounded(MAX_NODES, "unknown")
+        self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         for category in (*CATEGORIES, NO_CATEGORY):
             self.verdicts_by_category.labels(category=category)
         for kind in EVENT_KINDS:
@@ -77,8 +154,54 @@ class Metrics:
             self.incidents.labels(namespace=decision.incident.job.namespace, category=category).inc()
             if decision.latency is not None:
                 self.latency.observe(decision.latency)
+            self._observe_root_cause(decision, category)
         else:
             self.revisions.inc()
+        self._observe_recent(decision, category)
+
+    def _observe_root_cause(self, decision: Decision, category: str) -> None:
+        v, namespace = decision.verdict, decision.incident.job.namespace
+        self.root_causes.labels(namespace, category, _retryable(v.retryable), decision.closed_by).inc()
+        self.exception_types.labels(namespace, self._exception_label(exception_label(v.exception_type))).inc()
+        self.nodes.labels(namespace, self._node_label(v.node if v.pod else "")).inc()
+
+    def _observe_recent(self, decision: Decision, category: str) -> None:
+        inc, v = decision.incident, decision.verdict
+        old = self._recent.pop(inc.incident_id, None)
+        if old is not None:
+            self.recent.remove(*old)  # a revision replaces its incident's series
+        labels = (
+            inc.job.namespace,
+            inc.job.name,
+            inc.incident_id,
+            v.pod or "",
+            v.node,
+            category,
+            _retryable(v.retryable),
+        )
+        self.recent.labels(*labels).set(decision.decided_at)
+        self._recent[inc.incident_id] = labels
+        while len(self._recent) > RECENT_INCIDENTS:
+            self.recent.remove(*self._recent.popitem(last=False)[1])
+
+    def counting(self, publisher: Publisher) -> Publisher:
+        """`publisher`, with its failures counted in podmortem_publish_errors_total (and still raised)."""
+        self.publish_errors.labels(publisher=publisher.name)
+        return _CountingPublisher(publisher, self.publish_errors)
+
+
+class _CountingPublisher:
+    def __init__(self, inner: Publisher, errors: Counter) -> None:
+        self.inner, self.name, self._errors = inner, inner.name, errors
+
+    async def publish(self, decision: Decision) -> None:
+        try:
+            await self.inner.publish(decision)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._errors.labels(publisher=self.name).inc()
+            raise
 
 
 class MetricsPublisher:

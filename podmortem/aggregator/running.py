@@ -71,7 +71,7 @@ class Aggregator:
             self._kube = Kube.from_settings(self.kube_settings)
             chain.extend(kube_publishers(self.kube_settings, self._kube))
         chain.extend(publishers)
-        self.queue = PublishQueue(chain)
+        self.queue = PublishQueue([self.metrics.counting(p) for p in chain])
         self.book = IncidentBook(
             decide or make_decide(config.rules),
             self.queue.submit,
