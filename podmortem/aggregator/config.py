@@ -72,6 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shutdown-grace", help=f"seconds to drain streams and publish on SIGTERM (default {d.shutdown_grace:g})"
     )
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING (default INFO)")
+    # Name each flag's environment variable in --help (the chart's env is checked against it).
+    for action in parser._actions:
+        var = _ENV.get(action.dest)
+        if var and action.help and var not in action.help:
+            action.help += f" [env {var}]"
 
 
 def _positive(name: str, raw: str, kind: type[int] | type[float]) -> int | float:

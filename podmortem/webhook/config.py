@@ -9,7 +9,7 @@ Only `--tls-cert` and `--tls-key` have no default, so `podmortem webhook --liste
 | `--tls-cert` | `PODMORTEM_WEBHOOK_TLS_CERT` | required | PEM serving certificate (chain) |
 | `--tls-key` | `PODMORTEM_WEBHOOK_TLS_KEY` | required | its PEM private key |
 | `--metrics-listen` | `PODMORTEM_WEBHOOK_METRICS_LISTEN` | `0.0.0.0:9091` | plain HTTP `/metrics`; `""` disables |
-| `--aggregator` | `PODMORTEM_AGGREGATOR` | `podmortem.podmortem.svc:50051` | what the sidecars dial |
+| `--aggregator` | `PODMORTEM_AGGREGATOR` | `podmortem-aggregator.podmortem.svc:50051` | what the sidecars dial |
 | `--sidecar-image` | `PODMORTEM_SIDECAR_IMAGE` | `ghcr.io/podmortem/podmortem:<version>` | the sidecar's image |
 | `--sidecar-image-pull-policy` | `PODMORTEM_SIDECAR_IMAGE_PULL_POLICY` | `IfNotPresent` | |
 | `--native-sidecars` | `PODMORTEM_NATIVE_SIDECARS` | `true` | native sidecar (k8s >= 1.29); `false`: a container |

@@ -76,7 +76,7 @@ OUTCOMES = (INJECTED, ALREADY_INJECTED, OPTED_OUT, NOT_TRAINING, NOT_POD_CREATE,
 class Injection:
     """What to inject. Defaults match `podmortem webhook --help`; the chart sets each one."""
 
-    aggregator: str = "podmortem.podmortem.svc:50051"
+    aggregator: str = "podmortem-aggregator.podmortem.svc:50051"
     image: str = "ghcr.io/podmortem/podmortem:0.1.0"
     image_pull_policy: str = "IfNotPresent"
     # Native sidecars (init containers with restartPolicy Always) are on by default from Kubernetes 1.29.
