@@ -149,3 +149,5 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{- define "podmortem.webhookSecretName" -}}{{ include "podmortem.componentName" (list . "webhook-tls") }}{{- end }}
