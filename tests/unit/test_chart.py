@@ -380,3 +380,21 @@ def test_native_sidecars_follow_the_cluster_version() -> None:
 
     assert native({}) == "true"  # the engine's default Kubernetes version is >= 1.29
     assert native({"webhook": {"nativeSidecars": False}}) == "false"
+
+
+def test_readme_hand_written_sidecar_is_valid_and_uses_real_settings() -> None:
+    text = (REPO / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "pytorchReplicaSpecs" in b]
+    spec = yaml.safe_load(block)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["containers"][0]["image"] = "example.org/train:1"
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": spec},
+                                 KUBE_VERSION, strict=True)  # fmt: skip
+    [sidecar] = spec["initContainers"]
+    assert sidecar["name"] == mutation.SIDECAR_NAME and sidecar["restartPolicy"] == "Always"
+    for name in env_of(sidecar):
+        assert re.search(rf"\[env {name}\]", cli_help("sidecar")), name
+    # The error file is shared: same path, same volume, in both containers.
+    assert env_of(sidecar)["TORCHELASTIC_ERROR_FILE"] == env_of(spec["containers"][0])["TORCHELASTIC_ERROR_FILE"]
+    namespace_install = render(values_of("namespace-values.yaml"), namespace="team-a")
+    svc = one(namespace_install, "Service", "-aggregator")
+    assert env_of(sidecar)["PODMORTEM_AGGREGATOR"] == f"{svc['metadata']['name']}.team-a.svc:50051"
