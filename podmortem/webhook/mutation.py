@@ -14,7 +14,7 @@ hand-indexed. What an injected pod gets:
   mounts that same volume at the same place; otherwise the emptyDir is mounted at the file's directory
   in both containers;
 - the sidecar's settings as environment: identity from the downward API (`POD_NAME`, `POD_NAMESPACE`,
-  `POD_UID`, `NODE_NAME`, `POD_IP`), the job from the pod's labels (as `aggregator/jobs.py`
+  `POD_UID`, `NODE_NAME`, `POD_IP`), the job from the pod's labels (as `podmortem/aggregator/kube/jobs.py`
   `workload_from_labels` reads them), `PODMORTEM_AGGREGATOR`, `PODMORTEM_CONTAINER`, and the torchrun
   rank and size copied from the training container when the operator set them literally;
 - resources, a locked-down securityContext, and a projected ServiceAccount token for podmortem's

@@ -32,12 +32,12 @@ from prometheus_client import CollectorRegistry
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
-from podmortem.model import ErrorRecord, Termination
-from podmortem.v1 import collector_pb2 as pb
-from podmortem.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.core.model import ErrorRecord, Termination
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
 from podmortem.webhook.config import WebhookConfig
 from podmortem.webhook.server import WebhookServer
-from podmortem.wire import error_to_pb, make_event, termination_to_pb
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DASHBOARD = REPO / "charts" / "podmortem" / "dashboards" / "podmortem.json"

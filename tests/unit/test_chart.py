@@ -23,7 +23,7 @@ import yaml
 from cryptography import x509
 
 from podmortem.aggregator import config as aggregator_config
-from podmortem.aggregator.kube import load_kube_settings
+from podmortem.aggregator.kube.client import load_kube_settings
 from podmortem.webhook import config as webhook_config
 from podmortem.webhook import mutation
 

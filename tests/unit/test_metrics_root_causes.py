@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from podmortem.aggregator import metrics as metrics_mod
 from podmortem.aggregator.metrics import Metrics, exception_label
 from podmortem.aggregator.publishing import Decision, JsonFilePublisher
-from podmortem.model import Incident, JobRef, Member, Verdict
+from podmortem.core.model import Incident, JobRef, Member, Verdict
 
 
 def decision(
