@@ -1,10 +1,15 @@
 """The aggregator daemon: wires server, incident book, engine and publishers; one stop path.
 
 `Aggregator` is started and stopped by `serve` (the `podmortem aggregator` command) and directly by
-tests. A signal only sets the stop event; stopping then runs in one order: health NOT_SERVING (so
-load balancers stop sending new streams), `server.stop(grace)` (open streams end; sidecars reconnect
-elsewhere and resend what is unacknowledged), every still-open incident decided now rather than lost,
-the publish queue drained with the remaining grace, then the workers cancelled and awaited.
+tests. It has root tasks — the publish worker, the Kubernetes pod watch (with `--kube`), and any the
+caller adds — and `serve` is supervised as kopf's `run_tasks` is: it ends on the first of {the stop
+signal, any root task ending}. A signal only sets the stop event. Whatever ended it, stopping runs in
+one order: health NOT_SERVING through `enter_graceful_shutdown()` (so load balancers stop sending new
+streams), `server.stop(grace)` (open streams end; sidecars reconnect elsewhere and resend what is
+unacknowledged), every still-open incident decided now rather than lost, the publish queue drained
+with the remaining grace, then the root tasks cancelled and awaited — and a root task's failure is
+re-raised at the end, so a crashed pod watch or publish worker stops the process (exit 1) when it
+dies, not at the next shutdown.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import grpc
+from grpc_health.v1 import health
 from prometheus_client import CollectorRegistry, start_http_server
 
 from podmortem.aggregator import config as config_mod
@@ -56,6 +62,7 @@ class Aggregator:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
         kube_settings: KubeSettings | None = None,
+        tasks: Sequence[Callable[[], Awaitable[None]]] = (),
     ) -> None:
         self.config = config
         self.metrics = Metrics(registry)
@@ -84,24 +91,30 @@ class Aggregator:
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
-        self._health: object = None
+        self._health: health.aio.HealthServicer | None = None
         self._httpd: WSGIServer | None = None
         self._worker: asyncio.Task[None] | None = None
         self._kube_stop = asyncio.Event()
         self._kube_task: asyncio.Task[None] | None = None
+        self._extra = list(tasks)
+        self._roots: list[asyncio.Task[None]] = []  # every root task; one ending early ends `run_until`
 
     async def start(self) -> None:
-        server, self.port, health = create_server(self.config.listen, self.service)
-        self._server, self._health = server, health
+        server, self.port, health_servicer = create_server(self.config.listen, self.service)
+        self._server, self._health = server, health_servicer
         await server.start()
-        await set_serving(health, True)
+        await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
+        self._roots.append(self._worker)
         if self.kube_settings is not None:
             from podmortem.aggregator.kube.podwatch import run_kubernetes
 
             self._kube_task = asyncio.create_task(
                 run_kubernetes(self.book, self.kube_settings, self._kube_stop, self._kube), name="pod-watch"
             )
+            self._roots.append(self._kube_task)
+        for i, factory in enumerate(self._extra):
+            self._roots.append(asyncio.create_task(_awaited(factory), name=f"task-{i}"))
         if self.config.metrics_listen:
             host, port = config_mod.split_address(self.config.metrics_listen)
             self._httpd, _ = start_http_server(port, host, registry=self.metrics.registry)
@@ -112,30 +125,57 @@ class Aggregator:
         if self.config.ready_file:
             await asyncio.to_thread(_write_atomically, Path(self.config.ready_file), address + "\n")
 
+    async def run_until(self, stop: asyncio.Event) -> asyncio.Task[None] | None:
+        """Wait for the stop event or the first root task to end; the task that ended, else None."""
+        stopper = asyncio.create_task(stop.wait(), name="stop-signal")
+        try:
+            done, _ = await asyncio.wait([stopper, *self._roots], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        ended = next((task for task in self._roots if task in done), None)
+        if ended is not None:
+            log.error("root task %s ended while serving: stopping", ended.get_name())
+        return ended
+
     async def stop(self, grace: float | None = None) -> None:
+        """The one stop path. Re-raises the failure of a root task that ended (first one) at its end."""
         grace = self.config.shutdown_grace if grace is None else grace
         deadline = asyncio.get_running_loop().time() + grace
-        if self._server is not None:
-            await set_serving(self._health, False)
+        ended_early = {task for task in self._roots if task.done()}  # before anyone asked them to
+        if self._server is not None and self._health is not None:
+            await self._health.enter_graceful_shutdown()
             await self._server.stop(grace / 2)
         self._kube_stop.set()
         if self._kube_task is not None:
-            try:
-                await self._kube_task
-            except Exception:
-                log.exception("the Kubernetes pod watch had failed")
+            await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
         self.book.close_all()
-        await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+        if self._worker is not None and not self._worker.done():
+            await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))
+        failures: list[BaseException] = []
+        for task in self._roots:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            elif not task.cancelled():
+                error = task.exception()
+                if error is None and task in ended_early:
+                    error = RuntimeError(f"root task {task.get_name()} ended on its own")
+                if error is not None:
+                    log.error("root task %s failed", task.get_name(), exc_info=error)
+                    failures.append(error)
         if self._kube is not None:
             self._kube.close()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
         log.info("aggregator stopped")
+        if failures:
+            raise failures[0]
+
+
+async def _awaited(factory: Callable[[], Awaitable[None]]) -> None:
+    await factory()
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -154,10 +194,10 @@ async def serve(
     aggregator = Aggregator(config, kube_settings=kube_settings)
     await aggregator.start()
     try:
-        await stop.wait()
-        log.info("stop requested: draining")
+        if await aggregator.run_until(stop) is None:
+            log.info("stop requested: draining")
     finally:
-        await aggregator.stop()
+        await aggregator.stop()  # re-raises a root task's failure after the stop path ran
 
 
 def build_parser(parser: argparse.ArgumentParser) -> None:
@@ -175,5 +215,9 @@ def run(ns: argparse.Namespace) -> int:
         print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(config, kube_settings))
+    try:
+        asyncio.run(serve(config, kube_settings))
+    except Exception as exc:
+        log.critical("aggregator stopped after a failure: %s", exc)
+        return 1
     return 0
