@@ -19,7 +19,7 @@ from collections import OrderedDict
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from podmortem.aggregator.publishing import Decision, Publisher
-from podmortem.core.model import CATEGORIES
+from podmortem.core.categories import CATEGORIES
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
 NO_CATEGORY = "none"  # an incident with no failed pod (e.g. a clean exit)

@@ -33,16 +33,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
-from podmortem.core.model import RETRYABLE, Category, Incident, Member, Secondary, Verdict
-from podmortem.core.rules import ADVICE, DEFAULT_RULES, Rule, RuleSet, SecondaryKind
+from podmortem.core.logtail import PEER_ADDR, SIGNAL_NAMES, TIMEOUT_MS, LogFacts, parse_log, time_hint
+from podmortem.core.model import Incident, Member, Secondary, Verdict
+from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
 
 Role = Literal["primary", "secondary", "clean", "unknown"]
 
@@ -54,205 +55,28 @@ TIE_SECONDS = 1.0
 WEAK_PENALTY_SECONDS = 2.0
 MAX_EXCERPT = 300
 
-# --------------------------------------------------------------------------------------------------
-# Log tails: torch's failure summary, worker tracebacks ("[rankN]: ..."), the agent's glog lines.
-
-_GLOG = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+\S+\]\s?(.*)$")
-_RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?(.*)$")
-_RANK_MENTION = re.compile(r"\[rank(\d+)\]|\brank (\d+):|\[Rank (\d+)\]")
-_SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
-_SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
-_LEADING_INT = re.compile(r"^\s*(-?\d+)")
-_TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
-_PEER_ADDR = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:\d+")
-_AGENT_WRAPPERS = ("ChildFailedError",)
-_SIGNAL_NAMES = {
-    1: "SIGHUP",
-    2: "SIGINT",
-    4: "SIGILL",
-    6: "SIGABRT",
-    7: "SIGBUS",
-    8: "SIGFPE",
-    9: "SIGKILL",
-    11: "SIGSEGV",
-    15: "SIGTERM",
-}
-
-
-@dataclass(frozen=True)
-class LogFacts:
-    """What a pod's log tail says, with times on the pod's clock (None when not in the tail)."""
-
-    first_failure_at: float | None = None  # glog "failed (exitcode: N) local_rank: ..." — sub-second
-    teardown_at: float | None = None  # glog "Received 15 death signal" — sub-second
-    summary_time: float | None = None  # "Root Cause (first observed failure)" time (whole second)
-    summary_rank: int | None = None  # global rank of the first failure
-    summary_exitcode: int | None = None  # negative: died of that signal
-    summary_has_error_file: bool = False
-    summary_exception: str = ""  # the exception line of the summary's traceback
-    exceptions: dict[int, str] = field(default_factory=dict)  # global rank -> its last exception line
-    exception_order: tuple[int, ...] = ()  # ranks in the order their exceptions appear
-    loose_exceptions: tuple[str, ...] = ()  # exception lines with no rank prefix (not the agent's wrapper)
-    ranks_seen: frozenset[int] = frozenset()
-    log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
-
-    @property
-    def silent_ranks(self) -> tuple[int, ...]:
-        """Ranks that logged but never raised — only meaningful when a sibling rank did raise."""
-        if not self.exceptions:
-            return ()
-        return tuple(sorted(self.ranks_seen - set(self.exceptions)))
-
-
-def _time_hint(member: Member) -> float | None:
-    """Any pod-clock time of this member: glog lines carry no year, this places them."""
-    for t in (
-        member.error.timestamp if member.error else None,
-        member.termination.finished_at if member.termination else None,
-        member.termination.started_at if member.termination else None,
-        member.error_observed_at,
-        member.termination_observed_at,
-    ):
-        if t is not None:
-            return float(t)
-    return None
-
-
-def _glog_time(m: re.Match[str], near: float) -> float | None:
-    month, day, hh, mm, ss = (int(m.group(i)) for i in range(2, 7))
-    frac = float("0." + m.group(7)) if m.group(7) else 0.0
-    year = datetime.fromtimestamp(near, UTC).year
-    best: float | None = None
-    for y in (year, year - 1, year + 1):  # a tail that crosses New Year
-        try:
-            t = datetime(y, month, day, hh, mm, ss, tzinfo=UTC).timestamp() + frac
-        except ValueError:
-            continue
-        if best is None or abs(t - near) < abs(best - near):
-            best = t
-    return best
-
-
-def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
-    for lr in rules.of_kind("log"):  # rule order is precedence; each rule scans the tail once
-        hit = lr.pattern.search(text) if lr.pattern is not None else None
-        if hit is not None:
-            a = text.rfind("\n", 0, hit.start()) + 1
-            b = text.find("\n", hit.end())
-            return lr, text[a : b if b >= 0 else len(text)].strip()
-    return None
-
-
-def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
-    """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
-    time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""
-    log_rule = _log_rule(text, rules)
-    if not full:
-        return LogFacts(log_rule=log_rule)
-    first_failure: float | None = None
-    teardown: float | None = None
-    exceptions: dict[int, str] = {}
-    order: list[int] = []
-    loose: list[str] = []
-    ranks: set[int] = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_MENTION.finditer(text)}
-    summary: dict[str, list[str]] | None = None
-    in_summary = False
-    current = ""
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if not line:
-            continue
-        if in_summary and summary is not None:
-            if line.startswith("====="):
-                in_summary = False
-                continue
-            fm = _SUMMARY_FIELD.match(line)
-            if fm:
-                current = fm.group(1)
-                summary.setdefault(current, []).append(fm.group(2))
-            elif current == "traceback":
-                summary["traceback"].append(line)
-            continue
-        head = line[:1]
-        if head == "[":
-            rm = _RANK_LINE.match(line)
-            if rm:
-                content = rm.group(2)
-                if (
-                    content[:1] not in (" ", "\t", "[")
-                    and ": " in content
-                    and not content.startswith("Traceback")
-                    and exception_type_of(content)
-                ):
-                    r = int(rm.group(1))
-                    if r not in exceptions:
-                        order.append(r)
-                    exceptions[r] = content
-            continue
-        if head in ("E", "W", "I", "F") and line[1:2].isdigit():
-            gm = _GLOG.match(line)
-            if gm:
-                body = gm.group(8)
-                if near is not None:
-                    if first_failure is None and gm.group(1) == "E" and "failed (exitcode" in body:
-                        first_failure = _glog_time(gm, near)
-                    elif teardown is None and ("death signal" in body or "Received SIG" in body):
-                        teardown = _glog_time(gm, near)
-                continue
-        if head in (" ", "\t"):
-            continue
-        if "Root Cause (first observed failure)" in line:
-            summary, in_summary, current = {}, True, ""
-            continue
-        if ": " in line and not line.startswith("Traceback"):
-            etype = exception_type_of(line)
-            if etype and not etype.endswith(_AGENT_WRAPPERS):
-                loose.append(line)
-    facts = LogFacts(
-        first_failure_at=first_failure,
-        teardown_at=teardown,
-        exceptions=exceptions,
-        exception_order=tuple(order),
-        loose_exceptions=tuple(loose),
-        ranks_seen=frozenset(ranks),
-        log_rule=log_rule,
-    )
-    if summary is None:
-        return facts
-    s_time = s_rank = s_code = None
-    if summary.get("time") and (tm := _SUMMARY_TIME.search(summary["time"][0])):
-        y, mo, d, hh, mi, ss = (int(g) for g in tm.groups())
-        try:
-            s_time = datetime(y, mo, d, hh, mi, ss, tzinfo=UTC).timestamp()
-        except ValueError:
-            s_time = None
-    if summary.get("rank") and (im := _LEADING_INT.match(summary["rank"][0])):
-        s_rank = int(im.group(1))
-    if summary.get("exitcode") and (im := _LEADING_INT.match(summary["exitcode"][0])):
-        s_code = int(im.group(1))
-    err_file = (summary.get("error_file") or [""])[0].strip()
-    exc_line = ""
-    for tb_line in summary.get("traceback", []):
-        stripped = tb_line.strip()
-        if stripped and not stripped.startswith(("Traceback", "File ")) and exception_type_of(stripped):
-            exc_line = stripped
-    if s_rank is not None:
-        ranks.add(s_rank)
-    return LogFacts(
-        first_failure_at=first_failure,
-        teardown_at=teardown,
-        summary_time=s_time,
-        summary_rank=s_rank,
-        summary_exitcode=s_code,
-        summary_has_error_file=bool(err_file) and err_file != "<N/A>",
-        summary_exception=exc_line,
-        exceptions=exceptions,
-        exception_order=tuple(order),
-        loose_exceptions=tuple(loose),
-        ranks_seen=frozenset(ranks),
-        log_rule=log_rule,
-    )
-
+# Confidence of a verdict, by how it was reached. These are ordered judgements, not calibrated
+# probabilities: a strong own failure with a clear lead is near-certain; attributions made from what
+# is *missing* (a hang, an unreported member, an echo) are guesses of decreasing strength.
+CONF_PRIMARY = 0.9  # earliest strong own failure (exception, OOM, signal, preemption) with a clear lead
+CONF_PRIMARY_WEAK = 0.6  # earliest own failure is weak (bare exit code, an error a dying peer can cause)
+CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
+CONF_NEAR_TIE = 0.55  # ...and less than half a second later
+NEAR_TIE_SECONDS = 0.5
+CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
+CONF_NAMED_BONUS = 0.05  # victims name the root's address as the dead peer
+CONF_MAX = 0.99
+CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.7, 1: 0.35}  # by how visibly stuck the chosen member is
+CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
+CONF_HANG_UNLOCATED = 0.3  # nobody stands out: the member that waited first
+CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside
+CONF_NAMED_PEER = 0.4  # named by victims, its own failure not recorded
+CONF_FIRST_TORN_DOWN = 0.4  # only echoes; the first member SIGTERMed from outside
+CONF_UNREPORTED = 0.2  # only echoes; blame a member that has not reported
+CONF_EARLIEST_ECHO = 0.15  # only echoes from everyone: the earliest echo
+CONF_NO_FAILURE_PENDING = 0.5  # nothing failed, but some members have not reported
+CONF_MISSING_PENALTY = 0.1  # decided while members of the job had not reported
+CONF_MIN = 0.05
 
 # --------------------------------------------------------------------------------------------------
 # Step 1: each member on its own.
@@ -308,7 +132,7 @@ def _excerpt(text: str, limit: int = MAX_EXCERPT) -> str:
 
 
 def _timeout_seconds(text: str) -> float | None:
-    m = _TIMEOUT_MS.search(text)
+    m = TIMEOUT_MS.search(text)
     if not m:
         return None
     if m.group(1) or m.group(2):
@@ -338,7 +162,7 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             sig = -code
             r = rules.classify_signal(sig)
             if r is not None:
-                name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
+                name = SIGNAL_NAMES.get(sig, f"signal {sig}")
                 out.append(_Cand("log", r, f"worker rank {grank} died of {name} (no error file)", "", grank))
         elif exc:
             r = rules.classify_message(exc, exception_type_of(exc))
@@ -469,7 +293,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     err_rule = _error_rule(member, rules)
     # An error file that already shows the member died of a peer: its log adds nothing decisive.
     full = (err_rule is None or err_rule.secondary is None) if full_log is None else full_log
-    log = parse_log(member.log_tail, _time_hint(member), rules, full) if member.log_tail else LogFacts()
+    log = parse_log(member.log_tail, time_hint(member), rules, full) if member.log_tail else LogFacts()
     cands = _candidates(member, log, rules, err_rule)
     cand = _pick(cands)
     time, spread = _time_of(member, cand, log)
@@ -490,7 +314,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     if role == "secondary":
         for text in texts:
             timeout = timeout or _timeout_seconds(text)
-            ips.extend(_PEER_ADDR.findall(text))
+            ips.extend(PEER_ADDR.findall(text))
     evidence = [
         f"{member.pod}: {cand.source}: {_excerpt(cand.text, 160)} -> "
         f"{cand.rule.category or cand.rule.secondary} [{cand.rule.id}]"
@@ -551,7 +375,7 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
-    confidence = 0.6 if root.weak else 0.9
+    confidence = CONF_PRIMARY_WEAK if root.weak else CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
     if len(ordered) > 1:
         nxt = ordered[1]
@@ -560,11 +384,11 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
             margin = root.spread + nxt.spread
             evidence.append(f"next own failure: {nxt.member.pod} {gap:+.1f} s ({nxt.category})")
             if gap < max(TIE_SECONDS, min(margin, 3.0)):
-                confidence = min(confidence, 0.55 if gap < 0.5 else 0.7)
+                confidence = min(confidence, CONF_NEAR_TIE if gap < NEAR_TIE_SECONDS else CONF_CLOSE_CALL)
         else:
-            confidence = min(confidence, 0.6)
+            confidence = min(confidence, CONF_UNORDERED)
     if named[root.member.pod]:
-        confidence = min(0.99, confidence + 0.05)
+        confidence = min(CONF_MAX, confidence + CONF_NAMED_BONUS)
         evidence.append(f"{named[root.member.pod]} victim(s) name {root.member.pod}'s address as the dead peer")
     return _Root(
         root,
@@ -618,7 +442,14 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
         ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
         head = "a rank stopped making progress; this pod timed out first and may host it"
         return _Root(
-            first, "hang", RETRYABLE["hang"], "engine.hang-unlocated", "hang attribution", 0.3, head, tuple(ev)
+            first,
+            "hang",
+            RETRYABLE["hang"],
+            "engine.hang-unlocated",
+            "hang attribution",
+            CONF_HANG_UNLOCATED,
+            head,
+            tuple(ev),
         )
     cands.sort(
         key=lambda c: (
@@ -630,9 +461,9 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     )
     score, root, why = cands[0]
     ties = [c for c in cands if c[0] == score]
-    confidence = {3: 0.8, 2: 0.7, 1: 0.35}[score]
+    confidence = CONF_HANG_BY_SCORE[score]
     if len(ties) > 1:
-        confidence -= 0.25
+        confidence -= CONF_HANG_TIE_PENALTY
         ev.append(f"{len(ties)} members equally likely: {', '.join(c[1].member.pod for c in ties[:5])}")
     ev.append(f"{root.member.pod} {why}")
     head = "stopped making progress; its peers timed out waiting for it" + (f" ({waited:g} s)" if waited else "")
@@ -652,7 +483,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
                 RETRYABLE["preemption"],
                 "engine.terminated-first",
                 "named by victims",
-                0.5,
+                CONF_NAMED_TERMINATED,
                 "was terminated from outside (SIGTERM, no DisruptionTarget recorded)",
                 ev,
             )
@@ -662,7 +493,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             None if f.category is None else RETRYABLE[f.category],
             "engine.named-peer",
             "named by victims",
-            0.4,
+            CONF_NAMED_PEER,
             "went away first (its own failure was not recorded)",
             ev,
         )
@@ -675,7 +506,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             None,
             "engine.unreported",
             "only victims reported",
-            0.2,
+            CONF_UNREPORTED,
             "has not reported; every other failure is an echo of a peer's",
             (f"{len(unknown)} member(s) have not reported",),
         )
@@ -688,7 +519,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             RETRYABLE["preemption"],
             "engine.terminated-first",
             "first torn down",
-            0.4,
+            CONF_FIRST_TORN_DOWN,
             "was the first member terminated from outside (SIGTERM, no DisruptionTarget recorded)",
             (f"first SIGTERM at {_fmt_time(f.time)}",),
         )
@@ -699,7 +530,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
         None,
         "engine.earliest-echo",
         "earliest echo",
-        0.15,
+        CONF_EARLIEST_ECHO,
         "failed first, but only with an error caused by a peer; the real cause was not recorded",
         (),
     )
@@ -773,7 +604,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             category=None,
             retryable=None,
             summary=summary,
-            confidence=1.0 if not pending else 0.5,
+            confidence=1.0 if not pending else CONF_NO_FAILURE_PENDING,
             evidence=tuple(e for f in findings for e in f.evidence)[:20],
         )
 
@@ -838,15 +669,8 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     exc_type = ""
     if r.role == "primary":
         exc_type = r.exception_type or (exception_type_of(r.text) if r.source in ("error file", "log") else "")
-    extra: dict[str, object] = {"decided_by": root.decided_by, "source": r.source}
-    if r.global_rank is not None:
-        extra["global_rank"] = r.global_rank
-    if r.time is not None:
-        extra["failed_at"] = round(r.time, 3)
-    missing = incident.world_size - len(incident.members)
-    if missing > 0:
-        extra["members_missing"] = missing
-    confidence = root.confidence if missing <= 0 else max(0.05, root.confidence - 0.1)
+    missing = max(incident.world_size - len(incident.members), 0)
+    confidence = root.confidence if missing <= 0 else max(CONF_MIN, root.confidence - CONF_MISSING_PENALTY)
     return Verdict(
         pod=r.member.pod,
         category=root.category,
@@ -860,7 +684,11 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         secondary=secondary,
         confidence=round(confidence, 2),
         rule=root.rule_id,
-        extra=extra,
+        decided_by=root.decided_by,
+        source=r.source,
+        global_rank=r.global_rank,
+        failed_at=round(r.time, 3) if r.time is not None else None,
+        members_missing=missing,
     )
 
 

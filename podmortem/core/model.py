@@ -17,46 +17,10 @@ observation times already converted by the aggregator are on the reference clock
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-Category = Literal[
-    "user_code",
-    "gpu_oom",
-    "host_oom",
-    "hardware",
-    "network",
-    "hang",
-    "preemption",
-    "node_lost",
-    "crash",
-    "infra",
-]
-CATEGORIES: tuple[Category, ...] = (
-    "user_code",
-    "gpu_oom",
-    "host_oom",
-    "hardware",
-    "network",
-    "hang",
-    "preemption",
-    "node_lost",
-    "crash",
-    "infra",
-)
-# Retryable by category, as in the category vocabulary (docs/engine.md); rules may override.
-RETRYABLE: dict[Category, bool] = {
-    "user_code": False,
-    "gpu_oom": False,
-    "host_oom": False,
-    "hardware": True,
-    "network": True,
-    "hang": True,
-    "preemption": True,
-    "node_lost": True,
-    "crash": False,
-    "infra": True,
-}
+from podmortem.core.categories import Category
 
 
 @dataclass(frozen=True)
@@ -172,7 +136,11 @@ class Verdict:
     secondary: tuple[Secondary, ...] = ()
     confidence: float = 0.0
     rule: str = ""  # id of the rule that classified the root failure
-    extra: dict[str, Any] = field(default_factory=dict)
+    decided_by: str = ""  # which step decided: "earliest own failure", "hang attribution", "named by victims", ...
+    source: str = ""  # where the root's failure was read: "error file", "log", "termination", "condition", ...
+    global_rank: int | None = None  # the worker rank that failed first, when a log or error file says
+    failed_at: float | None = None  # when the root failed, on the reference clock
+    members_missing: int = 0  # members of the job that had not reported when this was decided
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -15,7 +15,7 @@ A rule has exactly one matcher and one outcome:
   type name, qualified or not), ``exit_code`` / ``signal`` (numbers), ``reason`` (container
   termination reason), ``disruption`` (DisruptionTarget condition reason), ``phase`` (pod phase or
   status reason);
-* outcomes — ``category`` (one of `model.CATEGORIES`, with ``retryable`` defaulting to the category's)
+* outcomes — ``category`` (one of `categories.CATEGORIES`, with ``retryable`` defaulting to the category's)
   for a primary failure, or ``secondary`` (``peer``, ``timeout``, ``store`` or ``teardown``) for a
   failure caused by another member. ``weak: true`` marks a primary that is only believed when no
   stronger primary competes (an unexplained exit code 1, an NCCL error that a dying peer can cause).
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from podmortem.core.model import CATEGORIES, RETRYABLE, Category
+from podmortem.core.categories import CATEGORIES, RETRYABLE, Category
 
 MatcherKind = Literal["message", "log", "exception_type", "exit_code", "signal", "reason", "disruption", "phase"]
 SecondaryKind = Literal["peer", "timeout", "store", "teardown"]
@@ -53,24 +53,6 @@ _NUMBER_KINDS = frozenset({"exit_code", "signal"})
 _RULE_KEYS = frozenset({*MATCHERS, "id", "category", "retryable", "secondary", "weak", "why", "advice", "ignore_case"})
 
 # What a person should do, per category; a rule's own `advice` replaces it.
-ADVICE: dict[Category, str] = {
-    "user_code": "Fix the training code, its input data or its configuration; a retry as is will fail the same way.",
-    "gpu_oom": "Reduce the per-GPU memory (batch size, sequence length, activation checkpointing); "
-    "a retry as is will fail the same way.",
-    "host_oom": "Raise the container memory limit or cut host memory use (DataLoader workers, prefetch, "
-    "pinned buffers); a retry as is will fail the same way.",
-    "hardware": "A device or driver fault: cordon the node and have it checked; the job can be retried elsewhere.",
-    "network": "An interconnect failure (NCCL/IB/NIC): check the node's network; a retry is likely to succeed.",
-    "hang": "This rank stopped making progress and its peers timed out; retry, and if it recurs take stack "
-    "dumps (py-spy dump) of that rank before the collective timeout.",
-    "preemption": "The pod was preempted or evicted from outside; retry (consider a PriorityClass or a "
-    "PodDisruptionBudget).",
-    "node_lost": "The node stopped reporting; retry on other nodes and check the node's health.",
-    "crash": "A native crash of the training process; read the pod's log for the faulting library "
-    "(a retry as is will likely crash again).",
-    "infra": "The environment is at fault (mount, file, permission, storage, scheduling); fix it, then retry.",
-}
-
 SECONDARY_WHY: dict[SecondaryKind, str] = {
     "peer": "lost its connection to a peer that had died",
     "timeout": "timed out waiting for a peer in a collective",

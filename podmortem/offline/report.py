@@ -34,7 +34,7 @@ def render(incident: Incident, verdict: Verdict) -> str:
     ]
     if verdict.rank is not None or verdict.node:
         rank = f"node rank {verdict.rank}" if verdict.rank is not None else ""
-        gr = verdict.extra.get("global_rank")
+        gr = verdict.global_rank
         if gr is not None:
             rank += f" (worker rank {gr})" if rank else f"worker rank {gr}"
         detail.append(f"  where        {', '.join(p for p in (rank, verdict.node) if p)}")
@@ -56,7 +56,7 @@ def render(incident: Incident, verdict: Verdict) -> str:
         width = max(len(s.pod) for s in verdict.secondary)
         for s in verdict.secondary:
             lines.append(f"  {s.pod:<{width}}  {s.reason}")
-    missing = verdict.extra.get("members_missing")
+    missing = verdict.members_missing
     if missing:
         lines.append("")
         lines.append(f"Note: {missing} of {incident.world_size} members have not reported.")

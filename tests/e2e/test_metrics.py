@@ -21,7 +21,8 @@ from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator
-from podmortem.core.model import CATEGORIES, Incident, JobRef, Member, Verdict
+from podmortem.core.categories import CATEGORIES
+from podmortem.core.model import Incident, JobRef, Member, Verdict
 
 
 def decision(category: str | None, revision: int = 1, namespace: str = "ml") -> Decision:

@@ -34,6 +34,7 @@ from podmortem.aggregator.kube.publish import (
     kube_publishers,
 )
 from podmortem.aggregator.publishing import Publisher
+from podmortem.core.categories import condition_reason
 from podmortem.core.model import JobRef
 
 
@@ -211,7 +212,7 @@ def test_builders_stay_bounded() -> None:
     body = kp.event_body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS}}, huge, 0.0)
     assert len(body["message"].encode()) <= 1024
     assert len(kp.condition(huge, 0.0)["message"]) <= 1024
-    assert [kp.condition_reason(c) for c in ("user_code", "gpu_oom", "node_lost", None)] == [
+    assert [condition_reason(c) for c in ("user_code", "gpu_oom", "node_lost", None)] == [
         "UserCode",
         "GpuOom",
         "NodeLost",

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.core.engine import TIE_SECONDS, assess, decide, parse_log
+from podmortem.core.categories import CATEGORIES
+from podmortem.core.engine import TIE_SECONDS, assess, decide
 from podmortem.core.errorfile import exception_type_of
-from podmortem.core.model import CATEGORIES, Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict
+from podmortem.core.logtail import parse_log
+from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict
 from podmortem.core.rules import load_rules
 
 T0 = 1_800_000_000.0  # a whole second
@@ -212,8 +214,8 @@ def test_segfault_found_in_the_log_tail() -> None:
     )
     v = decide(incident(peer, root))
     check(v, "w-1", "crash", False)
-    assert v.extra["global_rank"] == 1
-    assert v.extra["failed_at"] == pytest.approx(1795273095.1, abs=0.5)  # the sub-second glog line
+    assert v.global_rank == 1
+    assert v.failed_at == pytest.approx(1795273095.1, abs=0.5)  # the sub-second glog line
 
 
 def test_sys_exit_without_exception_from_the_log() -> None:
@@ -271,7 +273,7 @@ def test_node_lost(lost: Member) -> None:
     peers = [member(f"w-{i}", rank=i, msg=GLOO_TIMEOUT.format(ms=12000), ts=T0 + 20, exit_code=1) for i in (0, 2, 3)]
     v = decide(incident(peers[0], lost, *peers[1:]))
     check(v, "w-1", "node_lost", True)
-    assert v.extra["failed_at"] == pytest.approx(T0 + 20 + 0.5 - 12, abs=1.0)  # when the peers began waiting
+    assert v.failed_at == pytest.approx(T0 + 20 + 0.5 - 12, abs=1.0)  # when the peers began waiting
 
 
 def test_hang_root_is_the_member_that_did_not_time_out() -> None:
@@ -449,7 +451,7 @@ def test_only_victims_and_nobody_named() -> None:
     v = decide(incident(*peers, Member(pod="w-2", rank=2)))
     assert v.pod == "w-2" and v.category is None and v.confidence <= 0.2
     v2 = decide(incident(*peers, world_size=3))
-    assert v2.pod in ("w-0", "w-1") and v2.category is None and v2.extra["members_missing"] == 1
+    assert v2.pod in ("w-0", "w-1") and v2.category is None and v2.members_missing == 1
 
 
 def test_sigterm_everywhere_is_an_outside_termination() -> None:

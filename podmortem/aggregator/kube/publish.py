@@ -34,6 +34,7 @@ from typing import Any
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.jobs import WORKLOADS
 from podmortem.aggregator.publishing import Decision, Publisher
+from podmortem.core.categories import condition_reason
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import resource_path
 
@@ -84,13 +85,6 @@ def is_published(published: str | None, decision: Decision) -> bool:
     """Does an object's key show this incident at this revision or a later one?"""
     parsed = _parse_key(published or "")
     return parsed is not None and parsed[0] == decision.incident.incident_id and parsed[1] >= decision.revision
-
-
-def condition_reason(category: str | None) -> str:
-    """'user_code' -> 'UserCode' (a condition reason is CamelCase: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)."""
-    if not category:
-        return "NoFailure"
-    return "".join(part.capitalize() for part in category.replace("-", "_").split("_") if part) or "Unknown"
 
 
 def summary(decision: Decision) -> str:

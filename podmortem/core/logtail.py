@@ -1,0 +1,215 @@
+"""Reading a pod's log tail: what torch and its launcher printed about the failure, on the pod's clock.
+
+A log tail says more than an error file when the error file is missing or an echo: torch's agent prints
+a failure summary ("Root Cause (first observed failure)": global rank, exit code or signal, whether an
+error file exists), the workers' tracebacks carry `[rankN]:` prefixes, and the agent's glog lines
+(`E1121 14:00:46.570000 <pid> ... failed (exitcode: ...)`) give sub-second failure times. `parse_log`
+turns a tail into `LogFacts` for the engine (`podmortem.core.engine`); the rules (`podmortem.core.rules`)
+classify the lines. Pure: text in, facts out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.model import Member
+from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet
+
+_GLOG = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+\S+\]\s?(.*)$")
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?(.*)$")
+_RANK_MENTION = re.compile(r"\[rank(\d+)\]|\brank (\d+):|\[Rank (\d+)\]")
+_SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
+_LEADING_INT = re.compile(r"^\s*(-?\d+)")
+TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
+PEER_ADDR = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:\d+")
+_AGENT_WRAPPERS = ("ChildFailedError",)
+SIGNAL_NAMES = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    4: "SIGILL",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    15: "SIGTERM",
+}
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What a pod's log tail says, with times on the pod's clock (None when not in the tail)."""
+
+    first_failure_at: float | None = None  # glog "failed (exitcode: N) local_rank: ..." — sub-second
+    teardown_at: float | None = None  # glog "Received 15 death signal" — sub-second
+    summary_time: float | None = None  # "Root Cause (first observed failure)" time (whole second)
+    summary_rank: int | None = None  # global rank of the first failure
+    summary_exitcode: int | None = None  # negative: died of that signal
+    summary_has_error_file: bool = False
+    summary_exception: str = ""  # the exception line of the summary's traceback
+    exceptions: dict[int, str] = field(default_factory=dict)  # global rank -> its last exception line
+    exception_order: tuple[int, ...] = ()  # ranks in the order their exceptions appear
+    loose_exceptions: tuple[str, ...] = ()  # exception lines with no rank prefix (not the agent's wrapper)
+    ranks_seen: frozenset[int] = frozenset()
+    log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
+
+    @property
+    def silent_ranks(self) -> tuple[int, ...]:
+        """Ranks that logged but never raised — only meaningful when a sibling rank did raise."""
+        if not self.exceptions:
+            return ()
+        return tuple(sorted(self.ranks_seen - set(self.exceptions)))
+
+
+def time_hint(member: Member) -> float | None:
+    """Any pod-clock time of this member: glog lines carry no year, this places them."""
+    for t in (
+        member.error.timestamp if member.error else None,
+        member.termination.finished_at if member.termination else None,
+        member.termination.started_at if member.termination else None,
+        member.error_observed_at,
+        member.termination_observed_at,
+    ):
+        if t is not None:
+            return float(t)
+    return None
+
+
+def _glog_time(m: re.Match[str], near: float) -> float | None:
+    month, day, hh, mm, ss = (int(m.group(i)) for i in range(2, 7))
+    frac = float("0." + m.group(7)) if m.group(7) else 0.0
+    year = datetime.fromtimestamp(near, UTC).year
+    best: float | None = None
+    for y in (year, year - 1, year + 1):  # a tail that crosses New Year
+        try:
+            t = datetime(y, month, day, hh, mm, ss, tzinfo=UTC).timestamp() + frac
+        except ValueError:
+            continue
+        if best is None or abs(t - near) < abs(best - near):
+            best = t
+    return best
+
+
+def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
+    for lr in rules.of_kind("log"):  # rule order is precedence; each rule scans the tail once
+        hit = lr.pattern.search(text) if lr.pattern is not None else None
+        if hit is not None:
+            a = text.rfind("\n", 0, hit.start()) + 1
+            b = text.find("\n", hit.end())
+            return lr, text[a : b if b >= 0 else len(text)].strip()
+    return None
+
+
+def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
+    """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
+    time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""
+    log_rule = _log_rule(text, rules)
+    if not full:
+        return LogFacts(log_rule=log_rule)
+    first_failure: float | None = None
+    teardown: float | None = None
+    exceptions: dict[int, str] = {}
+    order: list[int] = []
+    loose: list[str] = []
+    ranks: set[int] = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_MENTION.finditer(text)}
+    summary: dict[str, list[str]] | None = None
+    in_summary = False
+    current = ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line:
+            continue
+        if in_summary and summary is not None:
+            if line.startswith("====="):
+                in_summary = False
+                continue
+            fm = _SUMMARY_FIELD.match(line)
+            if fm:
+                current = fm.group(1)
+                summary.setdefault(current, []).append(fm.group(2))
+            elif current == "traceback":
+                summary["traceback"].append(line)
+            continue
+        head = line[:1]
+        if head == "[":
+            rm = _RANK_LINE.match(line)
+            if rm:
+                content = rm.group(2)
+                if (
+                    content[:1] not in (" ", "\t", "[")
+                    and ": " in content
+                    and not content.startswith("Traceback")
+                    and exception_type_of(content)
+                ):
+                    r = int(rm.group(1))
+                    if r not in exceptions:
+                        order.append(r)
+                    exceptions[r] = content
+            continue
+        if head in ("E", "W", "I", "F") and line[1:2].isdigit():
+            gm = _GLOG.match(line)
+            if gm:
+                body = gm.group(8)
+                if near is not None:
+                    if first_failure is None and gm.group(1) == "E" and "failed (exitcode" in body:
+                        first_failure = _glog_time(gm, near)
+                    elif teardown is None and ("death signal" in body or "Received SIG" in body):
+                        teardown = _glog_time(gm, near)
+                continue
+        if head in (" ", "\t"):
+            continue
+        if "Root Cause (first observed failure)" in line:
+            summary, in_summary, current = {}, True, ""
+            continue
+        if ": " in line and not line.startswith("Traceback"):
+            etype = exception_type_of(line)
+            if etype and not etype.endswith(_AGENT_WRAPPERS):
+                loose.append(line)
+    facts = LogFacts(
+        first_failure_at=first_failure,
+        teardown_at=teardown,
+        exceptions=exceptions,
+        exception_order=tuple(order),
+        loose_exceptions=tuple(loose),
+        ranks_seen=frozenset(ranks),
+        log_rule=log_rule,
+    )
+    if summary is None:
+        return facts
+    s_time = s_rank = s_code = None
+    if summary.get("time") and (tm := _SUMMARY_TIME.search(summary["time"][0])):
+        y, mo, d, hh, mi, ss = (int(g) for g in tm.groups())
+        try:
+            s_time = datetime(y, mo, d, hh, mi, ss, tzinfo=UTC).timestamp()
+        except ValueError:
+            s_time = None
+    if summary.get("rank") and (im := _LEADING_INT.match(summary["rank"][0])):
+        s_rank = int(im.group(1))
+    if summary.get("exitcode") and (im := _LEADING_INT.match(summary["exitcode"][0])):
+        s_code = int(im.group(1))
+    err_file = (summary.get("error_file") or [""])[0].strip()
+    exc_line = ""
+    for tb_line in summary.get("traceback", []):
+        stripped = tb_line.strip()
+        if stripped and not stripped.startswith(("Traceback", "File ")) and exception_type_of(stripped):
+            exc_line = stripped
+    if s_rank is not None:
+        ranks.add(s_rank)
+    return LogFacts(
+        first_failure_at=first_failure,
+        teardown_at=teardown,
+        summary_time=s_time,
+        summary_rank=s_rank,
+        summary_exitcode=s_code,
+        summary_has_error_file=bool(err_file) and err_file != "<N/A>",
+        summary_exception=exc_line,
+        exceptions=exceptions,
+        exception_order=tuple(order),
+        loose_exceptions=tuple(loose),
+        ranks_seen=frozenset(ranks),
+        log_rule=log_rule,
+    )
