@@ -12,6 +12,13 @@ world-size hints.
 Events are kept per member (deduplicated by id) and folded into `Member`s only when deciding, with
 the member's best clock offset at that moment — an offset measured after an event arrived still
 corrects it. This module does no I/O: decisions go to a `publish` callable (the publish queue).
+
+Cost per event is O(1) apart from the decisions themselves: each job keeps a running count of its
+reported members (updated when a member changes, never recounted), late events after a verdict are
+coalesced into one revision per `revise_delay` seconds (on the loop clock), and an incident with at
+least `offload_members` members is decided in a worker thread, so that acks never wait behind a
+10,000-member decision. A member whose data makes the engine fail is set aside with a logged reason,
+and the incident is decided without it.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ class _MemberState:
     clock_round_trip: float | None = None
     streams: int = 0  # open sidecar streams of this member
     sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
+    counted: bool = False  # included in its job's running `reported` count
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
     _folded: Member | None = field(default=None, repr=False)
@@ -114,6 +122,10 @@ class _JobState:
     closed_by: ClosedBy | None = None
     revision: int = 0
     verdict: Verdict | None = None
+    reported: int = 0  # members whose `reported()` is true, kept by IncidentBook._recount
+    revise_timer: asyncio.TimerHandle | None = None  # a revision is due (late events coalesce)
+    deciding: bool = False  # a decision runs in a worker thread
+    dirty: bool = False  # more late events arrived while it ran
 
     @property
     def incident_id(self) -> str:
@@ -130,6 +142,8 @@ class IncidentBook:
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
         max_jobs: int = 10_000,
+        revise_delay: float = 0.5,
+        offload_members: int = 256,
     ) -> None:
         self._decide = decide
         self._publish = publish
@@ -138,7 +152,10 @@ class IncidentBook:
         self._clock = clock
         self._metrics = metrics
         self._max_jobs = max_jobs
+        self.revise_delay = revise_delay
+        self.offload_members = offload_members
         self._jobs: dict[JobKey, _JobState] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # decisions running in worker threads
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -158,7 +175,9 @@ class IncidentBook:
         self._merge_identity(state, identity)
         if reg.HasField("world_size_hint") and reg.world_size_hint > 0:
             state.world_size_hint = max(state.world_size_hint or 0, reg.world_size_hint)
-        state.members[reg.pod].streams += 1
+        member = state.members[reg.pod]
+        member.streams += 1
+        self._recount(state, member)
         return MemberKey(job_key(job, reg.attempt), reg.pod)
 
     def disconnected(self, key: MemberKey) -> None:
@@ -167,12 +186,14 @@ class IncidentBook:
         if state is None or member is None:
             return
         member.streams = max(member.streams - 1, 0)
+        self._recount(state, member)
         self._check_quorum(state)
 
     def observe_member(self, job: JobRef, attempt: str, identity: Member) -> MemberKey:
         """A member known from elsewhere than its sidecar (the aggregator's pod watch)."""
         state = self._job(job, attempt)
         self._merge_identity(state, identity)
+        self._recount(state, state.members[identity.pod])
         return MemberKey(job_key(job, attempt), identity.pod)
 
     def expect(self, job: JobRef, attempt: str, world_size: int) -> None:
@@ -200,6 +221,7 @@ class IncidentBook:
                 self._metrics.duplicates.inc()
             if from_sidecar and event.WhichOneof("payload") in ("termination", "deletion"):
                 member.sidecar_saw_end = True  # the watch saw it first; the sidecar confirms it
+                self._recount(state, member)
                 self._check_quorum(state)
             return False
         kind = event.WhichOneof("payload")
@@ -210,12 +232,13 @@ class IncidentBook:
                 del member.events[old]
         member.events[event.id] = event
         member.changed()
+        self._recount(state, member)
         if self._metrics and kind:
             self._metrics.events.labels(kind=kind).inc()
         if state.opened_at is None and is_failure(event):
             self._open(state)
         elif state.closed_by is not None:
-            self._revise(state)
+            self._schedule_revision(state)
             return True
         self._check_quorum(state)
         return True
@@ -230,9 +253,21 @@ class IncidentBook:
         return [k for k, s in self._jobs.items() if s.opened_at is not None and s.closed_by is None]
 
     def close_all(self) -> None:
-        """Shutdown: decide every open incident now rather than lose it."""
+        """Shutdown: decide every open incident and every due revision now rather than lose it."""
         for key in self.open_incidents():
-            self._close(self._jobs[key], "timeout")
+            self._close(self._jobs[key], "timeout", inline=True)
+        for state in self._jobs.values():
+            if state.revise_timer is not None or state.dirty:
+                if state.revise_timer is not None:
+                    state.revise_timer.cancel()
+                state.revise_timer, state.dirty = None, False
+                incident = self._incident(state)
+                self._revised(state, incident, self._safe_decide(incident))
+
+    async def settle(self) -> None:
+        """Wait for the decisions running in worker threads (before `close_all` at shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -281,7 +316,15 @@ class IncidentBook:
         return max(sizes) if sizes else len(state.members)
 
     def _reported(self, state: _JobState) -> int:
-        return sum(1 for m in state.members.values() if m.reported())
+        return state.reported
+
+    @staticmethod
+    def _recount(state: _JobState, member: _MemberState) -> None:
+        """Keep the job's running count of reported members (O(1); call after any change to a member)."""
+        now = member.reported()
+        if now != member.counted:
+            state.reported += 1 if now else -1
+            member.counted = now
 
     def _open(self, state: _JobState) -> None:
         state.opened_at = self._clock()
@@ -319,18 +362,39 @@ class IncidentBook:
             opened_at=state.opened_at,
         )
 
-    def _close(self, state: _JobState, closed_by: ClosedBy) -> None:
+    def _close(self, state: _JobState, closed_by: ClosedBy, inline: bool = False) -> None:
         if state.timer is not None:
             state.timer.cancel()
             state.timer = None
         state.closed_by = closed_by
         if self._metrics:
             self._metrics.open_incidents.dec()
-        self._emit(state, closed_by)
-
-    def _revise(self, state: _JobState) -> None:
         incident = self._incident(state)
-        verdict = self._decide(incident)
+        if inline or len(incident.members) < self.offload_members:
+            self._emit(state, closed_by, incident, self._safe_decide(incident))
+        else:
+            self._offload(state, incident, lambda verdict: self._emit(state, closed_by, incident, verdict))
+
+    def _schedule_revision(self, state: _JobState) -> None:
+        """A late event: revise once the burst it belongs to is over (one revision per `revise_delay`)."""
+        if state.deciding:
+            state.dirty = True
+        elif state.revise_timer is None:
+            key = job_key(state.job, state.attempt)
+            state.revise_timer = asyncio.get_running_loop().call_later(self.revise_delay, self._revise, key)
+
+    def _revise(self, key: JobKey) -> None:
+        state = self._jobs.get(key)
+        if state is None:
+            return
+        state.revise_timer = None
+        incident = self._incident(state)
+        if len(incident.members) < self.offload_members:
+            self._revised(state, incident, self._safe_decide(incident))
+        else:
+            self._offload(state, incident, lambda verdict: self._revised(state, incident, verdict))
+
+    def _revised(self, state: _JobState, incident: Incident, verdict: Verdict) -> None:
         old = state.verdict
         same = old is not None and (old.pod, old.category, old.retryable) == (
             verdict.pod,
@@ -342,11 +406,49 @@ class IncidentBook:
             return
         self._emit(state, "revision", incident, verdict)
 
+    def _offload(self, state: _JobState, incident: Incident, then: Callable[[Verdict], None]) -> None:
+        """Decide a large incident in a worker thread; `then` runs back on the loop with the verdict."""
+        state.deciding = True
+
+        async def run() -> None:
+            try:
+                verdict = await asyncio.to_thread(self._safe_decide, incident)
+            finally:
+                state.deciding = False
+            then(verdict)
+            if state.dirty:  # late events arrived meanwhile: one more revision
+                state.dirty = False
+                self._schedule_revision(state)
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"decide {state.incident_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _safe_decide(self, incident: Incident) -> Verdict:
+        """The engine's verdict; a member whose data makes it fail is set aside (logged) and the rest decided."""
+        try:
+            return self._decide(incident)
+        except Exception:
+            log.exception(
+                "incident %s: the engine failed; looking for the member that makes it fail", incident.incident_id
+            )
+        bad: list[str] = []
+        for member in incident.members:
+            try:
+                self._decide(dataclasses.replace(incident, members=(member,)))
+            except Exception as exc:
+                bad.append(member.pod)
+                log.error("incident %s: member %s set aside: %s", incident.incident_id, member.pod, exc)
+        kept = tuple(m for m in incident.members if m.pod not in bad)
+        verdict = self._decide(dataclasses.replace(incident, members=kept))
+        note = f"set aside (its data made the engine fail): {', '.join(bad) or 'none found'}"
+        return dataclasses.replace(verdict, evidence=(*verdict.evidence, note))
+
     def _emit(
         self, state: _JobState, closed_by: ClosedBy, incident: Incident | None = None, verdict: Verdict | None = None
     ) -> None:
         incident = incident or self._incident(state)
-        verdict = verdict or self._decide(incident)
+        verdict = verdict or self._safe_decide(incident)
         state.verdict = verdict
         state.revision += 1
         reported = self._reported(state)

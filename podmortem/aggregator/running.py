@@ -148,6 +148,7 @@ class Aggregator:
         self._kube_stop.set()
         if self._kube_task is not None:
             await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
+        await self.book.settle()  # decisions running in worker threads land first
         self.book.close_all()
         if self._worker is not None and not self._worker.done():
             await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))

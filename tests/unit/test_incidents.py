@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -11,7 +12,7 @@ from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import make_decide
-from podmortem.core.model import ErrorRecord, Termination
+from podmortem.core.model import ErrorRecord, Incident, Termination, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
 
@@ -99,6 +100,7 @@ async def test_duplicates_are_ignored_but_counted() -> None:
     assert len(rec.decisions) == 1
 
 
+@pytest.mark.looptime
 async def test_late_report_revises_the_verdict() -> None:
     book, rec, _ = make_book(world=2, timeout=5)
     a, b = register(book, "a", 0), register(book, "b", 1)
@@ -111,7 +113,9 @@ async def test_late_report_revises_the_verdict() -> None:
     # ... then the real root reports: an OOM kill with no error file.
     oom = Termination(exit_code=137, signal=9, reason="OOMKilled", finished_at=99.0)
     book.ingest(b, make_event(termination_to_pb(oom)), from_sidecar=True)
-    assert len(rec.decisions) == 2
+    assert len(rec.decisions) == 1  # revisions wait for the burst of late events to end...
+    await asyncio.sleep(book.revise_delay)
+    assert len(rec.decisions) == 2  # ...then one revision
     assert rec.decisions[-1].revision == 2 and rec.decisions[-1].closed_by == "revision"
     assert rec.decisions[-1].verdict.pod == "b"
     assert rec.decisions[-1].verdict.category == "host_oom"
@@ -168,3 +172,80 @@ async def test_a_closed_stream_stops_the_wait_for_its_sidecar() -> None:
     assert rec.decisions == []
     book.disconnected(b)
     assert len(rec.decisions) == 1 and rec.decisions[0].verdict.pod == "a"
+
+
+class CountingDecide:
+    """The real engine, counting its calls and the threads it ran on."""
+
+    def __init__(self, fail_on: str = "") -> None:
+        self.calls = 0
+        self.threads: set[int] = set()
+        self.fail_on = fail_on
+        self.engine = make_decide()
+
+    def __call__(self, incident: Incident) -> Verdict:
+        self.calls += 1
+        self.threads.add(threading.get_ident())
+        if self.fail_on and any(m.pod == self.fail_on for m in incident.members):
+            raise OverflowError(f"{self.fail_on}: timestamp out of range")  # as a hostile error file did
+        return self.engine(incident)
+
+
+@pytest.mark.looptime
+async def test_a_burst_of_late_events_makes_one_revision_not_one_decision_each() -> None:
+    decide = CountingDecide()
+    rec = Recorder()
+    book = IncidentBook(decide, rec, quorum_timeout=5, default_world_size=3)
+    keys = [register(book, f"w-{i}", i) for i in range(3)]
+    peer_gone = "RuntimeError: Connection closed by peer [1.2.3.4]:1"
+    book.ingest(keys[0], error(peer_gone, 100), from_sidecar=True)
+    await asyncio.sleep(6)  # quorum timeout: first verdict
+    assert len(rec.decisions) == 1 and decide.calls == 1
+    for i in range(500):  # 500 distinct late events from a chatty member
+        book.ingest(keys[1], error(f"ValueError: late {i}", 101 + i, event_id=f"late-{i}"), from_sidecar=True)
+    assert decide.calls == 1  # nothing decided on the ingest path
+    await asyncio.sleep(book.revise_delay + 0.1)
+    assert decide.calls == 2  # one decision for the whole burst
+    assert len(rec.decisions) == 2 and rec.decisions[-1].verdict.pod == "w-1"
+
+
+async def test_a_large_incident_is_decided_off_the_event_loop() -> None:
+    decide = CountingDecide()
+    rec = Recorder()
+    book = IncidentBook(decide, rec, quorum_timeout=600, default_world_size=4, offload_members=4)
+    keys = [register(book, f"w-{i}", i) for i in range(4)]
+    book.ingest(keys[2], error("ValueError: bad label", 100), from_sidecar=True)
+    for i, key in enumerate(keys):
+        book.ingest(key, ended(1, 101 + i), from_sidecar=True)  # the last one makes quorum
+    assert rec.decisions == []  # the decision runs in a worker thread; the ingest returned at once
+    await book.settle()
+    assert len(rec.decisions) == 1 and rec.decisions[0].verdict.pod == "w-2"
+    assert threading.get_ident() not in decide.threads
+
+
+async def test_a_member_that_makes_the_engine_fail_is_set_aside_and_the_incident_still_decided() -> None:
+    rec = Recorder()
+    book = IncidentBook(CountingDecide(fail_on="w-0"), rec, quorum_timeout=600, default_world_size=3)
+    keys = [register(book, f"w-{i}", i) for i in range(3)]
+    book.ingest(keys[0], error("RuntimeError: Connection closed by peer [1.2.3.4]:1", 100), from_sidecar=True)
+    book.ingest(keys[1], error("ValueError: bad label", 99), from_sidecar=True)
+    for i, key in enumerate(keys):
+        book.ingest(key, ended(1, 101 + i), from_sidecar=True)
+    assert len(rec.decisions) == 1
+    verdict = rec.decisions[0].verdict
+    assert verdict.pod == "w-1" and verdict.category == "user_code"
+    assert any("set aside" in e and "w-0" in e for e in verdict.evidence)
+
+
+def test_quorum_count_follows_each_member_without_recounting() -> None:
+    book, _, _ = make_book(world=3, timeout=600)
+    keys = [register(book, f"w-{i}", i) for i in range(3)]
+    state = book._jobs[keys[0].job]
+    assert state.reported == 0
+    book.ingest(keys[0], ended(0, T0), from_sidecar=True)
+    assert state.reported == 1
+    book.ingest(keys[0], ended(0, T0), from_sidecar=True)  # a duplicate changes nothing
+    assert state.reported == 1
+    register(book, "w-0", 0)  # a second stream of the same member: still reported (its sidecar saw the end)
+    assert state.reported == 1
+    assert state.reported == sum(1 for m in state.members.values() if m.reported())
