@@ -20,8 +20,10 @@ the exception is).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ MAX_MESSAGE_CHARS = 4096
 MAX_TRACEBACK_CHARS = 16384
 
 _EXC_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\s*:")
+MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _FIELD = re.compile(rb'"(message|py_callstack|timestamp|errorCode)"\s*:\s*')
 
 
@@ -61,19 +64,29 @@ def _cut_traceback(text: str) -> tuple[str, bool]:
     return "…[truncated]\n" + text[-MAX_TRACEBACK_CHARS:], True
 
 
-def _as_int(value: Any) -> int | None:
+def _as_int(value: Any, low: int = -(2**31), high: int = 2**31 - 1) -> int | None:
+    """An integer field of the file, or None when it is absent, not a number, infinite, NaN or outside
+    [low, high]: a user-controlled file must not be able to crash a reader downstream (int(1e999) raises,
+    protobuf's int64 refuses 2**63, datetime refuses year 10000)."""
     if isinstance(value, bool):
         return None
+    number: int | None = None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    if isinstance(value, str):
+        number = value
+    elif isinstance(value, float | str):
         try:
-            return int(float(value.strip()))
-        except ValueError:
-            return None
-    return None
+            f = float(value.strip()) if isinstance(value, str) else value
+            number = int(f) if math.isfinite(f) else None
+        except (ValueError, OverflowError):
+            number = None
+    if number is None or not low <= number <= high:
+        return None
+    return number
+
+
+def _as_timestamp(value: Any) -> int | None:
+    """Seconds since the epoch, only when it is a real moment (1970 .. 9999); else None."""
+    return _as_int(value, 0, MAX_TIMESTAMP)
 
 
 def _record(
@@ -114,7 +127,7 @@ def parse_document(doc: Any, size: int) -> ErrorRecord:
         return _record(
             message=str(message) if message is not None else "",
             traceback=str(callstack) if callstack is not None else "",
-            timestamp=_as_int(extra.get("timestamp", inner.get("timestamp", doc.get("timestamp")))),
+            timestamp=_as_timestamp(extra.get("timestamp", inner.get("timestamp", doc.get("timestamp")))),
             error_code=_as_int(inner.get("errorCode", doc.get("errorCode"))),
             size=size,
         )
@@ -122,7 +135,7 @@ def parse_document(doc: Any, size: int) -> ErrorRecord:
         return _record(
             message=inner,
             traceback="",
-            timestamp=_as_int(doc.get("timestamp")),
+            timestamp=_as_timestamp(doc.get("timestamp")),
             error_code=_as_int(doc.get("errorCode")),
             size=size,
         )
@@ -218,7 +231,7 @@ def _salvage(head: bytes, tail: bytes, size: int) -> ErrorRecord:
             "was found in its head or tail",
             size,
         )
-    timestamps = [t for t in (_as_int(v) for v in fields.get("timestamp", [])) if t is not None]
+    timestamps = [t for t in (_as_timestamp(v) for v in fields.get("timestamp", [])) if t is not None]
     codes = [c for c in (_as_int(v) for v in fields.get("errorCode", [])) if c is not None]
     traceback = callstacks[-1] if callstacks else ""
     if len(callstacks) > 1:  # head and tail pieces of one huge callstack
@@ -233,21 +246,45 @@ def _salvage(head: bytes, tail: bytes, size: int) -> ErrorRecord:
     )
 
 
-def read_error_file(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> ErrorRecord | None:
-    """Read and parse an error file; None when it does not exist. Never loads more than ~max_bytes."""
+def read_error_file(
+    path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES, within: str | os.PathLike[str] | None = None
+) -> ErrorRecord | None:
+    """Read and parse an error file; None when it does not exist. Never loads more than ~max_bytes.
+
+    Read as the training container would see it: only a regular file (a FIFO or a device is reported,
+    never opened for a blocking read: the open is O_NONBLOCK), and with `within` (the shared volume the
+    sidecar watches) a symlink resolving outside that directory is refused rather than followed — the
+    sidecar may be able to read files the training container cannot, and must not publish them.
+    """
     p = Path(path)
+    if within is not None:
+        real, root = os.path.realpath(p), os.path.realpath(within)
+        if os.path.commonpath([real, root]) != root:
+            if not os.path.lexists(p):
+                return None
+            return _invalid(f"{p} resolves to {real}, outside {root}: not read", 0)
     try:
-        with p.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= max_bytes:
-                return parse_bytes(f.read(max_bytes + 1), size)
-            head = f.read(SALVAGE_BYTES)
-            f.seek(max(size - SALVAGE_BYTES, SALVAGE_BYTES))
-            tail = f.read(SALVAGE_BYTES)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except IsADirectoryError:
         return _invalid(f"{p} is a directory", 0)
     except OSError as exc:
         return _invalid(f"cannot read {p}: {exc.strerror or exc}", 0)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return _invalid(f"{p} is a directory", 0)
+        return _invalid(f"{p} is not a regular file (a FIFO, socket or device): not read", 0)
+    with os.fdopen(fd, "rb") as f:
+        size = st.st_size
+        try:
+            if size <= max_bytes:
+                return parse_bytes(f.read(max_bytes + 1), size)
+            head = f.read(SALVAGE_BYTES)
+            f.seek(max(size - SALVAGE_BYTES, SALVAGE_BYTES))
+            tail = f.read(SALVAGE_BYTES)
+        except OSError as exc:
+            return _invalid(f"cannot read {p}: {exc.strerror or exc}", 0)
     return _salvage(head, tail, size)

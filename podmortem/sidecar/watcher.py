@@ -167,7 +167,7 @@ class ErrorFileWatcher:
         if signature is not None and signature == self._signature and not (force or final):
             return self._settle(final)
         self._signature = signature
-        record = errorfile.read_error_file(self.path)
+        record = errorfile.read_error_file(self.path, within=self.path.parent)
         if record is None:  # removed between stat and open
             self._signature = None
             self._unsettled = None

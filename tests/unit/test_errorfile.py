@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -219,3 +220,47 @@ def test_file_just_over_the_limit_with_valid_json_is_salvaged(tmp_path: Path) ->
 def test_any_bytes_parse_without_raising(data: bytes) -> None:
     rec = errorfile.parse_bytes(data)
     assert rec.parse_error or rec.message is not None
+
+
+def _write(path: Path, timestamp: object, error_code: object = 1) -> Path:
+    doc = {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "tb", "timestamp": timestamp}}}
+    doc["message"]["errorCode"] = error_code  # type: ignore[index]
+    # json.dumps writes inf as Infinity; a huge literal goes in as text (Python's json reads both).
+    text = json.dumps(doc).replace('"@HUGE@"', "1e999").replace('"@BIG@"', str(2**70))
+    path.write_text(text)
+    return path
+
+
+def test_hostile_numbers_become_unknown_instead_of_raising(tmp_path: Path) -> None:
+    for bad in ["@HUGE@", "@BIG@", float("nan"), -99999999999, "-1e400", 1e300, "9" * 400]:
+        record = read_error_file(_write(tmp_path / "e.json", bad, error_code=bad))
+        assert record is not None and record.parse_error == ""
+        assert record.message == "ValueError: x"
+        assert record.timestamp is None and record.error_code is None
+    # Real values are kept.
+    record = read_error_file(_write(tmp_path / "e.json", "1795271119", error_code=-11))
+    assert record is not None and record.timestamp == 1795271119 and record.error_code == -11
+
+
+def test_a_fifo_is_reported_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "error.json"
+    os.mkfifo(fifo)
+    record = read_error_file(fifo)  # would block forever on a plain open()
+    assert record is not None and "not a regular file" in record.parse_error
+
+
+def test_a_symlink_leaving_the_shared_volume_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "sidecar-only" / "token.json"
+    secret.parent.mkdir()
+    secret.write_text(json.dumps({"message": "SECRET", "timestamp": 1}))
+    volume = tmp_path / "shared"
+    volume.mkdir()
+    (volume / "error.json").symlink_to(secret)
+    record = read_error_file(volume / "error.json", within=volume)
+    assert record is not None and "outside" in record.parse_error and "SECRET" not in record.message
+    # A link that stays inside the volume is read as usual.
+    (volume / "real.json").write_text(json.dumps({"message": "ValueError: inside", "timestamp": 1}))
+    (volume / "link.json").symlink_to(volume / "real.json")
+    inside = read_error_file(volume / "link.json", within=volume)
+    assert inside is not None and inside.message == "ValueError: inside"
+    assert read_error_file(volume / "missing.json", within=volume) is None
