@@ -223,8 +223,8 @@ def test_any_bytes_parse_without_raising(data: bytes) -> None:
 
 
 def _write(path: Path, timestamp: object, error_code: object = 1) -> Path:
-    doc = {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "tb", "timestamp": timestamp}}}
-    doc["message"]["errorCode"] = error_code  # type: ignore[index]
+    extra: dict[str, object] = {"py_callstack": "tb", "timestamp": timestamp}
+    doc = {"message": {"message": "ValueError: x", "extraInfo": extra, "errorCode": error_code}}
     # json.dumps writes inf as Infinity; a huge literal goes in as text (Python's json reads both).
     text = json.dumps(doc).replace('"@HUGE@"', "1e999").replace('"@BIG@"', str(2**70))
     path.write_text(text)
