@@ -54,6 +54,8 @@ TIE_SECONDS = 1.0
 # a strong one to be preferred.
 WEAK_PENALTY_SECONDS = 2.0
 MAX_EXCERPT = 300
+# A failure read from a log is believed to precede its container's end by at most this much (seconds).
+LOG_TIME_WINDOW = 2 * 3600.0
 
 # Confidence of a verdict, by how it was reached. These are ordered judgements, not calibrated
 # probabilities: a strong own failure with a clear lead is near-certain; attributions made from what
@@ -154,13 +156,16 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
     if err is not None and err_rule is not None:
         out.append(_Cand("error file", err_rule, err.message, err.exception_type, log.summary_rank))
     # The log: torch's summary names the first failed rank of this pod; its exception line or signal.
+    # The NCCL watchdog aborts a process (SIGABRT) once a collective timed out: an abort in a log that
+    # shows the member lost a peer or timed out is that echo, not a crash of its own.
+    echo_abort = log.log_rule is not None and log.log_rule[0].secondary in ("timeout", "peer", "store")
     if log.summary_exitcode is not None:
         code, grank = log.summary_exitcode, log.summary_rank
         exc = log.exceptions.get(grank, "") if grank is not None else ""
         exc = exc or log.summary_exception
         if code < 0:
             sig = -code
-            r = rules.classify_signal(sig)
+            r = None if (sig == 6 and echo_abort) else rules.classify_signal(sig)
             if r is not None:
                 name = SIGNAL_NAMES.get(sig, f"signal {sig}")
                 out.append(_Cand("log", r, f"worker rank {grank} died of {name} (no error file)", "", grank))
@@ -173,7 +178,13 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             if r is not None:
                 text = f"worker rank {grank} exited with code {code} without raising an exception"
                 out.append(_Cand("log", r, text, "", grank))
-    elif log.exception_order or log.loose_exceptions:
+    elif log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and echo_abort):
+        sig = -log.agent_exitcode
+        r = rules.classify_signal(sig)
+        if r is not None:
+            name = SIGNAL_NAMES.get(sig, f"signal {sig}")
+            out.append(_Cand("log", r, f"a worker died of {name} (the agent's log)", ""))
+    if log.summary_exitcode is None and (log.exception_order or log.loose_exceptions):
         if log.exception_order:
             grank2: int | None = log.exception_order[0]
             exc = log.exceptions[log.exception_order[0]]
@@ -213,7 +224,12 @@ def _is_clean(member: Member) -> bool:
 
 
 def _pick(cands: Sequence[_Cand]) -> _Cand | None:
-    """Strong primary > secondary from the member's own messages > weak primary > secondary exit code."""
+    """Specific strong primary > generic strong primary (any exception) > secondary from the member's own
+    messages > weak primary > secondary exit code. A known cause anywhere in the member's own output
+    (storage full, an OOM kill, Xid) says more than the Python class that carried it."""
+    for c in cands:
+        if c.rule.is_primary and not c.rule.weak and not c.rule.generic:
+            return c
     for c in cands:
         if c.rule.is_primary and not c.rule.weak:
             return c
@@ -261,6 +277,11 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
         lo, hi = log.summary_time, log.summary_time + 1.0
     if lo is None and member.termination is not None and member.termination.finished_at is not None:
         lo, hi = member.termination.finished_at - 1.0, member.termination.finished_at + 1.0
+    end = member.termination.finished_at if member.termination is not None else None
+    if lo is not None and end is not None and not end - LOG_TIME_WINDOW <= lo <= end + TIE_SECONDS:
+        # A time read from the log (a glog line placed in a year by guesswork, a summary from an earlier
+        # attempt) that the kubelet's own record of the container's end contradicts is not this failure's.
+        lo, hi = end - 1.0, end + 1.0
     mid, spread = _interval(lo, hi)
     if mid is not None:
         mid += offset

@@ -25,8 +25,27 @@ _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)
 _SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
 TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
-PEER_ADDR = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:\d+")
-_AGENT_WRAPPERS = ("ChildFailedError",)
+# A peer's address in gloo/NCCL messages: "[10.0.0.7]:29500", "[2001:db8::7]:29500". At most 45
+# characters (the longest IPv6 text form) and possessive, so linear on any input: the unbounded form
+# took 9 s on one 60 KB line of "[a:a:a:..." (the engine must survive hostile logs).
+PEER_ADDR = re.compile(r"\[([0-9a-fA-F.:]{2,45}+)\]:\d")
+# Launchers' and frameworks' wrappers around a worker's failure: never the cause itself.
+_AGENT_WRAPPERS = (
+    "ChildFailedError",
+    "CalledProcessError",
+    "RayTaskError",
+    "RayActorError",
+    "ActorDiedError",
+    "WorkerCrashedError",
+    "TrainingFailedError",
+)
+# Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
+# Ray ((RayTrainWorker pid=7315, ip=...)). The rank prefix [rankN]: is read separately (it names the rank).
+_LAUNCHER_PREFIX = re.compile(
+    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:)\s?"
+)
+# The agent's own word on a worker's end, in its glog line or its failure summary: "exitcode: -9".
+_AGENT_EXIT = re.compile(r"exitcode\s*:\s*(-?\d{1,3})\b")
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -56,6 +75,7 @@ class LogFacts:
     loose_exceptions: tuple[str, ...] = ()  # exception lines with no rank prefix (not the agent's wrapper)
     ranks_seen: frozenset[int] = frozenset()
     log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
+    agent_exitcode: int | None = None  # the first worker exit code the agent logged (negative: a signal)
 
     @property
     def silent_ranks(self) -> tuple[int, ...]:
@@ -120,7 +140,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     in_summary = False
     current = ""
     for raw in text.splitlines():
-        line = raw.rstrip()
+        line = _LAUNCHER_PREFIX.sub("", raw.rstrip(), count=1)
         if not line:
             continue
         if in_summary and summary is not None:
@@ -169,7 +189,10 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
             etype = exception_type_of(line)
             if etype and not etype.endswith(_AGENT_WRAPPERS):
                 loose.append(line)
+    am = _AGENT_EXIT.search(text)
+    agent_code = int(am.group(1)) if am else None
     facts = LogFacts(
+        agent_exitcode=agent_code,
         first_failure_at=first_failure,
         teardown_at=teardown,
         exceptions=exceptions,
@@ -200,6 +223,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     if s_rank is not None:
         ranks.add(s_rank)
     return LogFacts(
+        agent_exitcode=agent_code,
         first_failure_at=first_failure,
         teardown_at=teardown,
         summary_time=s_time,

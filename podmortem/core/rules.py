@@ -50,7 +50,9 @@ MATCHERS: tuple[MatcherKind, ...] = (
 SECONDARY_KINDS: tuple[SecondaryKind, ...] = ("peer", "timeout", "store", "teardown")
 _REGEX_KINDS = frozenset({"message", "log", "exception_type"})
 _NUMBER_KINDS = frozenset({"exit_code", "signal"})
-_RULE_KEYS = frozenset({*MATCHERS, "id", "category", "retryable", "secondary", "weak", "why", "advice", "ignore_case"})
+_RULE_KEYS = frozenset(
+    {*MATCHERS, "id", "category", "retryable", "secondary", "weak", "generic", "why", "advice", "ignore_case"}
+)
 
 # What a person should do, per category; a rule's own `advice` replaces it.
 SECONDARY_WHY: dict[SecondaryKind, str] = {
@@ -82,6 +84,9 @@ class Rule:
     retryable: bool | None = None
     secondary: SecondaryKind | None = None
     weak: bool = False
+    # A catch-all (any Python exception): believed, but a specific rule's finding on the same member
+    # (storage full, Xid, an OOM kill in its log) says more about why it failed.
+    generic: bool = False
     why: str = ""
     advice: str = ""
     operator: bool = False  # from a rules file, not built in
@@ -255,7 +260,8 @@ def rule_from_dict(doc: Mapping[str, Any], source: str = "built-in", index: int 
         if not isinstance(ignore_case, bool):
             raise _fail(source, where, "'ignore_case' must be true or false")
         try:
-            pattern = re.compile(raw, re.IGNORECASE if ignore_case else 0)
+            flags = (re.IGNORECASE if ignore_case else 0) | (re.MULTILINE if kind == "log" else 0)
+            pattern = re.compile(raw, flags)
         except re.error as exc:
             raise _fail(source, where, f"'{kind}' is not a valid regular expression: {exc}") from None
     elif kind in _NUMBER_KINDS:
@@ -278,6 +284,9 @@ def rule_from_dict(doc: Mapping[str, Any], source: str = "built-in", index: int 
     weak = doc.get("weak", False)
     if not isinstance(weak, bool):
         raise _fail(source, where, "'weak' must be true or false")
+    generic = doc.get("generic", False)
+    if not isinstance(generic, bool):
+        raise _fail(source, where, "'generic' must be true or false")
     for key in ("why", "advice"):
         if key in doc and not isinstance(doc[key], str):
             raise _fail(source, where, f"'{key}' must be a string")
@@ -291,6 +300,7 @@ def rule_from_dict(doc: Mapping[str, Any], source: str = "built-in", index: int 
         retryable=retryable,
         secondary=cast(SecondaryKind | None, secondary),
         weak=weak,
+        generic=generic,
         why=str(doc.get("why", "")),
         advice=str(doc.get("advice", "")),
         operator=operator,
@@ -358,6 +368,13 @@ _B: list[dict[str, Any]] = [
         "message": r"device-side assert(ion)? triggered",
         "category": "user_code",
         "why": "CUDA device-side assert (an index or value out of range in the program)",
+    },
+    {
+        "id": "host.low-memory",
+        "message": r"running low on memory|memory usage threshold|low on resource: memory|Out of memory: Kill"
+        r"|oom-kill",
+        "category": "host_oom",
+        "why": "the node ran out of host memory (its memory monitor or the kernel killed the task)",
     },
     {
         "id": "cuda.oom",
@@ -569,6 +586,7 @@ _B: list[dict[str, Any]] = [
         "id": "python.exception",
         "exception_type": r"[A-Za-z_][\w.]*",
         "category": "user_code",
+        "generic": True,
         "why": "an exception raised by the training program",
     },
     {
@@ -579,26 +597,137 @@ _B: list[dict[str, Any]] = [
         "why": "an unclassified error message",
     },
     # --- Log tails: lines worth a verdict even without an error file -----------------------------------
+    # Stable tokens only (error names, kernel/driver/launcher/scheduler phrases), never a whole sentence
+    # of one program. Order is precedence within a log: a specific cause of its own first, then the
+    # echoes of a peer's failure, then native-crash signs (the NCCL watchdog aborts a victim with SIGABRT
+    # after a timeout, so an abort next to a timeout is the timeout's echo).
     {
         "id": "log.xid",
-        "log": r"NVRM: Xid|\bXid \(PCI",
+        "log": r"NVRM: Xid|\bXid \(PCI|\bXid\b.{0,40}\b(4[38]|6[1-9]|7[49]|9[245]|1[12]\d)\b",
         "ignore_case": False,
         "category": "hardware",
         "why": "NVIDIA driver Xid error",
     },
     {
         "id": "log.ecc",
-        "log": r"uncorrectable ECC error",
-        "ignore_case": False,
+        "log": r"uncorrectable ECC|ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE",
         "category": "hardware",
         "why": "uncorrectable GPU memory (ECC) error",
     },
     {
-        "id": "log.ib",
-        "log": r"NCCL WARN NET/IB|transport retry counter exceeded",
-        "ignore_case": False,
+        "id": "log.gpu-lost",
+        "log": r"GPU is lost|fallen off the bus|Unable to determine the device handle|unspecified launch failure"
+        r"|illegal memory access|CUDA error: an illegal|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"
+        r"|uncorrectable NVLink|NVLink (error|fatal|failure)|fabric ?manager|NVSwitch (fatal|error)"
+        r"|CUDA error: unknown error|hardware stack error",
+        "category": "hardware",
+        "why": "GPU fault (lost device, illegal address, launch failure, NVLink/fabric error)",
+    },
+    {
+        "id": "log.cuda-oom",
+        "log": r"CUDA out of memory|OutOfMemoryError: CUDA|CUDA error: out of memory|HIP out of memory"
+        r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|NCCL error.{0,80}\bout of memory",
+        "category": "gpu_oom",
+        "why": "GPU memory exhausted",
+    },
+    {
+        "id": "log.device-assert",
+        "log": r"device-side assert(ion)? triggered|(block|thread): \[[\d, ]{1,40}\].{0,80}Assertion .{0,200} failed",
+        "category": "user_code",
+        "why": "CUDA device-side assert (an index or value out of range in the program)",
+    },
+    {
+        "id": "log.host-oom",
+        "log": r"Out of memory: Kill(ed)? process|\boom-kill:|invoked oom-killer|oom_reaper|Killed process \d+"
+        r"|\bOOMKilled\b|low on resource: memory|running low on memory|memory usage threshold"
+        r"|exceeded (its |the )?(request(ed)? |limit(ed)? )?memory|memory cgroup out of memory"
+        r"|DataLoader worker \(pid[^)]{0,40}\) is killed by signal: Killed|std::bad_alloc"
+        r"|Cannot allocate memory|task \d+: Killed|^\s*Killed\s*$",
+        "category": "host_oom",
+        "why": "host memory exhausted: the kernel OOM killer or the container memory limit",
+    },
+    {
+        "id": "log.shm",
+        "log": r"insufficient shared memory|/dev/shm|is killed by signal: Bus error|No space left on device"
+        r"|Disk quota exceeded|Read-only file system|Stale file handle|PytorchStreamWriter failed writing"
+        r"|Transport endpoint is not connected|\[Errno (28|30|116|122)\]",
+        "category": "infra",
+        "why": "storage or shared memory exhausted or broken (disk full, /dev/shm too small, stale mount)",
+    },
+    {
+        "id": "log.environment",
+        "log": r"cannot open shared object file|libcuda\.so|CUDA driver version is insufficient"
+        r"|no CUDA-capable device|Found no NVIDIA driver|NVIDIA-SMI has failed|ErrImagePull|ImagePullBackOff"
+        r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable",
+        "category": "infra",
+        "why": "no usable GPU, driver or library in the container",
+    },
+    {
+        "id": "log.scheduler",
+        "log": r"DUE TO (TIME LIMIT|PREEMPTION)|\bpreempted\b|preemption notice"
+        r"|spot (instance )?(interruption|termination)|PreemptionByScheduler|EvictionByEvictionAPI"
+        r"|TerminationByKubelet|maintenance event",
+        "category": "preemption",
+        "why": "the scheduler preempted the job or its time limit ran out",
+    },
+    {
+        "id": "log.node-lost",
+        "log": r"missed too many heartbeats|has been marked dead|node it was running on is dead|RAY_NODE_REMOVED"
+        r"|\bNodeLost\b|\bNotReady\b|\bNODE_FAIL\b|node .{0,60} (is|was) dead|heartbeat.{0,40}(timed out|missed|lost)"
+        r"|lost contact with the node|node (was )?removed",
+        "category": "node_lost",
+        "why": "a node stopped reporting (heartbeats missed, NotReady, node removed)",
+    },
+    {
+        "id": "log.name-resolution",
+        "log": r"Temporary failure in name resolution|Name or service not known|nodename nor servname"
+        r"|getaddrinfo failed|No address associated with hostname|Could not resolve host",
         "category": "network",
-        "why": "InfiniBand transport error",
+        "why": "the master's or a peer's host name does not resolve (DNS)",
+    },
+    {
+        "id": "log.ib",
+        "log": r"NCCL WARN NET/IB|transport retry counter exceeded|ibv_\w+ failed|IBV_WC_\w+|unhandled system error"
+        r"|ncclSystemError|No route to host|Network is unreachable",
+        "category": "network",
+        "why": "interconnect failure (InfiniBand/RoCE/socket system error)",
+    },
+    {
+        "id": "log.watchdog-timeout",
+        "log": r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
+        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out|Heartbeat monitor timed out",
+        "secondary": "timeout",
+        "why": "timed out waiting for a peer in a collective",
+    },
+    {
+        "id": "log.peer-gone",
+        "log": r"Connection closed by peer|Connection reset by peer|communicator (was|has been) aborted"
+        r"|ProcessGroupNCCL is aborted|remote process exited or there was a network error|ncclRemoteError"
+        r"|peer .{0,40}closed (the )?connection",
+        "secondary": "peer",
+        "why": "lost its connection to a peer that had died",
+    },
+    {
+        "id": "log.ray-actor-died",
+        "log": r"The actor is dead because its worker process has died|ActorDiedError|actor died unexpectedly",
+        "secondary": "peer",
+        "why": "Ray: an actor it called has died (the death of another process)",
+    },
+    {
+        "id": "log.store-gone",
+        "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
+        r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed",
+        "secondary": "store",
+        "why": "lost the c10d rendezvous store",
+    },
+    {
+        "id": "log.native-crash",
+        "log": r"Segmentation fault|(received|got|caught|by) signal:? ?(SIG)?(SEGV|ABRT|BUS|ILL|FPE)\b"
+        r"|\bSIG(SEGV|ABRT|BUS|ILL|FPE) received|signal \d+ \(SIG(SEGV|ABRT|BUS|ILL|FPE)\)|core dumped"
+        r"|Fatal Python error|terminate called after throwing|Illegal instruction|\*\*\* Process received signal"
+        r"|Assertion `.{0,200}' failed|Bus error",
+        "category": "crash",
+        "why": "a native crash (segfault, abort, bus error, illegal instruction)",
     },
     # --- Exit codes (Kubeflow ExitCode policy) and signals --------------------------------------------
     {"id": "exit.teardown", "exit_code": [130, 143], "secondary": "teardown", "why": "terminated by SIGTERM/SIGINT"},

@@ -557,3 +557,17 @@ def test_ten_thousand_members_decided_fast() -> None:
 
 def test_tie_window_constant_is_sane() -> None:
     assert 0.5 <= TIE_SECONDS <= 2.0
+
+
+@pytest.mark.timeout(10)  # a hang guard, not a timing goal: before the fix this input took ~40 s
+def test_a_hostile_log_line_cannot_stall_the_engine() -> None:
+    # 120 KB of the shape that made the peer-address pattern backtrack quadratically ("[a:a:a:...").
+    line = "RuntimeError: Connection closed by peer [" + "a:" * 60_000
+    member = Member(
+        pod="w-0",
+        error=ErrorRecord(message=line, exception_type="RuntimeError"),
+        termination=Termination(exit_code=1, finished_at=T0),
+        log_tail=line,
+    )
+    v = decide(Incident(JobRef("ml", "j"), 1, (member,)))
+    assert v.pod == "w-0"

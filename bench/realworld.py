@@ -1,0 +1,69 @@
+"""Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
+
+    python bench/realworld.py [--split train|heldout|both] [--seeds N] [--misses]
+
+Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
+log tails are victims' messages of the same split; victims end no later than the root and the root's
+index is random (podmortem.offline.corpus). Prints root / category / retryable accuracy per category and
+overall for the engine and for the `earliest` baseline (the first container to finish, classified by
+the same rules). Read only the train split while writing rules; score held-out at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from podmortem.core.engine import assess, decide
+from podmortem.core.model import Incident
+from podmortem.offline.corpus import Answer, Case, compose, load, score
+
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus-realworld" / "excerpts.jsonl"
+
+
+def engine(incident: Incident) -> Answer:
+    v = decide(incident)
+    return v.pod, v.category, v.retryable
+
+
+def earliest(incident: Incident) -> Answer:
+    first = min(incident.members, key=lambda m: (m.termination.finished_at or 0) if m.termination else 0)
+    f = assess(first)
+    return first.pod, f.category, f.rule.is_retryable if f.rule is not None and f.category else None
+
+
+def table(cases: list[Case]) -> str:
+    eng, base = score(cases, engine), score(cases, earliest)
+    lines = [f"{'category':<12}{'n':>4}  {'engine pod/cat/retry':<24}  earliest pod/cat/retry"]
+    for key in [*sorted(k for k in eng if k != "ALL"), "ALL"]:
+        e, b = eng[key], base[key]
+        lines.append(
+            f"{key:<12}{int(e['n']):>4}  {e['pod']:.2f} / {e['category']:.2f} / {e['retryable']:.2f}      "
+            f"{b['pod']:.2f} / {b['category']:.2f} / {b['retryable']:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--split", choices=("train", "heldout", "both"), default="train")
+    ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
+    ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
+    ns = ap.parse_args(argv)
+    excerpts = load(ns.corpus)
+    for split in ("train", "heldout") if ns.split == "both" else (ns.split,):
+        cases = [c for seed in range(ns.seeds) for c in compose(excerpts, split, seed)]
+        print(f"== {split}: {len(cases)} incidents ({ns.seeds} compositions per primary)")
+        print(table(cases))
+        if ns.misses:
+            for c in cases:
+                pod, cat, retry = engine(c.incident)
+                if (pod, cat, retry) != (c.root, c.category, c.retryable):
+                    print(f"  MISS {c.primary.id}: want {c.root} {c.category} {c.retryable}; got {pod} {cat} {retry}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
