@@ -45,18 +45,41 @@ def table(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
+def reliability(cases: list[Case]) -> str:
+    """Is the verdict's confidence worth reading? Brier score of confidence against "the root pod and
+    category are right", and observed accuracy per confidence bin."""
+    pairs = []
+    for c in cases:
+        v = decide(c.incident)
+        pairs.append((v.confidence, float(v.pod == c.root and v.category == c.category)))
+    brier = sum((conf - hit) ** 2 for conf, hit in pairs) / len(pairs)
+    lines = [f"Brier score {brier:.3f} (n={len(pairs)}); confidence bin -> n, observed accuracy, mean confidence"]
+    for lo, hi in ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 1.01)):
+        inside = [(conf, hit) for conf, hit in pairs if lo <= conf < hi]
+        if inside:
+            acc = sum(h for _, h in inside) / len(inside)
+            mean = sum(c for c, _ in inside) / len(inside)
+            lines.append(
+                f"  [{lo:.2f}, {min(hi, 1.0):.2f})  n={len(inside):>3}  accuracy {acc:.2f}  confidence {mean:.2f}"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--split", choices=("train", "heldout", "both"), default="train")
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
+    ap.add_argument("--calibration", action="store_true", help="print the Brier score and a reliability table")
     ns = ap.parse_args(argv)
     excerpts = load(ns.corpus)
     for split in ("train", "heldout") if ns.split == "both" else (ns.split,):
         cases = [c for seed in range(ns.seeds) for c in compose(excerpts, split, seed)]
         print(f"== {split}: {len(cases)} incidents ({ns.seeds} compositions per primary)")
         print(table(cases))
+        if ns.calibration:
+            print(reliability(cases))
         if ns.misses:
             for c in cases:
                 pod, cat, retry = engine(c.incident)

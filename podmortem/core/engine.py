@@ -42,7 +42,7 @@ from typing import Literal
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.logtail import PEER_ADDR, SIGNAL_NAMES, TIMEOUT_MS, LogFacts, parse_log, time_hint
-from podmortem.core.model import Incident, Member, Secondary, Verdict
+from podmortem.core.model import LOW_CONFIDENCE, Incident, Member, Secondary, Verdict
 from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
 
 Role = Literal["primary", "secondary", "clean", "unknown"]
@@ -375,6 +375,7 @@ class _Root:
     confidence: float
     headline: str
     evidence: tuple[str, ...] = ()
+    runner_up: Finding | None = None  # the next most likely root, when there is one
 
 
 def _fmt_time(t: float | None) -> str:
@@ -420,6 +421,7 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
         confidence,
         _headline(root),
         tuple(evidence),
+        ordered[1] if len(ordered) > 1 else None,
     )
 
 
@@ -488,7 +490,10 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
         ev.append(f"{len(ties)} members equally likely: {', '.join(c[1].member.pod for c in ties[:5])}")
     ev.append(f"{root.member.pod} {why}")
     head = "stopped making progress; its peers timed out waiting for it" + (f" ({waited:g} s)" if waited else "")
-    return _Root(root, "hang", RETRYABLE["hang"], "engine.hang", "hang attribution", confidence, head, tuple(ev))
+    runner = cands[1][1] if len(cands) > 1 else None
+    return _Root(
+        root, "hang", RETRYABLE["hang"], "engine.hang", "hang attribution", confidence, head, tuple(ev), runner
+    )
 
 
 def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: Counter[str]) -> _Root:
@@ -593,11 +598,16 @@ def _secondary_reason(f: Finding, root: Finding, root_ips: frozenset[str]) -> st
     return why
 
 
-def _summary(root: _Root) -> str:
+def _summary(root: _Root, confidence: float) -> str:
     m = root.finding.member
     where = ", ".join(p for p in (f"node rank {m.rank}" if m.rank is not None else "", m.node and f"on {m.node}") if p)
     who = f"{m.pod} ({where})" if where else m.pod
     line1 = f"{who} failed first: {root.headline.rstrip('.')}."
+    if confidence < LOW_CONFIDENCE:
+        line1 = f"Likely (confidence {confidence:.2f}): {line1}"
+        if root.runner_up is not None:
+            other = root.runner_up
+            line1 += f" Runner-up: {other.member.pod} ({other.category or other.secondary or 'cause unknown'})."
     advice = ""
     if root.finding.rule is not None and root.finding.rule.advice and root.category == root.finding.category:
         advice = root.finding.rule.advice
@@ -696,7 +706,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         pod=r.member.pod,
         category=root.category,
         retryable=root.retryable,
-        summary=_summary(root),
+        summary=_summary(root, confidence),
         rank=r.member.rank,
         node=r.member.node,
         exception_type=exc_type,
@@ -710,6 +720,8 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         global_rank=r.global_rank,
         failed_at=round(r.time, 3) if r.time is not None else None,
         members_missing=missing,
+        runner_up_pod=root.runner_up.member.pod if root.runner_up is not None else None,
+        runner_up_category=root.runner_up.category if root.runner_up is not None else None,
     )
 
 

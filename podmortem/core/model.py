@@ -22,6 +22,9 @@ from typing import Any
 
 from podmortem.core.categories import Category
 
+# Below this confidence a verdict is worded as "likely" and names its runner-up (report, annotations).
+LOW_CONFIDENCE = 0.7
+
 
 @dataclass(frozen=True)
 class JobRef:
@@ -141,6 +144,14 @@ class Verdict:
     global_rank: int | None = None  # the worker rank that failed first, when a log or error file says
     failed_at: float | None = None  # when the root failed, on the reference clock
     members_missing: int = 0  # members of the job that had not reported when this was decided
+    # The next most likely root, named when the verdict is not certain (confidence below LOW_CONFIDENCE).
+    runner_up_pod: str | None = None
+    runner_up_category: Category | None = None
+
+    @property
+    def uncertain(self) -> bool:
+        """A verdict to be read as "likely", with its runner-up, rather than as an assertion."""
+        return self.pod is not None and self.confidence < LOW_CONFIDENCE
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

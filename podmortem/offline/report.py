@@ -42,7 +42,10 @@ def render(incident: Incident, verdict: Verdict) -> str:
         detail.append(f"  exception    {verdict.exception_type}")
     if verdict.message:
         detail.append(f"  message      {verdict.message}")
-    detail.append(f"  confidence   {verdict.confidence:.2f}   (rule {verdict.rule or '-'})")
+    hedge = "   LOW: read as likely, not certain" if verdict.uncertain else ""
+    detail.append(f"  confidence   {verdict.confidence:.2f}   (rule {verdict.rule or '-'}){hedge}")
+    if verdict.uncertain and verdict.runner_up_pod:
+        detail.append(f"  runner-up    {verdict.runner_up_pod} ({verdict.runner_up_category or 'cause unknown'})")
     lines.extend(detail)
     if verdict.evidence:
         lines.append("")

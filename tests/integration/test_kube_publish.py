@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -257,3 +258,15 @@ async def test_kubectl_reads_the_annotations(kube_api: EmulatorHandle, kube: Kub
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["category"] == "user_code"
+
+
+def test_an_uncertain_verdict_is_annotated_as_likely_with_its_runner_up() -> None:
+    d = decision()
+    sure = kp.summary(d)
+    assert not sure.startswith("likely")
+    hedged = dataclasses.replace(
+        d,
+        verdict=dataclasses.replace(d.verdict, confidence=0.4, runner_up_pod="p-2", runner_up_category="network"),
+    )
+    text = kp.summary(hedged)
+    assert text.startswith("likely ") and "runner-up pod p-2 (network)" in text and "confidence 0.40" in text

@@ -18,6 +18,7 @@ from podmortem.core.errorfile import exception_type_of
 from podmortem.core.logtail import parse_log
 from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict
 from podmortem.core.rules import load_rules
+from podmortem.offline import report
 
 T0 = 1_800_000_000.0  # a whole second
 JOB = JobRef("ns", "job", "PyTorchJob")
@@ -571,3 +572,33 @@ def test_a_hostile_log_line_cannot_stall_the_engine() -> None:
     )
     v = decide(Incident(JobRef("ml", "j"), 1, (member,)))
     assert v.pod == "w-0"
+
+
+def test_an_uncertain_verdict_says_likely_and_names_the_runner_up() -> None:
+    # Two own failures 0.3 s apart on unmeasured clocks: the order is a guess, and the verdict says so.
+    def failed(pod: str, rank: int, message: str, end: float) -> Member:
+        return Member(
+            pod=pod,
+            rank=rank,
+            error=ErrorRecord(message=message, exception_type=message.split(":")[0], timestamp=int(T0)),
+            termination=Termination(exit_code=1, finished_at=end),
+            error_observed_at=end,
+        )
+
+    members = (failed("w-0", 0, "ValueError: bad label", T0 + 0.4), failed("w-1", 1, "KeyError: 'x'", T0 + 0.7))
+    v = decide(Incident(JobRef("ml", "j"), 2, members))
+    assert v.uncertain and v.confidence < 0.7
+    assert v.runner_up_pod == ("w-1" if v.pod == "w-0" else "w-0") and v.runner_up_category == "user_code"
+    assert v.summary.startswith("Likely") and f"Runner-up: {v.runner_up_pod}" in v.summary
+    text = report.render(Incident(JobRef("ml", "j"), 2, members), v)
+    assert "LOW: read as likely" in text and f"runner-up    {v.runner_up_pod}" in text
+
+
+def test_a_clear_verdict_is_not_hedged() -> None:
+    member = Member(
+        pod="w-0",
+        error=ErrorRecord(message="ValueError: bad label", exception_type="ValueError", timestamp=int(T0)),
+        termination=Termination(exit_code=1, finished_at=T0 + 1),
+    )
+    v = decide(Incident(JobRef("ml", "j"), 1, (member,)))
+    assert not v.uncertain and not v.summary.startswith("Likely")

@@ -99,7 +99,13 @@ def summary(decision: Decision) -> str:
     who = f"rank {v.rank} (pod {v.pod}{where})" if v.rank is not None else f"pod {v.pod}{where}"
     retry = "retryable" if v.retryable else "not retryable" if v.retryable is not None else "retryability unknown"
     detail = v.message or v.summary
-    return _cut(f"{who} failed first: {v.category}, {retry}" + (f" — {detail}" if detail else ""), MAX_SUMMARY)
+    head = f"{who} failed first: {v.category}, {retry}"
+    if v.uncertain:  # say so in words: a confident wrong verdict is worse than none
+        runner = (
+            f"; runner-up pod {v.runner_up_pod} ({v.runner_up_category or 'cause unknown'})" if v.runner_up_pod else ""
+        )
+        head = f"likely {head} (confidence {v.confidence:.2f}{runner})"
+    return _cut(head + (f" — {detail}" if detail else ""), MAX_SUMMARY)
 
 
 def verdict_document(decision: Decision) -> JSON:
