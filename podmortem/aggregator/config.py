@@ -2,8 +2,8 @@
 
 | flag               | env                          | default        | meaning                                        |
 |--------------------|------------------------------|----------------|------------------------------------------------|
-| --listen           | PODMORTEM_LISTEN             | 0.0.0.0:50051  | gRPC address (host:port; port 0 = any free)    |
-| --metrics-listen   | PODMORTEM_METRICS_LISTEN     | 0.0.0.0:9090   | Prometheus /metrics address; "" disables       |
+| --listen           | PODMORTEM_LISTEN             | 127.0.0.1:50051 | gRPC address (host:port; port 0 = any) (*)     |
+| --metrics-listen   | PODMORTEM_METRICS_LISTEN     | 127.0.0.1:9090 | Prometheus /metrics address; "" disables (*)   |
 | --verdict-dir      | PODMORTEM_VERDICT_DIR        | ./podmortem-verdicts | one JSON file per incident; "" disables  |
 | --world-size       | PODMORTEM_WORLD_SIZE         | (none)         | expected pods per job when nothing else says   |
 | --quorum-timeout   | PODMORTEM_QUORUM_TIMEOUT     | 60             | seconds an incident waits for silent members   |
@@ -12,7 +12,9 @@
 | --shutdown-grace   | PODMORTEM_SHUTDOWN_GRACE     | 20             | seconds to finish streams and publish on stop  |
 | --log-level        | PODMORTEM_LOG_LEVEL          | INFO           |                                                |
 
-`--shutdown-grace` must stay below the pod's terminationGracePeriodSeconds (chart default 30).
+(*) 0.0.0.0 with `--kube`. Without it (local runs, the demo) nothing listens beyond loopback unless
+asked: an open port would let anyone who reaches it feed incidents. `--shutdown-grace` must stay
+below the pod's terminationGracePeriodSeconds (chart default 30).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+# Without --kube nothing listens beyond loopback unless asked.
+LOOPBACK_LISTEN, LOOPBACK_METRICS = "127.0.0.1:50051", "127.0.0.1:9090"
 
 
 class ConfigError(ValueError):
@@ -55,9 +60,13 @@ _ENV = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = AggregatorConfig()
-    parser.add_argument("--listen", help=f"gRPC address host:port (env PODMORTEM_LISTEN, default {d.listen})")
     parser.add_argument(
-        "--metrics-listen", help=f"Prometheus /metrics address; '' disables (default {d.metrics_listen})"
+        "--listen",
+        help=f"gRPC address host:port (env PODMORTEM_LISTEN, default {LOOPBACK_LISTEN}; {d.listen} with --kube)",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        help=f"Prometheus /metrics address; '' disables (default {LOOPBACK_METRICS}; {d.metrics_listen} with --kube)",
     )
     parser.add_argument(
         "--verdict-dir", help=f"write one JSON verdict per incident here; '' disables (default ./{d.verdict_dir})"
@@ -89,7 +98,8 @@ def _positive(name: str, raw: str, kind: type[int] | type[float]) -> int | float
     return value
 
 
-def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> AggregatorConfig:
+def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: bool = False) -> AggregatorConfig:
+    """The settings; unset addresses default to every interface with `kube` (in a cluster), else loopback."""
     env = os.environ if env is None else env
     raw: dict[str, str] = {}
     for field, var in _ENV.items():
@@ -99,6 +109,8 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> Aggreg
         elif var in env:
             raw[field] = env[var]
     d = AggregatorConfig()
+    if not kube:
+        d = AggregatorConfig(listen=LOOPBACK_LISTEN, metrics_listen=LOOPBACK_METRICS)
     world = raw.get("world_size")
     return AggregatorConfig(
         listen=_address("listen", raw.get("listen", d.listen)),

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 Decide = Callable[[Incident], Verdict]
 JobKey = tuple[str, str, str]  # namespace, name, attempt
+# No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
+MAX_WORLD_SIZE = 65_536
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,10 @@ class _JobState:
 
     @property
     def incident_id(self) -> str:
-        return f"{self.job.namespace}.{self.job.name}.{self.attempt or '0'}"
+        """namespace:name[:attempt]. A ':' is in no namespace or job name (names may hold dots, so a dotted
+        id could collide), and an unknown attempt ("") is not attempt "0": two attempts, two ids."""
+        base = f"{self.job.namespace}:{self.job.name}"
+        return f"{base}:{self.attempt}" if self.attempt else base
 
 
 class IncidentBook:
@@ -174,7 +179,8 @@ class IncidentBook:
         )
         self._merge_identity(state, identity)
         if reg.HasField("world_size_hint") and reg.world_size_hint > 0:
-            state.world_size_hint = max(state.world_size_hint or 0, reg.world_size_hint)
+            hint = min(reg.world_size_hint, MAX_WORLD_SIZE)  # 2**31-1 must not hold a verdict for ever
+            state.world_size_hint = max(state.world_size_hint or 0, hint)
         member = state.members[reg.pod]
         member.streams += 1
         self._recount(state, member)
@@ -312,7 +318,11 @@ class IncidentBook:
         return state.members.get(key.pod) if state else None
 
     def world_size(self, state: _JobState) -> int:
-        sizes = [s for s in (state.expected, state.world_size_hint, self.default_world_size) if s]
+        """The job's own size when known (from its spec): a sidecar's hint never exceeds it. Else the
+        largest of the sidecars' hints (each capped at MAX_WORLD_SIZE) and the configured size."""
+        if state.expected:
+            return state.expected
+        sizes = [s for s in (state.world_size_hint, self.default_world_size) if s]
         return max(sizes) if sizes else len(state.members)
 
     def _reported(self, state: _JobState) -> int:

@@ -208,8 +208,8 @@ def build_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(ns: argparse.Namespace) -> int:
     try:
-        config = config_mod.load(ns)
         kube_settings = load_kube_settings(ns)
+        config = config_mod.load(ns, kube=kube_settings.enabled)
         if config.rules:
             rules.load_rules(config.rules)  # fail fast, with the file's own error
     except (ValueError, rules.RulesError) as exc:

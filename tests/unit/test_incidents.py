@@ -12,7 +12,7 @@ from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import make_decide
-from podmortem.core.model import ErrorRecord, Incident, Termination, Verdict
+from podmortem.core.model import ErrorRecord, Incident, JobRef, Termination, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
 
@@ -249,3 +249,27 @@ def test_quorum_count_follows_each_member_without_recounting() -> None:
     register(book, "w-0", 0)  # a second stream of the same member: still reported (its sidecar saw the end)
     assert state.reported == 1
     assert state.reported == sum(1 for m in state.members.values() if m.reported())
+
+
+async def test_a_world_size_hint_never_exceeds_the_jobs_own_size() -> None:
+    book, rec, _ = make_book(timeout=600)
+    a = register(book, "a", 0, world=2**31 - 1)  # a hostile (or broken) hint
+    b = register(book, "b", 1)
+    assert book.world_size(book._jobs[a.job]) == 65_536  # capped
+    book.expect(pb_job(), "0", 2)  # the job object says 2
+    book.ingest(a, error("ValueError: x", 100), from_sidecar=True)
+    book.ingest(a, ended(1, 101), from_sidecar=True)
+    book.ingest(b, ended(1, 102), from_sidecar=True)
+    assert len(rec.decisions) == 1 and rec.decisions[0].closed_by == "quorum"  # not held until the timeout
+
+
+def test_attempts_unknown_and_zero_are_two_incidents() -> None:
+    book, _, _ = make_book()
+    unknown = book.register(pb.Register(job=JOB, pod="p", attempt=""))
+    zero = book.register(pb.Register(job=JOB, pod="p", attempt="0"))
+    ids = {book._jobs[unknown.job].incident_id, book._jobs[zero.job].incident_id}
+    assert ids == {"ml:llm", "ml:llm:0"}
+
+
+def pb_job() -> JobRef:
+    return JobRef(JOB.namespace, JOB.name, JOB.kind)

@@ -1,0 +1,38 @@
+"""Aggregator settings: flags > environment > defaults; loopback unless it runs in a cluster (--kube)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from podmortem.aggregator import config
+
+
+def _ns(*args: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return parser.parse_args(list(args))
+
+
+def test_local_runs_listen_on_loopback_only() -> None:
+    c = config.load(_ns(), env={})
+    assert c.listen == "127.0.0.1:50051" and c.metrics_listen == "127.0.0.1:9090"
+
+
+def test_in_a_cluster_every_interface_is_the_default() -> None:
+    c = config.load(_ns(), env={}, kube=True)
+    assert c.listen == "0.0.0.0:50051" and c.metrics_listen == "0.0.0.0:9090"
+
+
+def test_an_explicit_address_wins_either_way() -> None:
+    assert config.load(_ns("--listen", "0.0.0.0:7000"), env={}).listen == "0.0.0.0:7000"
+    assert config.load(_ns(), env={"PODMORTEM_LISTEN": "10.1.2.3:7001"}, kube=False).listen == "10.1.2.3:7001"
+    assert config.load(_ns("--listen", "127.0.0.1:0"), env={"PODMORTEM_LISTEN": "x:1"}, kube=True).listen == (
+        "127.0.0.1:0"
+    )
+
+
+def test_a_bad_address_is_a_clear_error() -> None:
+    with pytest.raises(config.ConfigError, match="listen"):
+        config.load(_ns("--listen", "nowhere"), env={})
