@@ -381,7 +381,10 @@ class _Root:
 def _fmt_time(t: float | None) -> str:
     if t is None:
         return "?"
-    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-4]
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-4]
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds (a hostile or broken input)
+        return f"t={t:g}"
 
 
 def _sort_key(f: Finding, named: Counter[str]) -> tuple[float, int, int, float, str]:

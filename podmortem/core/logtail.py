@@ -102,7 +102,10 @@ def time_hint(member: Member) -> float | None:
 def _glog_time(m: re.Match[str], near: float) -> float | None:
     month, day, hh, mm, ss = (int(m.group(i)) for i in range(2, 7))
     frac = float("0." + m.group(7)) if m.group(7) else 0.0
-    year = datetime.fromtimestamp(near, UTC).year
+    try:
+        year = datetime.fromtimestamp(near, UTC).year
+    except (OverflowError, OSError, ValueError):
+        return None
     best: float | None = None
     for y in (year, year - 1, year + 1):  # a tail that crosses New Year
         try:

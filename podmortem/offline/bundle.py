@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,35 +41,68 @@ class BundleError(ValueError):
     """A bundle that cannot be read; the message is one line naming the path and the problem."""
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_regular(path: Path, what: str, limit: int, tail: bool = False) -> bytes | None:
+    """At most `limit` bytes of a regular file (its last ones with `tail`); None when it does not exist.
+
+    A bundle is user input: a FIFO would block us for ever and a link to /dev/zero would read until
+    memory runs out, so only regular files are read (opened O_NONBLOCK, checked with fstat).
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise BundleError(f"{path}: {what} is {size} bytes, more than the {MAX_JSON_BYTES}-byte limit")
-        text = path.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise BundleError(f"{path}: {what} not found") from None
+        return None
     except IsADirectoryError:
         raise BundleError(f"{path}: {what} is a directory") from None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise BundleError(f"{path}: {what} is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleError(f"{path}: {what} is not a regular file (a FIFO, device or socket)")
+        if st.st_size > limit and not tail:
+            raise BundleError(f"{path}: {what} is {st.st_size} bytes, more than the {limit}-byte limit")
+        try:
+            f.seek(max(0, st.st_size - limit))
+            return f.read(limit)
+        except OSError as exc:
+            raise BundleError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    data = _read_regular(path, what, MAX_JSON_BYTES)
+    if data is None:
+        raise BundleError(f"{path}: {what} not found")
     try:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8", errors="replace"), parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{path}: {what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise BundleError(f"{path}: {what} is nested too deeply to be a Kubernetes object") from None
+    except ValueError as exc:  # from the number hooks
+        raise BundleError(f"{path}: {what}: {exc}") from None
 
 
 def _read_log(path: Path) -> tuple[str, bool] | None:
     try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - MAX_LOG_BYTES))
-            data = f.read()
-    except FileNotFoundError:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    data = _read_regular(path, "log", MAX_LOG_BYTES, tail=True)
+    if data is None:
         return None
-    except OSError as exc:
-        raise BundleError(f"{path}: cannot read log: {exc.strerror or exc}") from None
     text = data.decode("utf-8", errors="replace")
     truncated = size > MAX_LOG_BYTES
     if truncated and "\n" in text:
@@ -85,7 +121,17 @@ def _job_ref(doc: dict[str, Any], path: Path) -> JobRef:
 
 
 def load_member(pod_dir: Path) -> Member:
-    """One member from pods/<pod>/ through the shared fold."""
+    """One member from pods/<pod>/ through the shared fold; BundleError when its files are not usable."""
+    try:
+        return _load_member(pod_dir)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        if isinstance(exc, BundleError):
+            raise
+        # Wrong types or impossible values in a hand-copied pod.json: one line, not a traceback.
+        raise BundleError(f"{pod_dir}: not a usable pod ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _load_member(pod_dir: Path) -> Member:
     pod = _read_json(pod_dir / "pod.json", "pod.json")
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
         raise BundleError(f"{pod_dir / 'pod.json'}: not a Pod object (no metadata)")
@@ -96,7 +142,7 @@ def load_member(pod_dir: Path) -> Member:
     member = wire.member_from_snapshot(snap)
     events: list[pb.Event] = list(wire.events_from_snapshot(snap))
     error_path = pod_dir / "error.json"
-    rec = errorfile.read_error_file(error_path)
+    rec = errorfile.read_error_file(error_path, within=pod_dir)
     if rec is not None:
         events.append(wire.make_event(wire.error_to_pb(rec), wire.error_event_id(key, rec)))
     log = _read_log(pod_dir / "log.txt")
