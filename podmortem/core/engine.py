@@ -216,6 +216,19 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
     return out
 
 
+def log_text(member: Member) -> str:
+    """What the member's own output says: its log tail, and the container's termination message.
+
+    With `terminationMessagePolicy: FallbackToLogsOnError` the kubelet keeps the tail of a failed
+    container's log as its termination message — often the only log left of a pod whose node is gone, or
+    when no sidecar read the log. It is evidence of the same standing as a log tail.
+    """
+    tail = member.log_tail
+    messages = [t.message for t in (member.termination,) if t is not None and t.message.strip()]
+    extra = [m for m in messages if m.strip() not in tail]
+    return "\n".join([tail, *extra]) if tail else "\n".join(extra)
+
+
 def _is_clean(member: Member) -> bool:
     t = member.termination
     if t is not None and t.exit_code == 0:
@@ -314,7 +327,8 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     err_rule = _error_rule(member, rules)
     # An error file that already shows the member died of a peer: its log adds nothing decisive.
     full = (err_rule is None or err_rule.secondary is None) if full_log is None else full_log
-    log = parse_log(member.log_tail, time_hint(member), rules, full) if member.log_tail else LogFacts()
+    text = log_text(member)
+    log = parse_log(text, time_hint(member), rules, full) if text else LogFacts()
     cands = _candidates(member, log, rules, err_rule)
     cand = _pick(cands)
     time, spread = _time_of(member, cand, log)
@@ -671,7 +685,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [
-            assess(f.member, ruleset, full_log=True) if f.secondary == "timeout" and f.member.log_tail else f
+            assess(f.member, ruleset, full_log=True) if f.secondary == "timeout" and log_text(f.member) else f
             for f in findings
         ]
         timeouts = [f for f in findings if f.secondary == "timeout"]

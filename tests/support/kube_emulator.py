@@ -767,7 +767,19 @@ def training_pod(job: dict[str, Any], index: int, rtype: str = "worker", phase: 
     }
 
 
-def terminated(exit_code: int, reason: str = "Error") -> dict[str, Any]:
+def terminated(
+    exit_code: int, reason: str = "Error", message: str = "", finished: str = "2026-11-21T15:06:10Z"
+) -> dict[str, Any]:
+    """A pod status whose training container ended (`message`: its termination message, as with
+    terminationMessagePolicy FallbackToLogsOnError: the tail of its log)."""
+    state: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": "2026-11-21T15:05:49Z",
+        "finishedAt": finished,
+    }
+    if message:
+        state["message"] = message
     return {
         "status": {
             "phase": "Failed",
@@ -775,14 +787,7 @@ def terminated(exit_code: int, reason: str = "Error") -> dict[str, Any]:
                 {
                     "name": "pytorch",
                     "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": exit_code,
-                            "reason": reason,
-                            "startedAt": "2026-11-21T15:05:49Z",
-                            "finishedAt": "2026-11-21T15:06:10Z",
-                        }
-                    },
+                    "state": {"terminated": state},
                 }
             ],
         }
