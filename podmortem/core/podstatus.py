@@ -93,10 +93,16 @@ def _pick_container(statuses: list[dict[str, Any]], container: str | None) -> di
             if s.get("name") == container:
                 return s
         return {}
-    for s in statuses:  # default: the first container that is not ours
-        if not str(s.get("name", "")).startswith("podmortem"):
-            return s
-    return {}
+    theirs = [s for s in statuses if not str(s.get("name", "")).startswith("podmortem")]
+    # Default: the container that failed (now, or in its run before a restart) — in a multi-container
+    # pod that is the training container, not whichever is listed first — else the first one not ours.
+    for s in theirs:
+        for where in ("state", "lastState"):
+            state = s.get(where)
+            done = state.get("terminated") if isinstance(state, dict) else None
+            if isinstance(done, dict) and _int(done.get("exitCode")) not in (None, 0):
+                return s
+    return theirs[0] if theirs else {}
 
 
 def rank_of(labels: dict[str, str], env_rank: int | None = None) -> tuple[str, int | None, int | None]:

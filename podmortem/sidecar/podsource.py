@@ -20,7 +20,7 @@ deterministic ids, so a fact seen by both is one event).
 When a new termination arrives, the reporter attaches a bounded tail of the training container's log
 as a `LogTail` event: from the log file when one is configured (`PODMORTEM_LOG_FILE`, local runs),
 else from the source when it can fetch logs (an optional
-`async def log_tail(self, container: str, limit_bytes: int) -> str`, as `OwnPod` has).
+`async def log_tail(self, container: str, limit_bytes: int, previous: bool) -> str`, as `OwnPod` has).
 """
 
 from __future__ import annotations
@@ -190,7 +190,10 @@ class PodReporter:
         fetch = getattr(self.source, "log_tail", None)  # optional capability (apiserver.OwnPod has it)
         if fetch is None or not snap.container or self.log_tail_bytes <= 0:
             return None
-        text = await fetch(snap.container, self.log_tail_bytes)
+        # The failed run's log: after a restart the container runs again and its current log is the new
+        # run's, so the earlier run's end (lastState) is read with previous=true.
+        previous = snap.termination is None and snap.last_termination is not None
+        text = await fetch(snap.container, self.log_tail_bytes, previous=previous)
         if not isinstance(text, str) or not text:
             return None
         # The source keeps whole lines within the limit: a tail that nearly fills it was probably cut.

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from podmortem.core import podstatus
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar import config
 from podmortem.sidecar.podsource import (
@@ -234,8 +235,10 @@ def test_in_a_pod_the_source_is_the_api(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 class LoggingSource(MemorySource):
-    async def log_tail(self, container: str, limit_bytes: int) -> str:
-        return f"{container}: last words\n"
+    """A pod source that can fetch logs, as OwnPod does (the current run's, or the one before a restart)."""
+
+    async def log_tail(self, container: str, limit_bytes: int, previous: bool = False) -> str:
+        return f"{container}: {'the failed run' if previous else 'this run'}: last words\n"
 
 
 async def test_log_tail_from_a_source_that_can_fetch_logs() -> None:
@@ -243,4 +246,32 @@ async def test_log_tail_from_a_source_that_can_fetch_logs() -> None:
     reporter = PodReporter(LoggingSource([terminated(running_pod())]), sent.append)
     await reporter.run()
     assert kinds(sent) == ["log_tail", "termination"]
-    assert sent[0].log_tail.text == "pytorch: last words\n" and not sent[0].log_tail.truncated
+    assert sent[0].log_tail.text == "pytorch: this run: last words\n" and not sent[0].log_tail.truncated
+
+
+def restarted(pod: dict[str, Any]) -> dict[str, Any]:
+    """The training container failed, was restarted, and runs again: its end is in lastState."""
+    pod = terminated(pod)
+    status = pod["status"]["containerStatuses"][1]
+    status["lastState"], status["restartCount"] = status["state"], 1
+    status["state"] = {"running": {"startedAt": "2026-11-21T15:06:20Z"}}
+    pod["status"]["phase"] = "Running"
+    return pod
+
+
+async def test_after_a_restart_the_failed_runs_log_is_read() -> None:
+    sent: list[pb.Event] = []
+    reporter = PodReporter(LoggingSource([restarted(running_pod())]), sent.append)
+    await reporter.run()
+    assert kinds(sent) == ["log_tail", "termination"]
+    assert sent[0].log_tail.text == "pytorch: the failed run: last words\n"
+
+
+def test_the_container_that_failed_is_the_training_container_not_the_first_listed() -> None:
+    pod = terminated(running_pod())
+    statuses = pod["status"]["containerStatuses"]
+    statuses.insert(0, {"name": "log-shipper", "restartCount": 0, "state": {"running": {}}})  # listed first
+    snap = podstatus.snapshot(pod)
+    assert snap.container == "pytorch" and snap.termination is not None and snap.termination.exit_code == 137
+    # With nothing failed, the first container that is not podmortem's.
+    assert podstatus.snapshot(running_pod()).container == "pytorch"
