@@ -162,7 +162,7 @@ async def test_book_to_cluster_with_the_real_engine(kube_api: EmulatorHandle, tm
             await asyncio.sleep(0.01)
         assert job is not None
         annotations = job["metadata"]["annotations"]
-        assert annotations[PUBLISHED_ANNOTATION] == "kubeflow-user.mixtral-cpt.0#1"
+        assert annotations[PUBLISHED_ANNOTATION] == "kubeflow-user:mixtral-cpt#1"  # namespace:name, no attempt known
         assert "mixtral-cpt-worker-2" in annotations["podmortem.io/summary"]
     finally:
         for t in tasks:
