@@ -43,6 +43,9 @@ class AggregatorConfig:
     ready_file: str = ""
     shutdown_grace: float = 20.0
     log_level: str = "INFO"
+    auth: str = "none"  # "tokenreview" (the default with --kube) or "none"
+    tls_cert: str = ""
+    tls_key: str = ""
 
 
 _ENV = {
@@ -55,7 +58,11 @@ _ENV = {
     "ready_file": "PODMORTEM_READY_FILE",
     "shutdown_grace": "PODMORTEM_SHUTDOWN_GRACE",
     "log_level": "PODMORTEM_LOG_LEVEL",
+    "auth": "PODMORTEM_AUTH",
+    "tls_cert": "PODMORTEM_TLS_CERT",
+    "tls_key": "PODMORTEM_TLS_KEY",
 }
+AUTH_MODES = ("tokenreview", "none")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +88,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shutdown-grace", help=f"seconds to drain streams and publish on SIGTERM (default {d.shutdown_grace:g})"
     )
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        help="who may stream: tokenreview (each sidecar's projected token, checked with the API; the default "
+        "with --kube, which refuses to run without it unless 'none' is given) or none (default without --kube)",
+    )
+    parser.add_argument("--tls-cert", help="serve gRPC over TLS with this PEM certificate (chain)")
+    parser.add_argument("--tls-key", help="the PEM private key of --tls-cert")
     # Name each flag's environment variable in --help (the chart's env is checked against it).
     for action in parser._actions:
         var = _ENV.get(action.dest)
@@ -112,7 +127,18 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
     if not kube:
         d = AggregatorConfig(listen=LOOPBACK_LISTEN, metrics_listen=LOOPBACK_METRICS)
     world = raw.get("world_size")
+    auth = raw.get("auth") or ("tokenreview" if kube else "none")
+    if auth not in AUTH_MODES:
+        raise ConfigError(f"auth: {auth!r} is not one of {', '.join(AUTH_MODES)}")
+    if auth == "tokenreview" and not kube:
+        raise ConfigError("auth: tokenreview needs --kube (the API server reviews the tokens)")
+    tls_cert, tls_key = raw.get("tls_cert", ""), raw.get("tls_key", "")
+    if bool(tls_cert) != bool(tls_key):
+        raise ConfigError("tls-cert and tls-key go together")
     return AggregatorConfig(
+        auth=auth,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         listen=_address("listen", raw.get("listen", d.listen)),
         metrics_listen=_address("metrics-listen", raw.get("metrics_listen", d.metrics_listen), allow_empty=True),
         verdict_dir=raw.get("verdict_dir", d.verdict_dir),

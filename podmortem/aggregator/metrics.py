@@ -102,6 +102,12 @@ class Metrics:
             "Events received again (resent after a reconnect) and ignored.",
             registry=self.registry,
         )
+        self.rejected = Counter(
+            "podmortem_streams_rejected_total",
+            "Sidecar streams refused by authentication or authorization, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.open_incidents = Gauge(
             "podmortem_open_incidents",
             "Incidents opened and waiting for quorum or timeout.",

@@ -87,7 +87,15 @@ class Aggregator:
             clock=clock,
             metrics=self.metrics,
         )
-        self.service = CollectorService(self.book, self.metrics, clock)
+        authenticator = None
+        if config.auth == "tokenreview" and self._kube is not None:
+            from podmortem.aggregator.auth import TokenReviewer
+
+            authenticator = TokenReviewer(self._kube, clock)
+        namespaces = self.kube_settings.namespaces if self.kube_settings is not None else ()
+        self.service = CollectorService(
+            self.book, self.metrics, clock, authenticator=authenticator, namespaces=namespaces or ()
+        )
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -100,7 +108,11 @@ class Aggregator:
         self._roots: list[asyncio.Task[None]] = []  # every root task; one ending early ends `run_until`
 
     async def start(self) -> None:
-        server, self.port, health_servicer = create_server(self.config.listen, self.service)
+        credentials = None
+        if self.config.tls_cert:
+            cert, key = await asyncio.to_thread(_read_pair, self.config.tls_cert, self.config.tls_key)
+            credentials = grpc.ssl_server_credentials([(key, cert)])
+        server, self.port, health_servicer = create_server(self.config.listen, self.service, credentials)
         self._server, self._health = server, health_servicer
         await server.start()
         await set_serving(health_servicer, True)
@@ -179,6 +191,10 @@ async def _awaited(factory: Callable[[], Awaitable[None]]) -> None:
     await factory()
 
 
+def _read_pair(cert: str, key: str) -> tuple[bytes, bytes]:
+    return Path(cert).read_bytes(), Path(key).read_bytes()
+
+
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -212,6 +228,9 @@ def run(ns: argparse.Namespace) -> int:
         config = config_mod.load(ns, kube=kube_settings.enabled)
         if config.rules:
             rules.load_rules(config.rules)  # fail fast, with the file's own error
+        for path in (config.tls_cert, config.tls_key):
+            if path and not Path(path).is_file():
+                raise ValueError(f"{path}: no such TLS file")
     except (ValueError, rules.RulesError) as exc:
         print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2

@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.metrics import Metrics
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -62,15 +63,31 @@ class CollectorService(pb_grpc.CollectorServicer):
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         aggregator_id: str | None = None,
+        authenticator: TokenReviewer | None = None,
+        namespaces: Collection[str] = (),
     ) -> None:
         self.book = book
         self.metrics = metrics
         self.clock = clock
         self.aggregator_id = aggregator_id or uuid.uuid4().hex
+        self.authenticator = authenticator  # None: --auth none (local runs, or the operator's explicit choice)
+        self.namespaces = frozenset(namespaces)
+
+    async def _reject(self, context: grpc.aio.ServicerContext, error: AuthError) -> None:
+        if self.metrics:
+            self.metrics.rejected.labels(reason=error.reason).inc()
+        log.warning("stream refused (%s): %s", error.reason, error)
+        await context.abort(getattr(grpc.StatusCode, error.code), str(error))
 
     async def Report(
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AggregatorMessage]:
+        identity: Identity | None = None
+        if self.authenticator is not None:
+            try:
+                identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
+            except AuthError as exc:
+                await self._reject(context, exc)
         first = await anext(aiter(request_iterator), None)
         if first is None:
             return
@@ -79,6 +96,11 @@ class CollectorService(pb_grpc.CollectorServicer):
         missing = _required(first.register)
         if missing:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: missing " + ", ".join(missing))
+        if identity is not None:
+            try:
+                authorize(identity, first.register, self.namespaces)
+            except AuthError as exc:
+                await self._reject(context, exc)
         key = self.book.register(first.register)
         log.info(
             "sidecar %s/%s registered (session %s)",
@@ -114,13 +136,16 @@ class CollectorService(pb_grpc.CollectorServicer):
             log.info("sidecar %s/%s stream closed", first.register.job.namespace, first.register.pod)
 
 
-def create_server(address: str, service: CollectorService) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """Build (not start) the server on `address`; returns it, the bound port and its health servicer."""
+def create_server(
+    address: str, service: CollectorService, credentials: grpc.ServerCredentials | None = None
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """Build (not start) the server on `address` (TLS with `credentials`); returns it, the bound port and
+    its health servicer."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     pb_grpc.add_CollectorServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(address)
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     return server, port, health_servicer

@@ -35,6 +35,10 @@ Settings (flag > environment variable > default):
 | `--flush-timeout` | `PODMORTEM_FLUSH_TIMEOUT` | `10.0` | on SIGTERM, seconds to wait for every event's ack |
 | `--clock-probe-interval` | `PODMORTEM_CLOCK_PROBE_INTERVAL` | `30.0` | seconds between clock probes (after a burst) |
 | `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
+| `--token-file` | `PODMORTEM_TOKEN_FILE` | webhook's mount (*) | this pod's projected token, sent on every stream |
+| `--tls-ca` | `PODMORTEM_TLS_CA` | none (plain gRPC) | PEM CA bundle: speak TLS to the aggregator and verify it |
+
+(*) `/var/run/secrets/podmortem.io/serviceaccount/token` when it exists (audience `podmortem`).
 
 `auto` pod source: `file` when a pod status file is given, else `api` when running in a pod
 (`KUBERNETES_SERVICE_HOST` is set), else `none` (the error file is then all the sidecar reports).
@@ -86,6 +90,8 @@ class Settings:
     flush_timeout: float = 10.0
     clock_probe_interval: float = 30.0
     log_level: str = "INFO"
+    token_file: Path | None = None
+    tls_ca: Path | None = None
 
     @property
     def pod_key(self) -> str:
@@ -132,12 +138,16 @@ _SETTINGS: tuple[_Setting, ...] = (
         "seconds between clock probes",
     ),
     _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
+    _Setting("token_file", "--token-file", "PODMORTEM_TOKEN_FILE", "this pod's projected token for the aggregator"),
+    _Setting("tls_ca", "--tls-ca", "PODMORTEM_TLS_CA", "PEM CA bundle: TLS to the aggregator"),
 )
+# Where the injection webhook mounts the pod's projected token (audience podmortem).
+DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
 
 # What the environment/flag text becomes, per field (str fields need no entry).
 _INT_FIELDS = {"replica_index", "rank", "log_tail_bytes"}
 _FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "clock_probe_interval"}
-_PATH_FIELDS = {"error_file", "pod_status_file", "log_file"}
+_PATH_FIELDS = {"error_file", "pod_status_file", "log_file", "token_file", "tls_ca"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,6 +217,11 @@ def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = No
     aggregator = values.get("aggregator", "")
     if aggregator and not _looks_like_address(aggregator):
         problems.append(f"PODMORTEM_AGGREGATOR (or --aggregator) = {aggregator!r} is not host:port")
+    if "token_file" not in values and DEFAULT_TOKEN_FILE.is_file():
+        values["token_file"] = DEFAULT_TOKEN_FILE
+    ca = values.get("tls_ca")
+    if ca is not None and not Path(ca).is_file():
+        problems.append(f"PODMORTEM_TLS_CA (or --tls-ca) = {str(ca)!r}: no such file")
     if problems:
         raise ConfigError("invalid sidecar settings:\n  - " + "\n  - ".join(problems))
     return Settings(**values)

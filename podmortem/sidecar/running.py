@@ -150,6 +150,8 @@ async def serve(
         outbox,
         backoff=backoff or Backoff(),
         probe_interval=settings.clock_probe_interval,
+        token_file=settings.token_file,
+        tls_ca=settings.tls_ca.read_bytes() if settings.tls_ca is not None else None,
     )
 
     def start(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

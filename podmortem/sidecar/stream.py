@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -146,6 +147,8 @@ class StreamClient:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,  # for the backoff between streams
         rand: Callable[[], float] = random.random,
         channel_options: Sequence[tuple[str, Any]] = CHANNEL_OPTIONS,
+        token_file: Path | None = None,
+        tls_ca: bytes | None = None,
     ) -> None:
         self.target = target
         self.register = register
@@ -158,6 +161,8 @@ class StreamClient:
         self._sleep = sleep
         self._rand = rand
         self._channel_options = list(channel_options)
+        self.token_file = token_file  # re-read for every stream: the kubelet rotates projected tokens
+        self.tls_ca = tls_ca
         self.clock = ClockFilter()
         self.registered = asyncio.Event()  # set while a stream is registered
         self.sessions = 0  # streams opened so far
@@ -167,7 +172,11 @@ class StreamClient:
         self.aggregator_id: str | None = None  # of the aggregator incarnation last registered with
 
     async def run(self) -> None:
-        channel = grpc.aio.insecure_channel(self.target, options=self._channel_options)
+        if self.tls_ca is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=self.tls_ca)
+            channel = grpc.aio.secure_channel(self.target, credentials, options=self._channel_options)
+        else:
+            channel = grpc.aio.insecure_channel(self.target, options=self._channel_options)
         stub = pb_grpc.CollectorStub(channel)  # type: ignore[no-untyped-call]
         attempt = 0
         try:
@@ -193,6 +202,17 @@ class StreamClient:
             self.registered.clear()
             await channel.close()
 
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """`authorization: Bearer <this pod's projected token>` when there is one to present."""
+        if self.token_file is None:
+            return ()
+        try:
+            token = self.token_file.read_text().strip()  # small (a JWT), on a tmpfs: no need for a thread
+        except OSError as exc:
+            logger.warning("cannot read the pod token %s: %s", self.token_file, exc.strerror or exc)
+            return ()
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
     async def _session(self, stub: Any) -> tuple[Any, str, bool]:
         """One stream, from Register to its end: (status code or None when closed OK, details, registered)."""
         self.sessions += 1
@@ -204,7 +224,7 @@ class StreamClient:
         )
         self._probes.clear()
         control = _Control()
-        call = stub.Report(wait_for_ready=True)
+        call = stub.Report(wait_for_ready=True, metadata=self._metadata())
         writer = asyncio.create_task(self._write(call, control), name="podmortem-stream-writer")
         prober = asyncio.create_task(self._probe(control), name="podmortem-clock-prober")
         writer.add_done_callback(lambda t: call.cancel() if not t.cancelled() and t.exception() else None)

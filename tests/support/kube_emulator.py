@@ -174,6 +174,9 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
     watch_epoch: int = 0  # bumped by break_watches()
     open_watches: int = 0
     seen: list[tuple[str, str]] = attrs.field(factory=list)  # (method, path_qs) of every request
+    # TokenReview: kmock echoes the request with no status. Here a review answers from this map of
+    # bound service-account tokens -> the TokenReview status the API server would give (gap filled here).
+    service_account_tokens: dict[str, JSON] = attrs.field(factory=dict)
     _changed: asyncio.Condition | None = attrs.field(default=None)
 
     # -- discovery fixes for kubectl --
@@ -249,6 +252,8 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
             return self._log(request)
         if method == "GET" and sub in (None, "status") and name is not None:
             return aiohttp.web.json_response(self._get(res, request.namespace, name))
+        if method == "POST" and name is None and res.plural == "tokenreviews":
+            return aiohttp.web.json_response(self._review(request), status=201)
         if method == "POST" and name is None:
             return aiohttp.web.json_response(await self._create(request, res), status=201)
         if method == "PUT" and name is not None and sub in (None, "status"):
@@ -355,6 +360,17 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
             "metadata": {"resourceVersion": str(self.revision)},
             "items": self._matching(request, res),
         }
+
+    def _review(self, request: rendering.Request) -> JSON:
+        review = copy.deepcopy(request.data) if isinstance(request.data, dict) else {}
+        spec = review.get("spec") or {}
+        known = self.service_account_tokens.get(str(spec.get("token") or ""))
+        wanted = set(spec.get("audiences") or [])
+        if known is None or (wanted and not wanted & set(known.get("audiences") or [])):
+            review["status"] = {"authenticated": False, "error": "token not valid for these audiences"}
+        else:
+            review["status"] = {"authenticated": True, **copy.deepcopy(known)}
+        return review
 
     async def _create(self, request: rendering.Request, res: Resource) -> JSON:
         obj = copy.deepcopy(request.data)
@@ -623,6 +639,19 @@ class EmulatorHandle:
 
         self.call(add)
         return fault
+
+    def bind_token(self, token: str, namespace: str, pod: str, uid: str = "", audience: str = "podmortem") -> None:
+        """A projected service-account token bound to `pod` (what the kubelet mounts in the sidecar)."""
+        self.emulator.service_account_tokens[token] = {
+            "user": {
+                "username": f"system:serviceaccount:{namespace}:default",
+                "extra": {
+                    "authentication.kubernetes.io/pod-name": [pod],
+                    "authentication.kubernetes.io/pod-uid": [uid or f"uid-{pod}"],
+                },
+            },
+            "audiences": [audience],
+        }
 
     def set_log(self, namespace: str, pod: str, container: str, text: str) -> None:
         self.emulator.logs[(namespace, pod, container)] = text

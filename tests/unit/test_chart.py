@@ -330,9 +330,10 @@ def test_containers_match_the_cli(values_file: str | None) -> None:
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         probes = [container[k] for k in ("startupProbe", "livenessProbe", "readinessProbe") if k in container]
         if command == "aggregator":
-            config = aggregator_config.load(argparse.Namespace(), env)
-            kube = load_kube_settings(argparse.Namespace(), env)
+            kube = load_kube_settings(argparse.Namespace(), env)  # read as `podmortem aggregator` does
+            config = aggregator_config.load(argparse.Namespace(), env, kube=kube.enabled)
             assert kube.enabled
+            assert config.auth == ("none" if values_file and "namespace" in values_file else "tokenreview")
             assert port_of(config.listen) == ports["grpc"] and port_of(config.metrics_listen) == ports["metrics"]
             assert {p["grpc"]["port"] for p in probes} == {ports["grpc"]}
             assert {p["grpc"].get("service", "") for p in probes} == {"", "podmortem.v1.Collector"}

@@ -151,3 +151,14 @@ seccompProfile:
 {{- end }}
 
 {{- define "podmortem.webhookSecretName" -}}{{ include "podmortem.componentName" (list . "webhook-tls") }}{{- end }}
+
+{{/* The aggregator's --auth: the value, else tokenreview in cluster mode and none in namespace mode. */}}
+{{- define "podmortem.auth" -}}
+{{- if .Values.aggregator.auth -}}
+{{- .Values.aggregator.auth -}}
+{{- else if eq .Values.installMode "namespace" -}}
+none
+{{- else -}}
+tokenreview
+{{- end -}}
+{{- end }}
