@@ -270,3 +270,14 @@ def test_an_uncertain_verdict_is_annotated_as_likely_with_its_runner_up() -> Non
     )
     text = kp.summary(hedged)
     assert text.startswith("likely ") and "runner-up pod p-2 (network)" in text and "confidence 0.40" in text
+
+
+async def test_nothing_is_written_outside_the_watched_namespaces(kube_api: EmulatorHandle, kube: Kube) -> None:
+    seed_pytorchjob(kube_api, workers=3)  # the job exists (in NS), so a write would succeed if attempted
+    guarded = kube_publishers(KubeSettings(reporting_instance="aggregator-0", namespaces=("team-a",)), kube)
+    for p in guarded:
+        await p.publish(decision())
+    assert writes(kube_api) == []
+    for p in kube_publishers(KubeSettings(reporting_instance="aggregator-0", namespaces=(NS,)), kube):
+        await p.publish(decision())
+    assert writes(kube_api) != []  # the same decision in a watched namespace is written

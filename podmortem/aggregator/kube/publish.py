@@ -373,6 +373,27 @@ class EventPublisher:
         return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
 
 
+class NamespaceGuard:
+    """Publishes only for jobs in the namespaces the aggregator watches (`--namespaces`; all when unset).
+
+    Whatever reached the incident book — a stream with `--auth none`, a forged registration — the
+    aggregator never writes to a namespace it was not given: no annotating `kube-system/coredns-0`.
+    """
+
+    def __init__(self, inner: Publisher, namespaces: tuple[str, ...]) -> None:
+        self.inner, self.namespaces = inner, frozenset(namespaces)
+        self.name = inner.name
+
+    async def publish(self, decision: Decision) -> None:
+        namespace = decision.incident.job.namespace
+        if self.namespaces and namespace not in self.namespaces:
+            log.warning(
+                "incident %s: namespace %s is not watched; not written", decision.incident.incident_id, namespace
+            )
+            return
+        await self.inner.publish(decision)
+
+
 def kube_publishers(settings: KubeSettings, kube: Kube | None = None) -> list[Publisher]:
     """The publishers `settings.publish` asks for, sharing one client (and so one rate limit)."""
     if not settings.publish:
@@ -385,4 +406,4 @@ def kube_publishers(settings: KubeSettings, kube: Kube | None = None) -> list[Pu
         out.append(ConditionPublisher(client))
     if "events" in settings.publish:
         out.append(EventPublisher(client, settings.reporting_instance))
-    return out
+    return [NamespaceGuard(p, settings.namespaces) for p in out] if settings.namespaces else out
