@@ -7,7 +7,11 @@ the stop event (SIGTERM/SIGINT only set it) or a task ending on its own (a bug, 
 rejecting our registration).
 
 On stop the sidecar does what must not be skipped when a pod dies: one more look at the error file
-(an unparsable one is reported as such now) and at the pod, then a flush — it waits, at most
+(an unparsable one is reported as such now) and at the pod. A native sidecar gets its SIGTERM as soon
+as the training container exits, while the pod status that shows that exit reaches the API (and us) a
+moment later: so when the pod's end is not known yet, it keeps watching the pod (and the error file)
+until it is, at most `flush_timeout` — the termination (exit code, signal, OOMKilled) and the log tail
+are what the verdict needs. Then a flush — it waits, at most
 `flush_timeout`, until the aggregator has acknowledged every event (the watchers keep running
 meanwhile, so a file written during the flush still goes out). Then everything is cancelled and
 awaited, and the failure of any task is re-raised. Exit code 0 after a stop, 2 for a configuration
@@ -126,11 +130,14 @@ async def serve(
     )
     source = pod_source if pod_source is not None else make_pod_source(settings)
 
+    pod_changed = asyncio.Event()
+
     def emit_pod_event(event: pb.Event) -> None:
         if event.WhichOneof("payload") in ("termination", "deletion"):
             # The container has ended, so its error file is complete: send it before the end itself.
             watcher.check(force=True, final=True)
         outbox.put(event)
+        pod_changed.set()
 
     reporter = (
         PodReporter(
@@ -168,9 +175,12 @@ async def serve(
         if stopper.done() and not streamer.done():
             logger.info("stopping: a last look at the error file and the pod, then flushing")
             watcher.check(force=True, final=True)
+            deadline = loop.time() + settings.flush_timeout
             if reporter is not None:
                 await reporter.refresh()
-            await _flush(outbox, streamer, settings.flush_timeout)
+                await _await_end(reporter, pod_changed, settings.flush_timeout)
+                watcher.check(force=True, final=True)
+            await _flush(outbox, streamer, max(deadline - loop.time(), min(settings.flush_timeout, 1.0)))
     finally:
         for task in everything:
             task.cancel()
@@ -184,6 +194,32 @@ async def serve(
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
     return EXIT_OK
+
+
+def _pod_ended(reporter: PodReporter) -> bool:
+    snap = reporter.previous
+    return snap is not None and (
+        snap.termination is not None or snap.deleted_at is not None or snap.phase in ("Failed", "Succeeded", "Unknown")
+    )
+
+
+async def _await_end(reporter: PodReporter, changed: asyncio.Event, limit: float) -> None:
+    """Keep watching until the pod's end is known (the kubelet's status lags its SIGTERM), at most `limit`.
+
+    Only for a pod seen at all: with no pod status ever (no source could be read) there is no end to
+    expect, and the flush is all that is left to do."""
+    if reporter.previous is None or _pod_ended(reporter):
+        return
+    logger.info("stopping before the pod's end is known: watching the pod for it (at most %gs)", limit)
+    try:
+        async with asyncio.timeout(limit):
+            while not _pod_ended(reporter):
+                changed.clear()
+                await changed.wait()
+    except TimeoutError:
+        logger.warning("the pod's end was not seen within %gs; flushing what is known", limit)
+    else:
+        logger.info("the pod's end is known: flushing")
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

@@ -207,3 +207,49 @@ async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
         assert "received SIGTERM" in log
         assert "observed error file 'ValueError: bad label'" in log
         assert "sent error file" in log and "acked error file" in log
+
+
+RUNNING_POD = {
+    **POD,
+    "status": {"phase": "Running", "containerStatuses": [{"name": "pytorch", "state": {"running": {}}}]},
+}
+
+
+@pytest.mark.parametrize("status_first", [True, False])
+async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_path: Path, status_first: bool) -> None:
+    # A native sidecar gets SIGTERM as soon as the training container exits; the pod status that shows the
+    # exit reaches the API a moment later (0.3 s here). Either order, the termination goes out before exit.
+    outbox = Outbox()
+    async with serving(FakeCollector()) as served:
+        settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="30")
+        assert settings.pod_status_file is not None
+        settings.pod_status_file.write_text(json.dumps(RUNNING_POD))
+        async with serve_task(settings, outbox) as (stop, task):
+            settings.error_file.parent.mkdir()
+            settings.error_file.write_text(json.dumps(ERROR))
+            await served.collector.until(lambda: len(served.collector.events) == 1)
+            if status_first:
+                settings.pod_status_file.write_text(json.dumps(POD))
+                await served.collector.until(lambda: len(served.collector.events) == 2)
+                stop.set()
+            else:
+                stop.set()
+                await asyncio.sleep(0.3)
+                assert not task.done()  # still watching for the pod's end
+                settings.pod_status_file.write_text(json.dumps(POD))
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+        kinds = [e.WhichOneof("payload") for e in served.collector.events]
+        assert kinds == ["error_file", "termination"]
+        assert len(outbox) == 0
+
+
+async def test_a_pod_end_that_never_shows_is_waited_for_at_most_the_flush_timeout(tmp_path: Path) -> None:
+    outbox = Outbox()
+    async with serving(FakeCollector()) as served:
+        settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="0.5")
+        assert settings.pod_status_file is not None
+        settings.pod_status_file.write_text(json.dumps(RUNNING_POD))
+        async with serve_task(settings, outbox) as (stop, task):
+            stop.set()
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+        assert [e.WhichOneof("payload") for e in served.collector.events] == []
