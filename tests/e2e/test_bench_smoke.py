@@ -1,0 +1,26 @@
+"""The benchmarks still run (a small configuration each); they print figures and assert nothing about time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "expect"),
+    [
+        ("burst.py", ["--smoke", "--echo"], "ratio"),
+        ("realworld.py", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
+    ],
+)
+def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert expect in done.stdout
