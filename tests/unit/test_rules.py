@@ -258,3 +258,14 @@ def test_bad_rule_names_the_rule(tmp_path: Path) -> None:
     )
     with pytest.raises(RulesError, match=r"rule #2 \('broken'\)"):
         load_rules(path)
+
+
+def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
+    from podmortem.core.rules import RulesError, rule_from_dict
+
+    ok = rule_from_dict({"id": "x.ok", "log": r"GPU \d+ fell off", "category": "hardware"})
+    assert ok.matches_text("boot\nGPU 3 fell off\n")
+    with pytest.raises(RulesError, match="RE2"):
+        rule_from_dict({"id": "x.backref", "log": r"(a+)\1", "category": "hardware"})
+    with pytest.raises(RulesError, match="RE2"):
+        rule_from_dict({"id": "x.lookahead", "log": r"Xid(?= 79)", "category": "hardware"})
