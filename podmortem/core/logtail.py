@@ -118,15 +118,14 @@ def _glog_time(m: re.Match[str], near: float) -> float | None:
 
 
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
-    if not rules.log_may_match(text):  # one RE2 pass for all of them: the usual answer is "none"
+    """The first log rule (rule order is precedence) matching the tail, and the line it matched."""
+    lr = rules.first_log_rule(text)  # one RE2 pass for every rule at once
+    hit = lr.search(text) if lr is not None else None
+    if lr is None or hit is None:
         return None
-    for lr in rules.of_kind("log"):  # rule order is precedence; each rule scans the tail once
-        hit = lr.search(text)
-        if hit is not None:
-            a = text.rfind("\n", 0, hit.start()) + 1
-            b = text.find("\n", hit.end())
-            return lr, text[a : b if b >= 0 else len(text)].strip()
-    return None
+    a = text.rfind("\n", 0, hit.start()) + 1
+    b = text.find("\n", hit.end())
+    return lr, text[a : b if b >= 0 else len(text)].strip()
 
 
 def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:

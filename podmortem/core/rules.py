@@ -139,6 +139,7 @@ class RuleSet:
     source: str = "built-in"
     _by_kind: dict[str, tuple[Rule, ...]] = field(default_factory=dict, compare=False, repr=False)
     _memo: dict[tuple[str, str], object] = field(default_factory=dict, compare=False, repr=False)
+    _log_set: list[Any] = field(default_factory=list, compare=False, repr=False)  # [re2.Set of the log rules]
 
     def __post_init__(self) -> None:
         grouped: dict[str, list[Rule]] = {}
@@ -147,15 +148,21 @@ class RuleSet:
             if r.kind in ("message", "exception_type"):
                 grouped.setdefault("text", []).append(r)
         self._by_kind.update({k: tuple(v) for k, v in grouped.items()})
-        sources = [r.fast_source for r in self._by_kind.get("log", ()) if r.fast_source]
-        # One pass over a tail for every log rule at once: most tails (a victim's, a healthy pod's)
-        # match none, and then no rule is tried on its own.
-        self._memo[("", "log-any")] = re2.compile("|".join(f"(?:{s})" for s in sources)) if sources else None
+        # Every log rule in one RE2 set: one pass over a tail says which rules match anywhere in it.
+        logs = self._by_kind.get("log", ())
+        matcher = re2.Set.SearchSet(re2.Options())
+        for r in logs:
+            matcher.Add(r.fast_source)
+        matcher.Compile()
+        self._log_set.append(matcher)
 
-    def log_may_match(self, text: str) -> bool:
-        """Could any log rule match `text`? (One RE2 pass; False is certain.)"""
-        combined = self._memo.get(("", "log-any"))
-        return combined is not None and combined.search(text) is not None  # type: ignore[attr-defined]
+    def first_log_rule(self, text: str) -> Rule | None:
+        """The first log rule, in rule order, that matches anywhere in `text` (one RE2 pass)."""
+        logs = self._by_kind.get("log", ())
+        if not logs:
+            return None
+        hits = self._log_set[0].Match(text)
+        return logs[min(hits)] if hits else None
 
     def of_kind(self, kind: MatcherKind) -> tuple[Rule, ...]:
         return self._by_kind.get(kind, ())
@@ -183,10 +190,7 @@ class RuleSet:
         return found
 
     def classify_log_line(self, line: str) -> Rule | None:
-        for r in self.of_kind("log"):
-            if r.matches_text(line):
-                return r
-        return None
+        return self.first_log_rule(line)
 
     def classify_exit_code(self, code: int) -> Rule | None:
         for r in self.of_kind("exit_code"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import time
 import uuid
 from typing import Literal, overload
@@ -181,6 +182,18 @@ def events_from_snapshot(snap: PodSnapshot, previous: PodSnapshot | None = None)
     return out
 
 
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def compact_text(text: str) -> str:
+    """A log tail as a compact str: one character outside the Basic Multilingual Plane (gloo's "GLHF! 🏖️")
+    makes CPython store the whole string at 4 bytes per character — 256 KiB for a 64 KiB tail, a GiB for a
+    4,096-pod burst. Such characters (emoji) become U+FFFD; no rule reads them."""
+    if text and max(text) > "\uffff":
+        return _ASTRAL.sub("\ufffd", text)
+    return text
+
+
 def member_from_snapshot(snap: PodSnapshot) -> Member:
     """A Member with the identity a pod observation carries (facts come through `apply_event`)."""
     return Member(
@@ -234,5 +247,5 @@ def apply_event(member: Member, event: pb.Event, clock_offset: float | None = No
             phase_reason=d.reason or member.phase_reason,
         )
     if kind == "log_tail":
-        return dataclasses.replace(member, log_tail=event.log_tail.text)
+        return dataclasses.replace(member, log_tail=compact_text(event.log_tail.text))
     return member

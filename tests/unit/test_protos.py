@@ -30,3 +30,15 @@ def test_stale_code_is_detected(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "stale" in result.stderr
+
+
+def test_a_log_tail_is_folded_compactly() -> None:
+    import sys
+
+    from podmortem.protocol.wire import compact_text
+
+    tail = "RuntimeError: Connection closed by peer. GLHF! 🏖️\n" + "step 5 loss 1.35\n" * 4000
+    kept = compact_text(tail)
+    assert "🏖" not in kept and "\ufffd" in kept and kept.replace("\ufffd", "🏖") == tail
+    assert sys.getsizeof(kept) < sys.getsizeof(tail) * 0.6  # 2 bytes a character instead of 4
+    assert compact_text("plain ascii") == "plain ascii" and compact_text("") == ""
