@@ -189,9 +189,9 @@ def compact_text(text: str) -> str:
     """A log tail as a compact str: one character outside the Basic Multilingual Plane (gloo's "GLHF! 🏖️")
     makes CPython store the whole string at 4 bytes per character — 256 KiB for a 64 KiB tail, a GiB for a
     4,096-pod burst. Such characters (emoji) become U+FFFD; no rule reads them."""
-    if text and max(text) > "\uffff":
-        return _ASTRAL.sub("\ufffd", text)
-    return text
+    if text.isascii() or len(text.encode("utf-16-le", "surrogatepass")) == 2 * len(text):
+        return text  # (both checks run in C; `max(text)` took 0.3 ms a 64 KiB tail)
+    return _ASTRAL.sub("\ufffd", text)
 
 
 def member_from_snapshot(snap: PodSnapshot) -> Member:
