@@ -13,6 +13,7 @@ gRPC's defaults start refusing calls at ~1-3k simultaneous streams.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "podmortem.v1.Collector"
 MAX_RECEIVE_BYTES = 4 << 20
+# A stream must register within this many seconds: silent streams would otherwise be held for ever
+# (2,000 of them cost ~45 MB in the probe).
+REGISTER_DEADLINE = 30.0
 EXPECTED_BURST = 20_000
 
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -65,6 +69,7 @@ class CollectorService(pb_grpc.CollectorServicer):
         aggregator_id: str | None = None,
         authenticator: TokenReviewer | None = None,
         namespaces: Collection[str] = (),
+        register_deadline: float = REGISTER_DEADLINE,
     ) -> None:
         self.book = book
         self.metrics = metrics
@@ -72,6 +77,7 @@ class CollectorService(pb_grpc.CollectorServicer):
         self.aggregator_id = aggregator_id or uuid.uuid4().hex
         self.authenticator = authenticator  # None: --auth none (local runs, or the operator's explicit choice)
         self.namespaces = frozenset(namespaces)
+        self.register_deadline = register_deadline
 
     async def _reject(self, context: grpc.aio.ServicerContext, error: AuthError) -> None:
         if self.metrics:
@@ -88,7 +94,13 @@ class CollectorService(pb_grpc.CollectorServicer):
                 identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
             except AuthError as exc:
                 await self._reject(context, exc)
-        first = await anext(aiter(request_iterator), None)
+        try:
+            async with asyncio.timeout(self.register_deadline):
+                first = await anext(aiter(request_iterator), None)
+        except TimeoutError:
+            await self._reject(
+                context, AuthError("DEADLINE_EXCEEDED", "register_deadline", "no 'register' within the deadline")
+            )
         if first is None:
             return
         if first.WhichOneof("body") != "register":

@@ -12,7 +12,12 @@ dropped: they are few by construction (one per distinct error-file content, one 
 one per condition or deletion) and each is small (messages and tracebacks are cut by the parser). Log
 tails are big and only context: when the outbox is over its bound, older pending log tails are dropped
 first, oldest first, keeping the newest; a failure event is still accepted when the bound is exceeded,
-with a warning.
+with a warning. One exception keeps memory bounded when the aggregator is away for long: an error file
+rewritten again and again is one *source*, and of its pending versions only the first (the earliest
+failure time) and the newest are kept — the ones a verdict reads.
+
+The same rule holds for what is kept for a restarted aggregator (`redeliver`): over its bound, the
+middle of a source's history goes first, never the first or the newest of any kind.
 
 Single event loop, no locks: `put`/`ack` are plain methods; the stream's writer waits with
 `wait_beyond(seq)` for events it has not sent on its current connection, and the shutdown path waits
@@ -61,6 +66,18 @@ def describe(event: pb.Event) -> str:
     else:
         what = kind
     return f"{what} [id {event.id}]"
+
+
+def _middle_of_a_source(events: OrderedDict[str, pb.Event]) -> str | None:
+    """The oldest event that is neither the first nor the newest of its kind (None when all are)."""
+    first: dict[str, str] = {}
+    last: dict[str, str] = {}
+    for event_id, event in events.items():
+        kind = event.WhichOneof("payload") or ""
+        first.setdefault(kind, event_id)
+        last[kind] = event_id
+    keep = set(first.values()) | set(last.values())
+    return next((event_id for event_id in events if event_id not in keep), None)
 
 
 @dataclass
@@ -114,6 +131,8 @@ class Outbox:
         entry = _Entry(self._seq, event, event.ByteSize(), event.WhichOneof("payload") or "")
         self._entries[event.id] = entry
         self._bytes += entry.size
+        if entry.kind == "error_file":
+            self._keep_first_and_newest(entry.kind)
         self._enforce_bound()
         self._wake()
         return True
@@ -154,8 +173,20 @@ class Outbox:
                 del self._delivered[old]
         self._delivered[entry.event.id] = entry.event
         while len(self._delivered) > self.max_events:
-            _, dropped = self._delivered.popitem(last=False)
+            victim = _middle_of_a_source(self._delivered)
+            if victim is None:
+                break
+            dropped = self._delivered.pop(victim)
             logger.warning("forgetting acknowledged %s (history bound)", describe(dropped))
+
+    def _keep_first_and_newest(self, kind: str) -> None:
+        """Of the pending events of one source, keep the first and the newest; drop those between."""
+        same = [e for e in self._entries.values() if e.kind == kind]
+        for entry in same[1:-1]:
+            del self._entries[entry.event.id]
+            self._bytes -= entry.size
+            self.dropped += 1
+            logger.info("superseded before it was acknowledged: %s", describe(entry.event))
 
     def pending(self) -> list[pb.Event]:
         """Every unacknowledged event, oldest first."""

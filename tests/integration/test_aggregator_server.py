@@ -104,3 +104,16 @@ async def test_health_and_connected_gauge(aggregator: Aggregator) -> None:
             break
         await asyncio.sleep(0.01)
     assert aggregator.metrics.connected._value.get() == 0
+
+
+async def test_a_stream_that_never_registers_is_ended_at_the_deadline(aggregator: Aggregator) -> None:
+    aggregator.service.register_deadline = 0.2
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{aggregator.port}") as channel:
+        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await asyncio.wait_for(call.read(), 30)  # says nothing: no register
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    value = aggregator.metrics.registry.get_sample_value(
+        "podmortem_streams_rejected_total", {"reason": "register_deadline"}
+    )
+    assert value == 1

@@ -20,7 +20,7 @@ import grpc.aio
 import pytest
 from support.fake_collector import HANG_GUARD, FakeCollector, serving
 
-from podmortem.core.model import ErrorRecord
+from podmortem.core.model import ErrorRecord, Termination
 from podmortem.k8s.backoff import Backoff
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -49,6 +49,12 @@ class Sleeps:
 def error_event(n: int) -> pb.Event:
     rec = ErrorRecord(message=f"ValueError: {n}", exception_type="ValueError", timestamp=n)
     return wire.make_event(wire.error_to_pb(rec), wire.error_event_id("ns/pod", rec))
+
+
+def run_ended(n: int) -> pb.Event:
+    """The end of container run n: one fact per run, none superseding another (unlike error-file versions)."""
+    term = Termination(exit_code=1, reason="Error", restart_count=n, finished_at=1_800_000_000.0 + n)
+    return wire.make_event(wire.termination_to_pb(term), f"ns/pod/termination/{n}")
 
 
 REGISTER = pb.Register(job=pb.JobRef(namespace="ns", name="job"), pod="job-worker-0", session_id="s1")
@@ -83,12 +89,12 @@ async def test_registers_first_then_sends_pending_and_new_events_until_acked() -
     async with serving(FakeCollector()) as served, client_running(make_client(served.target, outbox)):
         fake = served.collector
         await fake.until(lambda: len(fake.events) == 1)
-        outbox.put(error_event(2))  # new while connected
+        outbox.put(run_ended(2))  # new while connected
         await fake.until(lambda: len(fake.events) == 2)
         await asyncio.wait_for(outbox.wait_empty(), HANG_GUARD)
         assert fake.firsts == ["register"]
         assert fake.registers[0].pod == "job-worker-0"
-        assert fake.event_ids == [error_event(1).id, error_event(2).id]
+        assert fake.event_ids == [error_event(1).id, run_ended(2).id]
 
 
 async def test_unacked_events_are_resent_after_the_aggregator_restarts() -> None:
@@ -98,7 +104,7 @@ async def test_unacked_events_are_resent_after_the_aggregator_restarts() -> None
         client = make_client(served.target, outbox, sleep=sleeps)
         async with client_running(client):
             for n in range(3):
-                outbox.put(error_event(n))
+                outbox.put(run_ended(n))
             await served.collector.until(lambda: len(served.collector.events) == 3)
             assert len(outbox) == 3  # nothing acknowledged
             await served.stop()
@@ -106,7 +112,7 @@ async def test_unacked_events_are_resent_after_the_aggregator_restarts() -> None
             await asyncio.wait_for(outbox.wait_empty(), HANG_GUARD)
             fresh = served.collector
             assert fresh.firsts == ["register"]  # Register again, first, on the new stream
-            assert fresh.event_ids == [error_event(n).id for n in range(3)]  # everything resent, in order
+            assert fresh.event_ids == [run_ended(n).id for n in range(3)]  # everything resent, in order
             assert client.sessions >= 2
             assert sleeps.delays  # the reconnect went through the backoff
 
@@ -120,9 +126,9 @@ async def test_acknowledged_events_are_not_resent() -> None:
             await asyncio.wait_for(outbox.wait_empty(), HANG_GUARD)
             await served.stop()
             await served.start(FakeCollector())
-            outbox.put(error_event(2))
+            outbox.put(run_ended(2))
             await asyncio.wait_for(outbox.wait_empty(), HANG_GUARD)
-            assert served.collector.event_ids == [error_event(2).id]
+            assert served.collector.event_ids == [run_ended(2).id]
 
 
 async def test_backoff_grows_and_resets_after_a_registered_stream() -> None:

@@ -17,6 +17,12 @@ def error_event(n: int) -> pb.Event:
     return wire.make_event(wire.error_to_pb(rec), wire.error_event_id("pod", rec))
 
 
+def run_ended(n: int) -> pb.Event:
+    """The end of container run n: one fact per run, none superseding another (unlike error-file versions)."""
+    term = Termination(exit_code=1, reason="Error", restart_count=n, finished_at=1_800_000_000.0 + n)
+    return wire.make_event(wire.termination_to_pb(term), f"pod/termination/{n}")
+
+
 def log_event(n: int, size: int = 1000) -> pb.Event:
     return wire.make_event(pb.LogTail(text="x" * size), f"pod/log_tail/{n}")
 
@@ -27,7 +33,7 @@ def ids(events: list[pb.Event]) -> list[str]:
 
 def test_keeps_events_in_order_until_acked() -> None:
     box = Outbox()
-    events = [error_event(i) for i in range(5)]
+    events = [run_ended(i) for i in range(5)]
     for e in events:
         assert box.put(e)
     assert ids(box.pending()) == ids(events)
@@ -54,10 +60,10 @@ def test_event_without_id_is_refused() -> None:
 
 def test_after_gives_events_newer_than_a_sequence_number() -> None:
     box = Outbox()
-    box.put(error_event(1))
+    box.put(run_ended(1))
     seq = box.last_seq
-    box.put(error_event(2))
-    assert [e.error_file.timestamp for _, e in box.after(seq)] == [2]
+    box.put(run_ended(2))
+    assert [e.termination.restart_count for _, e in box.after(seq)] == [2]
     assert [s for s, _ in box.after(0)] == [1, 2]
 
 
@@ -81,10 +87,10 @@ def test_bound_in_bytes_drops_old_log_tails() -> None:
 def test_failure_events_are_never_dropped(caplog: pytest.LogCaptureFixture) -> None:
     box = Outbox(max_events=2)
     box.put(log_event(0))
-    events = [error_event(i) for i in range(5)]
+    events = [run_ended(i) for i in range(5)]
     for e in events:
         box.put(e)
-    term = wire.make_event(wire.termination_to_pb(Termination(exit_code=1)), "pod/termination/0")
+    term = wire.make_event(wire.termination_to_pb(Termination(exit_code=1)), "pod/termination/final")
     box.put(term)
     # The log tail is the newest droppable one, so it stays; every failure event stays too.
     assert ids(box.pending()) == ["pod/log_tail/0", *ids(events), term.id]
@@ -120,14 +126,40 @@ def test_describe_is_one_readable_line() -> None:
 def test_redeliver_gives_acknowledged_events_again_once() -> None:
     box = Outbox()
     for n in range(3):
-        box.put(error_event(n))
+        box.put(run_ended(n))
     box.put(log_event(1))
     box.put(log_event(2))
     box.ack([e.id for e in box.pending()])
     assert len(box) == 0
     # A restarted aggregator: every failure event again, and only the newest log tail.
     assert box.redeliver() == 4
-    assert ids(box.pending()) == [error_event(n).id for n in range(3)] + [log_event(2).id]
+    assert ids(box.pending()) == [run_ended(n).id for n in range(3)] + [log_event(2).id]
     box.ack([e.id for e in box.pending()])
     assert box.redeliver() == 4  # kept again after the second acknowledgement
-    assert box.put(error_event(0)) is False  # still known: not a new event
+    assert box.put(run_ended(0)) is False  # still known: not a new event
+
+
+def test_an_error_file_rewritten_while_the_aggregator_is_away_keeps_first_and_newest() -> None:
+    # The agent rewrites its error file over and over and nobody acknowledges: memory stays bounded,
+    # and what the verdict reads is kept — the first version (the earliest failure) and the newest.
+    box = Outbox()
+    versions = [error_event(n) for n in range(1000)]
+    for e in versions:
+        box.put(e)
+    assert ids(box.pending()) == [versions[0].id, versions[-1].id]
+    assert box.size_bytes == versions[0].ByteSize() + versions[-1].ByteSize()
+
+
+def test_redelivery_keeps_the_first_and_newest_of_each_kind_past_its_bound() -> None:
+    # 458 acknowledged events with a history bound of 256: the pod's earliest failure must survive.
+    box = Outbox(max_events=256)
+    first = error_event(0)
+    box.put(first)
+    box.ack([first.id])
+    for n in range(1, 458):
+        e = run_ended(n) if n % 2 else log_event(n)
+        box.put(e)
+        box.ack([e.id])
+    assert box.redeliver() <= 256
+    kept = ids(box.pending())
+    assert first.id in kept and run_ended(457).id in kept and run_ended(1).id in kept
