@@ -65,6 +65,9 @@ def run(ns: argparse.Namespace) -> int:
         format=f"%(asctime)s %(levelname)s [{settings.pod_name}] %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # watchfiles logs "N changes detected" at INFO for every change in a watched directory — while the
+    # error file's directory does not exist yet, that is every change in its parent: noise, not news.
+    logging.getLogger("watchfiles").setLevel(max(logging.WARNING, logging.getLogger().level))
     return asyncio.run(serve(settings))
 
 
@@ -116,14 +119,14 @@ async def serve(
 
     session_id = uuid.uuid4().hex
     logger.info(
-        "sidecar %s for pod %s/%s (session %s): error file %s, aggregator %s, pod status %s",
+        "sidecar %s for pod %s/%s (session %s): error file %s, aggregator %s, pod status from %s",
         podmortem.__version__,
         settings.namespace,
         settings.pod_name,
         session_id,
         settings.error_file,
         settings.aggregator,
-        settings.pod_status_file or "(none)",
+        settings.pod_status_file if settings.pod_source == "file" else settings.pod_source,
     )
     watcher = ErrorFileWatcher(
         settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
