@@ -18,11 +18,10 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from support import events
 from support.fake_collector import HANG_GUARD, FakeCollector, serving
 
-from podmortem.core.model import ErrorRecord, Termination
 from podmortem.k8s.backoff import Backoff
-from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar.outbox import Outbox
 from podmortem.sidecar.stream import (
@@ -47,14 +46,11 @@ class Sleeps:
 
 
 def error_event(n: int) -> pb.Event:
-    rec = ErrorRecord(message=f"ValueError: {n}", exception_type="ValueError", timestamp=n)
-    return wire.make_event(wire.error_to_pb(rec), wire.error_event_id("ns/pod", rec))
+    return events.error_event(n, "ns/pod")
 
 
 def run_ended(n: int) -> pb.Event:
-    """The end of container run n: one fact per run, none superseding another (unlike error-file versions)."""
-    term = Termination(exit_code=1, reason="Error", restart_count=n, finished_at=1_800_000_000.0 + n)
-    return wire.make_event(wire.termination_to_pb(term), f"ns/pod/termination/{n}")
+    return events.run_ended(n, "ns/pod")
 
 
 REGISTER = pb.Register(job=pb.JobRef(namespace="ns", name="job"), pod="job-worker-0", session_id="s1")

@@ -5,22 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.events import error_event, run_ended
 
-from podmortem.core.model import ErrorRecord, Termination
+from podmortem.core.model import Termination
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar.outbox import Outbox, describe
-
-
-def error_event(n: int) -> pb.Event:
-    rec = ErrorRecord(message=f"ValueError: {n}", exception_type="ValueError", timestamp=n)
-    return wire.make_event(wire.error_to_pb(rec), wire.error_event_id("pod", rec))
-
-
-def run_ended(n: int) -> pb.Event:
-    """The end of container run n: one fact per run, none superseding another (unlike error-file versions)."""
-    term = Termination(exit_code=1, reason="Error", restart_count=n, finished_at=1_800_000_000.0 + n)
-    return wire.make_event(wire.termination_to_pb(term), f"pod/termination/{n}")
 
 
 def log_event(n: int, size: int = 1000) -> pb.Event:
