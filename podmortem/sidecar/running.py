@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -33,6 +34,7 @@ from typing import Any
 
 import podmortem
 from podmortem.k8s.backoff import Backoff
+from podmortem.k8s.workloads import attempt_of, workload_from_labels
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar import config
 from podmortem.sidecar.config import ConfigError, Settings
@@ -42,6 +44,7 @@ from podmortem.sidecar.stream import RegistrationRejected, StreamClient
 from podmortem.sidecar.watcher import ErrorFileWatcher
 
 logger = logging.getLogger("podmortem.sidecar")
+IDENTITY_WAIT = 10.0  # seconds to read our own pod for the job's identity at start
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -132,6 +135,8 @@ async def serve(
         settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
     )
     source = pod_source if pod_source is not None else make_pod_source(settings)
+    if not settings.job_name and source is not None:
+        settings = await _identity_from_pod(settings, source)
 
     pod_changed = asyncio.Event()
 
@@ -197,6 +202,29 @@ async def serve(
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
     return EXIT_OK
+
+
+async def _identity_from_pod(settings: Settings, source: PodSource) -> Settings:
+    """Without PODMORTEM_JOB_NAME, the job and attempt come from this pod's labels and owner, by the same
+    rules as the aggregator's pod watch (`podmortem.k8s.workloads`): a JobSet pod registers under its
+    JobSet (not its child batch Job), so sidecars and the pod watch file one failure as one incident."""
+    try:
+        async with asyncio.timeout(IDENTITY_WAIT):
+            pod = await source.read()
+    except TimeoutError:
+        pod = None
+    ref = workload_from_labels(pod) if pod else None
+    if pod is None or ref is None:
+        logger.warning("no job name given and none found on the pod: registering without one")
+        return settings
+    logger.info("job from the pod's labels: %s %s/%s, attempt %r", ref.kind, ref.namespace, ref.name, attempt_of(pod))
+    return dataclasses.replace(
+        settings,
+        job_name=ref.name,
+        job_kind=settings.job_kind or ref.kind,
+        job_uid=settings.job_uid or ref.uid,
+        attempt=settings.attempt or attempt_of(pod),
+    )
 
 
 def _pod_ended(reporter: PodReporter) -> bool:

@@ -32,6 +32,7 @@ from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.podwatch import JobResolver, PodWatch, run_kubernetes
 from podmortem.aggregator.publishing import Decision
 from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.k8s import workloads
 from podmortem.k8s.backoff import Backoff
 
 
@@ -184,7 +185,7 @@ async def test_a_jobset_is_resolved_with_its_size_and_ranks(kube_api: EmulatorHa
     assert {r.world_size for r in resolved if r} == {7}  # 1x1 + 2x3
     ranks = [jobs.node_rank(r.spec_object if r else None, p) for r, p in zip(resolved, pods, strict=True)]
     assert ranks == list(range(7))
-    assert {jobs.attempt_of(p) for p in pods} == {"0"}
+    assert {workloads.attempt_of(p) for p in pods} == {"0"}
     gets = [p for m, p in kube_api.requests() if m == "GET" and "/jobsets/" in p]
     assert len(gets) == 1  # cached: one read of the JobSet for its seven pods
 
@@ -237,6 +238,6 @@ def test_kubeflow_ranks_depend_on_the_master_replica() -> None:
 
 def test_labels_alone_name_the_workload() -> None:
     pod = {"metadata": {"namespace": NS, "labels": {"jobset.sigs.k8s.io/jobset-name": "llm"}}}
-    assert jobs.workload_from_labels(pod) == JobRef(NS, "llm", "JobSet")
+    assert workloads.workload_from_labels(pod) == JobRef(NS, "llm", "JobSet")
     foreign = {"metadata": {"ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Job", "name": "x"}]}}
-    assert jobs.controller_of(foreign) is None  # a "Job" of another group is not ours
+    assert workloads.controller_of(foreign) is None  # a "Job" of another group is not ours

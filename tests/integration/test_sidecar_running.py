@@ -253,3 +253,33 @@ async def test_a_pod_end_that_never_shows_is_waited_for_at_most_the_flush_timeou
             stop.set()
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
         assert [e.WhichOneof("payload") for e in served.collector.events] == []
+
+
+async def test_without_a_job_name_a_jobset_pod_registers_under_its_jobset(tmp_path: Path) -> None:
+    # The aggregator's pod watch files a JobSet pod under the JobSet and its restart attempt; a sidecar
+    # told no job name must derive the same identity from the pod itself, not its child batch Job.
+    pod = {
+        "metadata": {
+            "name": "llm-workers-1-0",
+            "namespace": "ns",
+            "uid": "u0",
+            "labels": {
+                "jobset.sigs.k8s.io/jobset-name": "llm",
+                "jobset.sigs.k8s.io/restart-attempt": "2",
+                "batch.kubernetes.io/job-name": "llm-workers-1",
+                "batch.kubernetes.io/job-completion-index": "0",
+            },
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "llm-workers-1", "controller": True}],
+        },
+        "status": {"phase": "Running"},
+    }
+    async with serving(FakeCollector()) as served:
+        settings = settings_for(tmp_path, served.target)
+        assert settings.job_name == "" and settings.pod_status_file is not None
+        settings.pod_status_file.write_text(json.dumps(pod))
+        async with serve_task(settings, Outbox()) as (stop, task):
+            await served.collector.until(lambda: bool(served.collector.registers))
+            stop.set()
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+    reg = served.collector.registers[0]
+    assert (reg.job.name, reg.job.kind, reg.attempt) == ("llm", "JobSet", "2")

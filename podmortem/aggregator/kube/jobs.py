@@ -18,22 +18,17 @@ spec we do not understand).
 
 The job an incident is filed under is the outermost workload we know (a TrainJob over its JobSet, a
 JobSet over its child Jobs), because that is what the user submitted and what a sidecar registers
-with when it is told its job name from the `jobset.sigs.k8s.io/jobset-name` label. `workload_from_labels`
-gives the same answer from a pod's labels alone, without reading any object (what the sidecar can do).
-The attempt is `jobset.sigs.k8s.io/restart-attempt` for JobSet pods and "" otherwise.
+with. `podmortem.k8s.workloads.workload_from_labels` gives the same answer from a pod's labels alone,
+without reading any object: the sidecar uses it when it is given no job name, so both file a failure
+under one incident. The attempt is `jobset.sigs.k8s.io/restart-attempt` for JobSet pods and "" otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from podmortem.core.model import JobRef
 from podmortem.core.podstatus import (
     BATCH_COMPLETION_INDEX,
-    BATCH_JOB_NAME,
-    JOBSET_NAME,
-    KUBEFLOW_JOB,
     KUBEFLOW_REPLICA_INDEX,
     KUBEFLOW_REPLICA_TYPE,
 )
@@ -41,43 +36,6 @@ from podmortem.core.podstatus import (
 JSON = dict[str, Any]
 
 WORLD_SIZE_ANNOTATION = "podmortem.io/world-size"
-JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Where a kind of job lives in the API."""
-
-    kind: str
-    api_version: str
-    plural: str
-
-
-WORKLOADS: dict[str, Workload] = {
-    w.kind: w
-    for w in (
-        Workload("PyTorchJob", "kubeflow.org/v1", "pytorchjobs"),
-        Workload("Job", "batch/v1", "jobs"),
-        Workload("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets"),
-        Workload("TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs"),
-    )
-}
-
-
-@dataclass(frozen=True)
-class OwnerRef:
-    kind: str
-    api_version: str
-    name: str
-    uid: str = ""
-
-    @property
-    def workload(self) -> Workload | None:
-        w = WORKLOADS.get(self.kind)
-        # Match the group too: another operator may call its kind "Job".
-        if w is None or w.api_version.split("/")[0] != self.api_version.split("/")[0]:
-            return None
-        return w
 
 
 def _int(value: Any, default: int | None = None) -> int | None:
@@ -85,42 +43,6 @@ def _int(value: Any, default: int | None = None) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return default
-
-
-def controller_of(obj: JSON) -> OwnerRef | None:
-    """The controller ownerReference of any object (a pod, a Job, a JobSet), if it is one we know."""
-    refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict)]
-    chosen = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
-    if chosen is None:
-        return None
-    ref = OwnerRef(str(chosen.get("kind", "")), str(chosen.get("apiVersion", "")), str(chosen.get("name", "")),
-                   str(chosen.get("uid", "")))  # fmt: skip
-    return ref if ref.workload is not None else None
-
-
-def workload_from_labels(pod: JSON) -> JobRef | None:
-    """The outermost workload a pod belongs to, from its labels alone (no API reads).
-
-    A TrainJob's pods are labelled with its JobSet, which has the TrainJob's name, so the key
-    (namespace, name) is the same; only the kind differs (JobSet), which `resolve` refines.
-    """
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    namespace = str(meta.get("namespace") or "")
-    if KUBEFLOW_JOB in labels:
-        return JobRef(namespace, str(labels[KUBEFLOW_JOB]), "PyTorchJob")
-    if JOBSET_NAME in labels:
-        return JobRef(namespace, str(labels[JOBSET_NAME]), "JobSet")
-    if BATCH_JOB_NAME in labels:
-        return JobRef(namespace, str(labels[BATCH_JOB_NAME]), "Job")
-    owner = controller_of(pod)
-    return JobRef(namespace, owner.name, owner.kind, owner.uid) if owner else None
-
-
-def attempt_of(pod: JSON) -> str:
-    """The job attempt a pod belongs to: JobSet's restart attempt, else "" (one attempt)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(JOBSET_RESTART_ATTEMPT, ""))
 
 
 def world_size(job: JSON) -> int | None:

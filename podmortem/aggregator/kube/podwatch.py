@@ -33,15 +33,7 @@ from typing import Any
 
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.client import Kube, KubeSettings
-from podmortem.aggregator.kube.jobs import (
-    WORKLOADS,
-    OwnerRef,
-    attempt_of,
-    controller_of,
-    node_rank,
-    workload_from_labels,
-    world_size,
-)
+from podmortem.aggregator.kube.jobs import node_rank, world_size
 from podmortem.core import podstatus
 from podmortem.core.model import JobRef
 from podmortem.core.podstatus import PodSnapshot
@@ -49,6 +41,7 @@ from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.errors import NotFoundError, PermanentError
 from podmortem.k8s.listwatch import Listed, list_watch
 from podmortem.k8s.objects import resource_path
+from podmortem.k8s.workloads import WORKLOADS, OwnerRef, attempt_of, controller_of, workload_from_labels
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 

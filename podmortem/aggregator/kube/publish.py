@@ -32,11 +32,11 @@ from collections.abc import Callable
 from typing import Any
 
 from podmortem.aggregator.kube.client import Kube, KubeSettings
-from podmortem.aggregator.kube.jobs import WORKLOADS
 from podmortem.aggregator.publishing import Decision, Publisher
 from podmortem.core.categories import condition_reason
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import resource_path
+from podmortem.k8s.workloads import WORKLOADS
 
 log = logging.getLogger(__name__)
 

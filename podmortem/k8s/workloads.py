@@ -1,0 +1,89 @@
+"""Which workload a pod belongs to, from the pod alone (labels and its controller ownerReference).
+
+Shared by the aggregator (`aggregator.kube.jobs`, which also reads the job objects for size and rank)
+and the sidecar (which may read only its own pod): both must file a failure under the same job and
+attempt, or one failure becomes two incidents. Pure: plain dicts in, `JobRef`s out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from podmortem.core.model import JobRef
+from podmortem.core.podstatus import BATCH_JOB_NAME, JOBSET_NAME, KUBEFLOW_JOB
+
+JSON = dict[str, Any]
+JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Where a kind of job lives in the API."""
+
+    kind: str
+    api_version: str
+    plural: str
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.kind: w
+    for w in (
+        Workload("PyTorchJob", "kubeflow.org/v1", "pytorchjobs"),
+        Workload("Job", "batch/v1", "jobs"),
+        Workload("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets"),
+        Workload("TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    kind: str
+    api_version: str
+    name: str
+    uid: str = ""
+
+    @property
+    def workload(self) -> Workload | None:
+        w = WORKLOADS.get(self.kind)
+        # Match the group too: another operator may call its kind "Job".
+        if w is None or w.api_version.split("/")[0] != self.api_version.split("/")[0]:
+            return None
+        return w
+
+
+def controller_of(obj: JSON) -> OwnerRef | None:
+    """The controller ownerReference of any object (a pod, a Job, a JobSet), if it is one we know."""
+    refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict)]
+    chosen = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if chosen is None:
+        return None
+    ref = OwnerRef(str(chosen.get("kind", "")), str(chosen.get("apiVersion", "")), str(chosen.get("name", "")),
+                   str(chosen.get("uid", "")))  # fmt: skip
+    return ref if ref.workload is not None else None
+
+
+def workload_from_labels(pod: JSON) -> JobRef | None:
+    """The outermost workload a pod belongs to, from its labels alone (no API reads).
+
+    A TrainJob's pods are labelled with its JobSet, which has the TrainJob's name, so the key
+    (namespace, name) is the same; only the kind differs (JobSet), which `resolve` refines.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    namespace = str(meta.get("namespace") or "")
+    if KUBEFLOW_JOB in labels:
+        return JobRef(namespace, str(labels[KUBEFLOW_JOB]), "PyTorchJob")
+    if JOBSET_NAME in labels:
+        return JobRef(namespace, str(labels[JOBSET_NAME]), "JobSet")
+    if BATCH_JOB_NAME in labels:
+        return JobRef(namespace, str(labels[BATCH_JOB_NAME]), "Job")
+    owner = controller_of(pod)
+    return JobRef(namespace, owner.name, owner.kind, owner.uid) if owner else None
+
+
+def attempt_of(pod: JSON) -> str:
+    """The job attempt a pod belongs to: JobSet's restart attempt, else "" (one attempt)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(JOBSET_RESTART_ATTEMPT, ""))
