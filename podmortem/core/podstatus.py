@@ -118,11 +118,13 @@ def rank_of(labels: dict[str, str], env_rank: int | None = None) -> tuple[str, i
         # the job says (the aggregator knows the job spec).
         rank = 0 if rtype == "master" and index == 0 else None
         return rtype, index, rank
+    if JOBSET_GLOBAL_INDEX in labels:
+        # The JobSet's global index numbers its child *Jobs*, not pods, and the completion index counts
+        # within one child Job: with several pods per child Job the rank needs the JobSet's spec (the
+        # aggregator's `node_rank`). Unknown beats wrong.
+        return "", _int(labels.get(BATCH_COMPLETION_INDEX)), None
     if BATCH_COMPLETION_INDEX in labels:
         index = _int(labels[BATCH_COMPLETION_INDEX])
-        return "", index, index
-    if JOBSET_GLOBAL_INDEX in labels:
-        index = _int(labels[JOBSET_GLOBAL_INDEX])
         return "", index, index
     return "", None, None
 
