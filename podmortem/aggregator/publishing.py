@@ -117,15 +117,41 @@ def verdict_path(directory: Path, incident_id: str) -> Path:
 
 
 class JsonFilePublisher:
-    """Writes `<dir>/<incident-id>.json`, atomically replaced on every revision."""
+    """Writes `<dir>/<incident-id>.json`, atomically replaced on every revision.
+
+    A verdict that cannot be written (disk full, a read-only or vanished mount) is not lost: the newest
+    revision of each incident waits in `unwritten`, is tried again before every later write and every
+    `retry_interval` seconds (`retry_forever`, a root task of the aggregator), and at shutdown. Each
+    failed attempt raises, so the publish queue logs it and `podmortem_publish_errors_total` counts it.
+    """
 
     name = "json-file"
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], retry_interval: float = 30.0) -> None:
         self.directory = Path(directory)
+        self.retry_interval = retry_interval
+        self.unwritten: dict[str, Decision] = {}  # incident id -> newest revision not yet on disk
 
     async def publish(self, decision: Decision) -> None:
-        await asyncio.to_thread(self._write, decision)
+        self.unwritten[decision.incident.incident_id] = decision
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write every unwritten verdict, oldest incident first; raises the first failure (the rest wait)."""
+        for incident_id, decision in list(self.unwritten.items()):
+            await asyncio.to_thread(self._write, decision)
+            if self.unwritten.get(incident_id) is decision:
+                del self.unwritten[incident_id]
+
+    async def retry_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.retry_interval)
+            if self.unwritten:
+                try:
+                    await self.flush()
+                    log.info("verdict files written again")
+                except OSError as exc:
+                    log.warning("%d verdict file(s) still not written: %s", len(self.unwritten), exc)
 
     def _write(self, decision: Decision) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -67,8 +67,9 @@ class Aggregator:
         self.config = config
         self.metrics = Metrics(registry)
         chain: list[Publisher] = [LogPublisher(), MetricsPublisher(self.metrics)]
-        if config.verdict_dir:
-            chain.append(JsonFilePublisher(config.verdict_dir))
+        self.verdict_files = JsonFilePublisher(config.verdict_dir) if config.verdict_dir else None
+        if self.verdict_files is not None:
+            chain.append(self.verdict_files)
         self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
         self._kube: Kube | None = None
         if self.kube_settings is not None:
@@ -118,6 +119,8 @@ class Aggregator:
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)
+        if self.verdict_files is not None:
+            self._roots.append(asyncio.create_task(self.verdict_files.retry_forever(), name="verdict-file-retry"))
         if self.kube_settings is not None:
             from podmortem.aggregator.kube.podwatch import run_kubernetes
 
@@ -164,6 +167,13 @@ class Aggregator:
         self.book.close_all()
         if self._worker is not None and not self._worker.done():
             await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))
+        if self.verdict_files is not None and self.verdict_files.unwritten:
+            try:
+                await self.verdict_files.flush()
+            except OSError as exc:
+                log.error(
+                    "shutdown: %d verdict file(s) could not be written: %s", len(self.verdict_files.unwritten), exc
+                )
         failures: list[BaseException] = []
         for task in self._roots:
             if not task.done():

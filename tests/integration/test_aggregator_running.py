@@ -87,3 +87,30 @@ async def test_the_stop_signal_ends_serving_cleanly_and_health_goes_not_serving(
     await agg._health.enter_graceful_shutdown()  # what stop() does first; the server still answers
     assert await _health(agg.port) == health_pb2.HealthCheckResponse.NOT_SERVING
     await agg.stop(grace=1)  # no failure: returns normally
+
+
+async def test_a_verdict_that_cannot_be_written_is_written_when_the_disk_is_back(tmp_path: Path) -> None:
+    # The verdict directory's place is taken by a file (as good as a full or read-only disk): writes fail.
+    blocked = tmp_path / "verdicts"
+    blocked.write_text("not a directory")
+    agg = Aggregator(_config(tmp_path), registry=CollectorRegistry())
+    assert agg.verdict_files is not None
+    agg.verdict_files.retry_interval = 0.05
+    await agg.start()
+    try:
+        _open_incident(agg)
+        agg.book.close_all()
+        await asyncio.wait_for(agg.queue.drain(30), 30)
+        assert list(agg.verdict_files.unwritten) == ["ml:j:0"]  # kept, not lost
+        errors = agg.metrics.registry.get_sample_value("podmortem_publish_errors_total", {"publisher": "json-file"})
+        assert errors is not None and errors >= 1
+        blocked.unlink()  # space is back
+        for _ in range(600):
+            if not agg.verdict_files.unwritten:
+                break
+            await asyncio.sleep(0.05)
+        files = list(blocked.glob("*.json"))
+        assert [f.name for f in files] == ["ml_j_0.json"]
+        assert json.loads(files[0].read_text())["verdict"]["pod"] == "j-worker-1"
+    finally:
+        await agg.stop(grace=1)
