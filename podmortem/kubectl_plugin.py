@@ -85,8 +85,11 @@ def render(obj: dict[str, Any]) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+MAX_OWNER_HOPS = 3  # pod -> batch Job -> JobSet -> TrainJob
+
+
 def _owner_target(obj: dict[str, Any]) -> str | None:
-    """'<kind>.<group>/<name>' of a pod's controller, for kubectl."""
+    """'<kind>.<group>/<name>' of an object's controller, for kubectl."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if isinstance(ref, dict) and ref.get("controller"):
             group = str(ref.get("apiVersion", "")).rpartition("/")[0]
@@ -135,10 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     kubectl = Kubectl(os.environ.get("KUBECTL", "kubectl"), flags)
     try:
         obj = kubectl.get(args.target)
-        note = ""
-        if render(obj) is None and obj.get("kind") == "Pod" and (owner := _owner_target(obj)):
-            note = f"(pod {args.target.split('/', 1)[1]} carries no verdict; showing its job {owner})\n"
+        # The verdict lives on the outermost workload (pod -> batch Job -> JobSet -> TrainJob): follow the
+        # controller ownerReferences up until an object carries it.
+        hops: list[str] = []
+        while render(obj) is None and len(hops) < MAX_OWNER_HOPS and (owner := _owner_target(obj)):
+            hops.append(owner)
             obj = kubectl.get(owner)
+        note = ""
+        if hops:
+            via = f", via {' -> '.join(hops[:-1])}" if len(hops) > 1 else ""
+            note = f"({args.target} carries no verdict; showing its job {hops[-1]}{via})\n"
     except PluginError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import NS, EmulatorHandle, decision, make_kube, seed_pytorchjob
+from support.kube_emulator import NS, EmulatorHandle, decision, make_kube, seed_jobset, seed_pytorchjob
 
 from podmortem import kubectl_plugin
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.publish import kube_publishers
+from podmortem.core.model import JobRef
 
 
 @pytest.fixture
@@ -86,3 +87,20 @@ def test_render_without_a_verdict_is_none() -> None:
     assert kubectl_plugin.render({"metadata": {"name": "x"}}) is None
     text = kubectl_plugin.render({"kind": "Job", "metadata": {"annotations": {"podmortem.io/summary": "s"}}})
     assert text is not None and "Verdict:        s" in text
+
+
+async def test_a_jobset_pod_leads_through_its_child_job_to_the_jobset(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    _, pods = seed_jobset(kube_api, "llm", [("workers", 2, 2)])
+    kube = make_kube(kube_api, tmp_path)
+    target = decision(pod=pods[3]["metadata"]["name"], job=JobRef(NS, "llm", "JobSet"))
+    for publisher in kube_publishers(KubeSettings(publish=frozenset({"annotations"})), kube):
+        await publisher.publish(target)
+    kube.close()
+    kube_api.emulator.token = None
+    config = kube_api.kubeconfig(tmp_path / "config", NS)
+    pod = pods[0]["metadata"]["name"]  # a victim: no verdict on it, nor on its child Job
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", f"pod/{pod}",
+               "--kubeconfig", str(config), "-n", NS])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "showing its job jobset.jobset.x-k8s.io/llm, via job.batch/llm-workers-0" in out.stdout
+    assert f"Pod:          {pods[3]['metadata']['name']}" in out.stdout
