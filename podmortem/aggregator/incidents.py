@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.publishing import ClosedBy, Decision
+from podmortem.core import logtail
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import apply_event
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 Decide = Callable[[Incident], Verdict]
 JobKey = tuple[str, str, str]  # namespace, name, attempt
+RETAINED_TAIL_CHARS = 16 << 10  # of each member's log tail (see `retained`)
 # No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
 MAX_WORLD_SIZE = 65_536
 
@@ -67,6 +69,26 @@ def is_failure(event: pb.Event) -> bool:
     if kind == "deletion":
         return event.deletion.phase in ("Unknown", "Failed", "Running", "") or event.deletion.reason == "NodeLost"
     return False
+
+
+def retained(event: pb.Event, keep: int = RETAINED_TAIL_CHARS) -> pb.Event:
+    """The part of a log tail the book keeps: its last `keep` characters, plus the line a log rule matched
+    when that lies earlier. Thousands of members x 64 KiB tails held until the incident is decided were
+    most of the aggregator's memory in a burst; the decision needs the end of the log (torch's failure
+    summary, the last tracebacks) and the lines that name a cause, not the training chatter before."""
+    text = event.log_tail.text
+    if len(text) <= keep:
+        return event
+    tail = text[-keep:]
+    cut = tail.find("\n")
+    tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
+    hit = logtail.first_log_line(text)
+    head = f"{hit}\n" if hit and hit not in tail else ""
+    kept = pb.Event()
+    kept.CopyFrom(event)
+    kept.log_tail.text = f"{head}[... {len(text) - len(tail) - len(head)} characters of the log not kept ...]\n{tail}"
+    kept.log_tail.truncated = True
+    return kept
 
 
 def is_terminal(member: Member) -> bool:
@@ -231,6 +253,8 @@ class IncidentBook:
                 self._check_quorum(state)
             return False
         kind = event.WhichOneof("payload")
+        if kind == "log_tail":
+            event = retained(event)
         if from_sidecar and kind in ("termination", "deletion"):
             member.sidecar_saw_end = True
         if kind == "log_tail":  # only the newest tail matters: keep one

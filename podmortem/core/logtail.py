@@ -128,6 +128,12 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     return lr, text[a : b if b >= 0 else len(text)].strip()
 
 
+def first_log_line(text: str, rules: RuleSet = DEFAULT_RULES) -> str:
+    """The line of `text` the first matching log rule names ("" when none does)."""
+    found = _log_rule(text, rules)
+    return found[1] if found is not None else ""
+
+
 def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
     """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
     time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""

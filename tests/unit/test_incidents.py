@@ -273,3 +273,18 @@ def test_attempts_unknown_and_zero_are_two_incidents() -> None:
 
 def pb_job() -> JobRef:
     return JobRef(JOB.namespace, JOB.name, JOB.kind)
+
+
+async def test_a_long_log_tail_is_kept_bounded_with_the_line_that_names_the_cause() -> None:
+    book, rec, _ = make_book(world=1, timeout=600)
+    key = register(book, "w-0", 0)
+    chatter = "".join(f"[rank0]: step {i} loss 1.{i % 97:02d}\n" for i in range(4000))  # ~100 KB
+    text = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n" + chatter + "exiting\n"
+    book.ingest(key, make_event(pb.LogTail(text=text)), from_sidecar=True)
+    book.ingest(key, ended(1, T0), from_sidecar=True)
+    incident = book.incident(key.job)
+    assert incident is not None
+    kept = incident.members[0].log_tail
+    assert len(kept) < 17_000 < len(text)
+    assert kept.startswith("NVRM: Xid") and kept.endswith("exiting\n")
+    assert len(rec.decisions) == 1 and rec.decisions[0].verdict.category == "hardware"
