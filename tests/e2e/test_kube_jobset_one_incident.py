@@ -1,0 +1,90 @@
+"""A JobSet with two replicated Jobs and two pods per child Job: real sidecars (told no job name) and the
+aggregator's pod watch must file the failure as ONE incident — the JobSet's, attempt "0" — with the
+right global ranks (which only the JobSet's spec gives: 2 pods per child Job)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_jobset, terminated
+
+from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.running import Aggregator
+from podmortem.k8s.backoff import Backoff
+from podmortem.sidecar import config, running
+from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
+
+GLOO_PEER = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.9]:29500"
+
+
+def error_doc(message: str, ts: int) -> str:
+    return json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": "tb", "timestamp": str(ts)}}})
+
+
+@contextlib.asynccontextmanager
+async def sidecars(api: EmulatorHandle, pods: list[str], port: int, tmp_path: Path) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    tasks = []
+    for pod in pods:
+        env = {
+            "POD_NAME": pod,
+            "POD_NAMESPACE": NS,
+            "TORCHELASTIC_ERROR_FILE": str(tmp_path / pod / "error.json"),
+            "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}",
+            "PODMORTEM_POD_SOURCE": "api",
+        }  # fmt: skip  -- no PODMORTEM_JOB_NAME: the sidecar reads its identity from its own pod
+        source = OwnPod(ApiEndpoint(api.url, token=api.emulator.token), NS, pod)
+        tasks.append(asyncio.create_task(running.serve(
+            config.from_env_and_args(env), stop=stop, pod_source=source, backoff=Backoff(0.01, 0.1),
+            install_signal_handlers=False,
+        )))  # fmt: skip
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+
+
+async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    _, seeded = seed_jobset(kube_api, "llm", [("workers", 2, 2)])
+    pods = [p["metadata"]["name"] for p in seeded]  # in global rank order: job 0 pods 0-1, job 1 pods 0-1
+    root = pods[2]  # child Job 1, completion index 0: global rank 2 (not 1, its child Job's index)
+    settings = KubeSettings(
+        enabled=True, kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)), namespaces=(NS,),
+        publish=frozenset(),
+    )  # fmt: skip
+    verdicts = tmp_path / "verdicts"
+    agg = Aggregator(
+        AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir=str(verdicts), quorum_timeout=600),
+        registry=CollectorRegistry(), kube_settings=settings,
+    )  # fmt: skip
+    await agg.start()
+    try:
+        async with sidecars(kube_api, pods, agg.port, tmp_path):
+            await eventually(lambda: agg.metrics.connected._value.get() == 4, "four sidecars registered", limit=60)
+            (tmp_path / root).mkdir(exist_ok=True)
+            (tmp_path / root / "error.json").write_text(error_doc("ValueError: label 7 out of range", 1795300000))
+            kube_api.change(PODS, NS, root, terminated(1))
+            for pod in pods:
+                if pod != root:
+                    (tmp_path / pod).mkdir(exist_ok=True)
+                    (tmp_path / pod / "error.json").write_text(error_doc(GLOO_PEER, 1795300001))
+                    kube_api.change(PODS, NS, pod, terminated(1))
+            await eventually(lambda: any(verdicts.glob("*.json")), "a verdict", limit=60)
+            keys = list(agg.book._jobs)
+            incident = agg.book.incident((NS, "llm", "0"))
+    finally:
+        await agg.stop(grace=2)
+    assert keys == [(NS, "llm", "0")]  # one incident: sidecars and pod watch agree on the job and attempt
+    assert incident is not None
+    assert {m.pod: m.rank for m in incident.members} == {pod: rank for rank, pod in enumerate(pods)}
+    [verdict_file] = list(verdicts.glob("*.json"))
+    assert json.loads(verdict_file.read_text())["verdict"]["pod"] == root
