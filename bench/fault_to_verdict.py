@@ -8,6 +8,10 @@ whether the verdict named the right pod and category. The split matters: most of
 noticing the failure and the controller tearing the job down; podmortem's own share is the second one.
 
     python bench/fault_to_verdict.py [--pods 3] [--nproc 1] [--only exception,hang] [--json]
+                                     [--kubelet-order [--status-lag 0.5]]
+
+`--kubelet-order` plays the kubelet with native sidecars: each sidecar is SIGTERMed as its training
+container exits and the pod status showing that end reaches it `--status-lag` seconds later.
 
 Without torch the harness falls back to plain worker processes (the numbers then say nothing about
 torch). Run it alone: the machine's cores are the bottleneck.
@@ -26,17 +30,20 @@ from podmortem.local.faults import EXPECTED_CATEGORY
 from podmortem.local.harness import JobSpec, LocalJob
 
 
-def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:
-    job = LocalJob(JobSpec(fault=fault, pods=pods, nproc=nproc, keep_workdir=True))
+def run_case(fault: str, pods: int, nproc: int, kubelet_order: bool = False, status_lag: float = 0.5) -> dict[str, Any]:
+    spec = JobSpec(
+        fault=fault, pods=pods, nproc=nproc, keep_workdir=True, kubelet_order=kubelet_order, status_lag=status_lag
+    )
+    job = LocalJob(spec)
     started = time.monotonic()
     result = job.run()
     category, retryable = EXPECTED_CATEGORY[fault]
     correct = result.root_cause == {"pod": result.root_pod, "category": category, "retryable": retryable}
     if correct and not result.error:
         shutil.rmtree(result.workdir, ignore_errors=True)  # kept only to look into a wrong or failed run
-    ended = max((p.finished_at for p in job.pods if p.finished_at is not None), default=None)
+    ended = result.last_exit_time
     teardown = ended - result.fault_time if ended is not None and result.fault_time is not None else None
-    decide = result.verdict_time - ended if ended is not None and result.verdict_time is not None else None
+    decide = result.last_exit_to_verdict
     return {
         "fault": fault,
         "torch": result.torch,
@@ -49,6 +56,7 @@ def run_case(fault: str, pods: int, nproc: int) -> dict[str, Any]:
         "workdir": "" if correct and not result.error else result.workdir,
         "root_cause": result.root_cause,
         "revisions": result.revisions,
+        "closed_by": (result.verdict_doc or {}).get("closed_by"),
         "final": result.final,
         "run_s": time.monotonic() - started,
         "error": result.error,
@@ -65,13 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=1)
     p.add_argument("--only", default="", help="comma-separated fault kinds, repeats allowed (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object per case instead of the table")
+    p.add_argument("--kubelet-order", action="store_true", help="sidecars SIGTERMed at their container's exit")
+    p.add_argument("--status-lag", type=float, default=0.5, help="with --kubelet-order: status delay, seconds")
     args = p.parse_args(argv)
     faults = [f for f in args.only.split(",") if f] or list(EXPECTED_CATEGORY)
     if not args.json:
-        print(f"{'fault':10} {'fault->verdict':>14} {'fault->pods gone':>16} {'pods gone->verdict':>18}  correct  run")
+        print(
+            f"{'fault':10} {'fault->verdict':>14} {'fault->pods gone':>16} {'pods gone->verdict':>18}  correct  "
+            "closed by  run"
+        )
     ok = True
     for fault in faults:
-        row = run_case(fault, args.pods, args.nproc)
+        row = run_case(fault, args.pods, args.nproc, args.kubelet_order, args.status_lag)
         ok &= bool(row["correct"])
         if args.json:
             print(json.dumps(row), flush=True)
@@ -79,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{fault:10} {_fmt(row['fault_to_verdict_s']):>14} {_fmt(row['fault_to_last_pod_end_s']):>16} "
             f"{_fmt(row['last_pod_end_to_verdict_s']):>18}  {'yes' if row['correct'] else 'NO ':7}  "
+            f"{row['closed_by'] or '-':9}  "
             f"{row['run_s']:.0f}s{'  ' + row['error'] if row['error'] else ''}"
             f"{'' if row['torch'] else '  (no torch)'}"
             f"{'  kept: ' + row['workdir'] if row['workdir'] else ''}",

@@ -101,6 +101,12 @@ class JobSpec:
     # False: pods only (no aggregator, no sidecars, no verdict) — to look at what torch itself does.
     with_podmortem: bool = True
     sidecar_extra_env: dict[str, str] = field(default_factory=dict)
+    # The kubelet's order with a native sidecar: the sidecar gets SIGTERM as soon as the training
+    # container exits, and the pod status that shows the container's end reaches the sidecar's pod
+    # source `status_lag` seconds later (the kubelet's status sync to the API server). False: the status
+    # is written at once and the sidecars are stopped only after the verdict (the friendliest order).
+    kubelet_order: bool = False
+    status_lag: float = 0.5
 
     def failing_pod(self) -> int:
         return self.pods - 1 if self.fail_pod is None else self.fail_pod
@@ -134,6 +140,7 @@ class JobResult:
     fault_time: float | None  # wall clock (real), the earliest fault marker
     first_verdict_time: float | None
     verdict_time: float | None  # when the verdict file last returned was written
+    last_exit_time: float | None  # wall clock (real): when the last pod's training container ended
     started_at: float
     ended_at: float
     error: str = ""
@@ -157,6 +164,12 @@ class JobResult:
         if self.fault_time is None or self.verdict_time is None:
             return None
         return self.verdict_time - self.fault_time
+
+    @property
+    def last_exit_to_verdict(self) -> float | None:
+        if self.last_exit_time is None or self.verdict_time is None:
+            return None
+        return self.verdict_time - self.last_exit_time
 
     @property
     def fault_to_first_verdict(self) -> float | None:
@@ -250,6 +263,7 @@ class _Pod:
     deleted_at: float | None = None
     disruption_at: float | None = None
     kill_at: float | None = None  # grace period end
+    status_due: float | None = None  # kubelet order: when the status showing the end is written
 
     @property
     def status_file(self) -> Path:
@@ -536,12 +550,15 @@ class LocalJob:
 
     def _supervise(self, deadline: float) -> None:
         """Play kubelet and job controller until every pod has ended."""
-        while any(p.running for p in self.pods):
+        while any(p.running or p.status_due is not None for p in self.pods):
             if time.monotonic() > deadline:
                 raise HarnessError("deadline passed with pods still running")
             now = time.time()
             self._read_markers()
             for pod in self.pods:
+                if pod.status_due is not None and time.monotonic() >= pod.status_due:
+                    pod.status_due = None
+                    self._write_pod(pod)
                 if pod.running and pod.agent is not None and pod.agent.poll() is not None:
                     self._on_agent_exit(pod, pod.agent.returncode)
                 elif pod.running and pod.kill_at is not None and time.monotonic() >= pod.kill_at:
@@ -608,7 +625,14 @@ class LocalJob:
             m.get("fault") == "sigkill" and int(m["rank"]) // self.nproc == pod.index for m in self._markers.values()
         )
         pod.reason = "OOMKilled" if oom_killed else ("Completed" if rc == 0 else "Error")
-        self._write_pod(pod)
+        if self.spec.kubelet_order and pod.sidecar is not None:
+            # A native sidecar is signalled as the training container exits; the status follows later.
+            pod.status_due = time.monotonic() + self.spec.status_lag
+            if pod.sidecar.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    pod.sidecar.send_signal(signal.SIGTERM)
+        else:
+            self._write_pod(pod)
         how = f"signal {pod.signal}" if pod.signal else f"exit code {pod.exit_code}"
         wrote = "wrote an error file" if pod.error_file.exists() else "no error file"
         self._note(f"{pod.name} ended: {how}, {pod.reason}, {wrote}")
@@ -835,6 +859,7 @@ class LocalJob:
             fault_time=self._fault_time(),
             first_verdict_time=self._first_verdict,
             verdict_time=self._last_doc_time,
+            last_exit_time=max((p.finished_at for p in self.pods if p.finished_at is not None), default=None),
             started_at=started,
             ended_at=time.time(),
             error=error,

@@ -17,7 +17,8 @@ It speaks HTTP/1.1 over asyncio streams itself (stdlib only: no threads, cancell
 
 Credentials come from the projected service-account volume (token re-read on every request: the
 kubelet rotates it; CA bundle; namespace), and the address from KUBERNETES_SERVICE_HOST/PORT — or,
-for tests and local runs, an explicit base URL and token (`ApiEndpoint`). The RBAC this needs is
+outside a pod, a kubeconfig (`podmortem.sidecar.kubeconfig`), or for tests an explicit base URL and
+token (`ApiEndpoint`). The RBAC this needs is
 `get`, `list`, `watch` on `pods` and `get` on `pods/log` in the pod's namespace (docs/kubernetes.md).
 
 `OwnPod` implements the sidecar's `PodSource` protocol (`pods()`, `read()`); turning pods into
@@ -32,8 +33,9 @@ import json
 import logging
 import os
 import ssl
+import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -72,6 +74,11 @@ class ApiEndpoint:
     token: str | None = None
     token_file: Path | None = None
     ca_file: Path | None = None
+    ca_data: str | None = None  # PEM, as a kubeconfig's certificate-authority-data holds it
+    client_cert: Path | None = None  # PEM files: TLS client authentication (a kubeconfig user's cert)
+    client_key: Path | None = None
+    client_pem: bytes | None = field(default=None, repr=False)  # certificate and key inline (kubeconfig *-data)
+    insecure: bool = False  # a kubeconfig's insecure-skip-tls-verify: no check of the server's certificate
 
     @classmethod
     def in_cluster(cls, environ: Mapping[str, str] | None = None, directory: Path = SERVICE_ACCOUNT) -> ApiEndpoint:
@@ -83,6 +90,24 @@ class ApiEndpoint:
             host = f"[{host}]"
         ca = directory / "ca.crt"
         return cls(f"https://{host}:{port}", token_file=directory / "token", ca_file=ca if ca.exists() else None)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(
+            cafile=str(self.ca_file) if self.ca_file else None, cadata=self.ca_data or None
+        )
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.client_cert is not None:
+            ctx.load_cert_chain(str(self.client_cert), str(self.client_key) if self.client_key else None)
+        elif self.client_pem is not None:
+            # The ssl module loads a key only from a file: one private to this process, gone at once.
+            with tempfile.TemporaryDirectory(prefix="podmortem-") as tmp:
+                pem = Path(tmp) / "client.pem"
+                pem.touch(mode=0o600)
+                pem.write_bytes(self.client_pem)
+                ctx.load_cert_chain(str(pem))
+        return ctx
 
     def bearer(self) -> str | None:
         if self.token is not None:
@@ -134,7 +159,7 @@ class OwnPod:
         self._port = url.port or (443 if self._tls else 80)
         self._ssl: ssl.SSLContext | None = None
         if self._tls:
-            self._ssl = ssl.create_default_context(cafile=str(endpoint.ca_file) if endpoint.ca_file else None)
+            self._ssl = endpoint.ssl_context()
 
     @property
     def _pods_path(self) -> str:

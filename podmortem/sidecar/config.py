@@ -37,11 +37,15 @@ Settings (flag > environment variable > default):
 | `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
 | `--token-file` | `PODMORTEM_TOKEN_FILE` | webhook's mount (*) | this pod's projected token, sent on every stream |
 | `--tls-ca` | `PODMORTEM_TLS_CA` | none (plain gRPC) | PEM CA bundle: speak TLS to the aggregator and verify it |
+| `--kubeconfig` | `KUBECONFIG` | in-cluster, else `~/.kube/config` | `api` source off-pod: API server, credentials |
+| `--kube-context` | `PODMORTEM_KUBE_CONTEXT` | current context | the kubeconfig context to use |
 
 (*) `/var/run/secrets/podmortem.io/serviceaccount/token` when it exists (audience `podmortem`).
 
 `auto` pod source: `file` when a pod status file is given, else `api` when running in a pod
-(`KUBERNETES_SERVICE_HOST` is set), else `none` (the error file is then all the sidecar reports).
+(`KUBERNETES_SERVICE_HOST` is set) or given a kubeconfig, else `none` (the error file is then all the
+sidecar reports). The `api` source finds the API server as the aggregator does
+(`podmortem.sidecar.kubeconfig`): the kubeconfig when given, else in-cluster, else `~/.kube/config`.
 `WATCHFILES_FORCE_POLLING` (read by watchfiles itself) switches file watching to polling for
 filesystems without inotify.
 """
@@ -92,6 +96,8 @@ class Settings:
     log_level: str = "INFO"
     token_file: Path | None = None
     tls_ca: Path | None = None
+    kubeconfig: str = ""  # one path or several joined by ':' (as KUBECONFIG has them)
+    kube_context: str = ""
 
     @property
     def pod_key(self) -> str:
@@ -140,6 +146,8 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
     _Setting("token_file", "--token-file", "PODMORTEM_TOKEN_FILE", "this pod's projected token for the aggregator"),
     _Setting("tls_ca", "--tls-ca", "PODMORTEM_TLS_CA", "PEM CA bundle: TLS to the aggregator"),
+    _Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "api pod source outside a pod: kubeconfig file(s)"),
+    _Setting("kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use"),
 )
 # Where the injection webhook mounts the pod's projected token (audience podmortem).
 DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
@@ -206,7 +214,8 @@ def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = No
         problems.append(f"PODMORTEM_LOG_TAIL_BYTES (or --log-tail-bytes) must be between 0 and {MAX_LOG_TAIL_BYTES}")
     source = str(values.get("pod_source", "auto")).lower()
     if source == "auto":
-        source = "file" if "pod_status_file" in values else "api" if env.get("KUBERNETES_SERVICE_HOST") else "none"
+        in_cluster_or_told = env.get("KUBERNETES_SERVICE_HOST") or "kubeconfig" in values
+        source = "file" if "pod_status_file" in values else "api" if in_cluster_or_told else "none"
     if source not in POD_SOURCES:
         problems.append(
             f"PODMORTEM_POD_SOURCE (or --pod-source) = {source!r} is not one of auto, {', '.join(POD_SOURCES)}"

@@ -77,9 +77,11 @@ class LocalFilePodSource:
                 yield pod
 
     async def read(self) -> dict[str, Any] | None:
-        return self._load(only_new=False)
+        # A look aside (identity at start-up, the last look at shutdown) must not hide this version from
+        # `pods()`: only what `pods()` yields is remembered as seen.
+        return self._load(only_new=False, remember=False)
 
-    def _load(self, only_new: bool) -> dict[str, Any] | None:
+    def _load(self, only_new: bool, remember: bool = True) -> dict[str, Any] | None:
         try:
             with self.path.open("rb") as f:
                 data = f.read(MAX_POD_BYTES + 1)
@@ -99,7 +101,8 @@ class LocalFilePodSource:
             return self._problem(f"{self.path} is not valid JSON (yet): {exc}", level=logging.DEBUG)
         if not isinstance(pod, dict):
             return self._problem(f"{self.path} does not hold a JSON object")
-        self._last_digest = digest
+        if remember:
+            self._last_digest = digest
         self._last_problem = ""
         return pod
 
@@ -205,7 +208,10 @@ def make_pod_source(settings: Settings) -> PodSource | None:
     if settings.pod_source == "file" and settings.pod_status_file is not None:
         return LocalFilePodSource(settings.pod_status_file)
     if settings.pod_source == "api":
-        from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod  # only in a pod: raw HTTP, no client
+        # Imported only for this source: raw HTTP, no client library (and PyYAML only for a kubeconfig).
+        from podmortem.sidecar.apiserver import OwnPod
+        from podmortem.sidecar.kubeconfig import resolve_endpoint
 
-        return OwnPod(ApiEndpoint.in_cluster(), settings.namespace, settings.pod_name)
+        endpoint = resolve_endpoint(settings.kubeconfig or None, settings.kube_context or None)
+        return OwnPod(endpoint, settings.namespace, settings.pod_name)
     return None

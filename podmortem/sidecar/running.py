@@ -71,7 +71,12 @@ def run(ns: argparse.Namespace) -> int:
     # watchfiles logs "N changes detected" at INFO for every change in a watched directory — while the
     # error file's directory does not exist yet, that is every change in its parent: noise, not news.
     logging.getLogger("watchfiles").setLevel(max(logging.WARNING, logging.getLogger().level))
-    return asyncio.run(serve(settings))
+    try:
+        source = make_pod_source(settings)
+    except (ValueError, OSError) as exc:  # no API server to be found, an unusable kubeconfig or TLS files
+        print(f"podmortem sidecar: pod source {settings.pod_source!r}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return asyncio.run(serve(settings, pod_source=source))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,10 +233,16 @@ async def _identity_from_pod(settings: Settings, source: PodSource) -> Settings:
 
 
 def _pod_ended(reporter: PodReporter) -> bool:
+    """Is the training container's end known? A deletion is not an end: the kubelet SIGTERMs the training
+    container when its pod is deleted, and its termination (exit code, signal, OOMKilled) follows in a
+    later status — unless the container never ran (deleted while pending), when there is nothing to
+    wait for."""
     snap = reporter.previous
-    return snap is not None and (
-        snap.termination is not None or snap.deleted_at is not None or snap.phase in ("Failed", "Succeeded", "Unknown")
-    )
+    if snap is None:
+        return False
+    if snap.termination is not None or snap.phase in ("Failed", "Succeeded", "Unknown"):
+        return True
+    return snap.deleted_at is not None and not snap.running and snap.restart_count == 0
 
 
 async def _await_end(reporter: PodReporter, changed: asyncio.Event, limit: float) -> None:

@@ -275,3 +275,18 @@ def test_the_container_that_failed_is_the_training_container_not_the_first_liste
     assert snap.container == "pytorch" and snap.termination is not None and snap.termination.exit_code == 137
     # With nothing failed, the first container that is not podmortem's.
     assert podstatus.snapshot(running_pod()).container == "pytorch"
+
+
+async def test_a_look_aside_does_not_hide_the_pod_from_the_watch(tmp_path: Path) -> None:
+    # A sidecar told no job name reads its pod once at start-up (its labels say the job); the watch must
+    # still yield that first version, or the reporter never sees the pod until it changes.
+    path = tmp_path / "pod.json"
+    path.write_text(json.dumps(running_pod()))
+    source = LocalFilePodSource(path, tick_ms=50)
+    assert await source.read() == running_pod()
+    pods = source.pods()
+    try:
+        first = await asyncio.wait_for(anext(pods), HANG_GUARD)
+    finally:
+        await pods.aclose()  # type: ignore[attr-defined]
+    assert first == running_pod()

@@ -243,6 +243,34 @@ async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_
         assert len(outbox) == 0
 
 
+DELETED_RUNNING_POD = {
+    **RUNNING_POD,
+    "metadata": {"name": "job-worker-0", "namespace": "ns", "uid": "u0", "deletionTimestamp": "2026-11-21T15:06:10Z"},
+}
+DELETED_ENDED_POD = {**POD, "metadata": DELETED_RUNNING_POD["metadata"]}
+
+
+async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path) -> None:
+    # The controller deletes a victim pod: the sidecar sees the deletion while the training container
+    # still runs; the kubelet SIGTERMs the container, then the sidecar, and only then does the status show
+    # the container's end (exit 143). A deletion is not the end: the termination must still go out.
+    outbox = Outbox()
+    async with serving(FakeCollector()) as served:
+        settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="30")
+        assert settings.pod_status_file is not None
+        settings.pod_status_file.write_text(json.dumps(RUNNING_POD))
+        async with serve_task(settings, outbox) as (stop, task):
+            settings.pod_status_file.write_text(json.dumps(DELETED_RUNNING_POD))
+            await served.collector.until(lambda: len(served.collector.events) == 1)
+            stop.set()
+            await asyncio.sleep(0.3)
+            assert not task.done()  # still watching for the container's end
+            settings.pod_status_file.write_text(json.dumps(DELETED_ENDED_POD))
+            assert await asyncio.wait_for(task, HANG_GUARD) == 0
+        kinds = [e.WhichOneof("payload") for e in served.collector.events]
+        assert kinds[0] == "deletion" and "termination" in kinds, kinds
+
+
 async def test_a_pod_end_that_never_shows_is_waited_for_at_most_the_flush_timeout(tmp_path: Path) -> None:
     outbox = Outbox()
     async with serving(FakeCollector()) as served:
