@@ -224,6 +224,13 @@ class IncidentBook:
         self._recount(state, state.members[identity.pod])
         return MemberKey(job_key(job, attempt), identity.pod)
 
+    def lacks_log(self, key: MemberKey) -> bool:
+        """Is this member without a sidecar now and without any log tail? (so the pod watch reads one)"""
+        member = self._member(key)
+        if member is None or member.streams > 0:
+            return False
+        return not any(e.WhichOneof("payload") == "log_tail" for e in member.events.values())
+
     def expect(self, job: JobRef, attempt: str, world_size: int) -> None:
         """The job's own size (from its spec or an annotation)."""
         state = self._job(job, attempt)

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
-from support.kube_emulator import NS, EmulatorHandle, decision, eventually, make_kube, seed_pytorchjob
+from support.kube_emulator import (
+    NS,
+    PODS,
+    EmulatorHandle,
+    decision,
+    eventually,
+    make_kube,
+    seed_pytorchjob,
+    terminated,
+)
 
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp
@@ -81,6 +90,10 @@ async def test_the_aggregator_role_covers_its_requests(kube_api: EmulatorHandle,
     book = IncidentBook(lambda inc: decision().verdict, lambda d: None)
     task = asyncio.create_task(PodWatch(kube, book, KubeSettings()).run())
     await eventually(lambda: kube_api.emulator.open_watches == 2, "both pod watches")
+    # A pod without a sidecar ends with no termination message: its log is read.
+    kube_api.set_log(NS, "mixtral-cpt-worker-1", "pytorch", "ValueError: bad label\n")
+    kube_api.change(PODS, NS, "mixtral-cpt-worker-1", terminated(1))
+    await eventually(lambda: any("/log?" in path for _, path in kube_api.requests()), "the log read")
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     for publisher in kp.kube_publishers(KubeSettings(), kube):
@@ -88,6 +101,7 @@ async def test_the_aggregator_role_covers_its_requests(kube_api: EmulatorHandle,
     kube.close()
     asked = needed(kube_api.requests())
     assert ("", "pods", "watch") in asked and ("kubeflow.org", "pytorchjobs/status", "patch") in asked
+    assert ("", "pods/log", "get") in asked
     assert asked <= granted(roles()["podmortem-aggregator"])
 
 

@@ -167,6 +167,7 @@ class _Problem(Exception):
 class PodmortemEmulator(kmock.KubernetesEmulator):
     token: str | None = None
     logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
+    previous_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
     faults: list[Fault] = attrs.field(factory=list)
     history: list[tuple[int, Resource, str, JSON]] = attrs.field(factory=list)  # (rv, res, type, obj)
     revision: int = 1000
@@ -445,9 +446,11 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
         assert request.name is not None
         self._get(Resource("", "v1", "pods"), request.namespace, request.name)
         container = request.params.get("container", "")
-        text = self.logs.get((request.namespace or "", request.name, container))
+        previous = request.params.get("previous") == "true"  # the run before the container's restart
+        text = (self.previous_logs if previous else self.logs).get((request.namespace or "", request.name, container))
         if text is None:
-            raise _Problem(400, "BadRequest", f"container {container!r} has no log")
+            which = "a previous terminated" if previous else "a"
+            raise _Problem(400, "BadRequest", f"container {container!r} has no log of {which} run")
         if "tailLines" in request.params:
             n = int(request.params["tailLines"])
             lines = text.splitlines(keepends=True)
@@ -653,8 +656,10 @@ class EmulatorHandle:
             "audiences": [audience],
         }
 
-    def set_log(self, namespace: str, pod: str, container: str, text: str) -> None:
-        self.emulator.logs[(namespace, pod, container)] = text
+    def set_log(self, namespace: str, pod: str, container: str, text: str, previous: bool = False) -> None:
+        """The container's log (`previous`: its run before the last restart, read with previous=true)."""
+        logs = self.emulator.previous_logs if previous else self.emulator.logs
+        logs[(namespace, pod, container)] = text
 
     def requests(self) -> builtins.list[tuple[str, str]]:
         return list(self.emulator.seen)

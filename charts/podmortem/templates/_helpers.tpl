@@ -102,7 +102,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/*
 The aggregator's RBAC rules, derived from what it publishes (docs/kubernetes.md, "RBAC"): pods are
-read and watched always and patched for annotations; job objects are read always, patched for
+read and watched always and patched for annotations, a failed pod's log read when no sidecar sent it; job objects are read always, patched for
 annotations, their status patched for the condition; Events are created for events.
 */}}
 {{- define "podmortem.aggregatorRules" -}}
@@ -111,6 +111,9 @@ annotations, their status patched for the condition; Events are created for even
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"{{ if $annotations }}, "patch"{{ end }}]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 {{- if has "events" $publish }}
 - apiGroups: [""]
   resources: ["events"]

@@ -85,6 +85,9 @@ class KubeSettings:
     backoff_max: float = 30.0
     request_timeout: float = 30.0
     watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
+    # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
+    # sidecar sent none and whose termination carries no message.
+    pod_log_bytes: int = 64 << 10
     reporting_instance: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
 
 
@@ -110,6 +113,11 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--kube-qps", type=float, help="client-side rate limit, requests/s [PODMORTEM_KUBE_QPS]")
     g.add_argument("--kube-burst", type=int, help="client-side burst [PODMORTEM_KUBE_BURST]")
+    g.add_argument(
+        "--pod-log-bytes",
+        type=int,
+        help="log tail read of a failed pod without a sidecar; 0 never reads logs [PODMORTEM_POD_LOG_BYTES, 65536]",
+    )
 
 
 def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> KubeSettings:
@@ -135,6 +143,10 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
     burst = int(pick("kube_burst", "PODMORTEM_KUBE_BURST") or KubeSettings.burst)
     if qps <= 0 or burst < 1:
         raise ValueError("--kube-qps must be > 0 and --kube-burst >= 1")
+    log_bytes = pick("pod_log_bytes", "PODMORTEM_POD_LOG_BYTES")
+    pod_log_bytes = KubeSettings.pod_log_bytes if log_bytes is None else int(log_bytes)
+    if not 0 <= pod_log_bytes <= 1 << 20:
+        raise ValueError("--pod-log-bytes must be between 0 and 1048576")
     return KubeSettings(
         enabled=enabled is True or str(enabled).lower() in _TRUE,
         kubeconfig=pick("kubeconfig", "KUBECONFIG"),
@@ -144,6 +156,7 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         publish=targets,
         qps=qps,
         burst=burst,
+        pod_log_bytes=pod_log_bytes,
     )
 
 
@@ -245,11 +258,29 @@ class Kube:
         retry_conflict: bool = False,
     ) -> JSON:
         """One API call with rate limit and retries; the decoded JSON answer ({} when empty)."""
+        data, status = await self._retrying(method, path, query, body, content_type, retry_conflict)
+        return _decoded(data, status)
+
+    async def get_text(self, path: str, query: Mapping[str, str | int] | None = None) -> str:
+        """A GET whose answer is text, not JSON (a container's log), with the same limit and retries."""
+        data, _ = await self._retrying("GET", path, query, None, None, False, accept="text/plain")
+        return data.decode("utf-8", errors="replace")
+
+    async def _retrying(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str | int] | None,
+        body: Any,
+        content_type: str | None,
+        retry_conflict: bool,
+        accept: str = "application/json",
+    ) -> tuple[bytes, int]:
         attempt = 0
         while True:
             await self.limiter.acquire()
             try:
-                return await asyncio.to_thread(self._call, method, path, query, body, content_type)
+                return await asyncio.to_thread(self._call, method, path, query, body, content_type, accept)
             except KubeError as exc:
                 error = exc
             retryable = isinstance(error, TemporaryError) and not isinstance(error, GoneError)
@@ -269,8 +300,9 @@ class Kube:
         query: Mapping[str, str | int] | None,
         body: Any,
         content_type: str | None,
-    ) -> JSON:
-        headers = {"Accept": "application/json"}
+        accept: str = "application/json",
+    ) -> tuple[bytes, int]:
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         self.calls += 1
@@ -292,13 +324,7 @@ class Kube:
             raise _from_api_exception(exc) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TemporaryError(0, type(exc).__name__, str(exc)) from exc
-        if not data:
-            return {}
-        try:
-            decoded = json.loads(data)
-        except ValueError as exc:
-            raise PermanentError(response.status, "BadResponse", "the answer is not JSON") from exc
-        return decoded if isinstance(decoded, dict) else {"items": decoded}
+        return data or b"", response.status
 
     async def get(self, path: str, query: Mapping[str, str | int] | None = None) -> JSON:
         return await self.request("GET", path, query=query)
@@ -394,3 +420,13 @@ class Kube:
                 raw = None if holder.get("finished") else holder.get("raw")
             if raw is not None:
                 close(raw)
+
+
+def _decoded(data: bytes, status: int) -> JSON:
+    if not data:
+        return {}
+    try:
+        decoded = json.loads(data)
+    except ValueError as exc:
+        raise PermanentError(status, "BadResponse", "the answer is not JSON") from exc
+    return decoded if isinstance(decoded, dict) else {"items": decoded}

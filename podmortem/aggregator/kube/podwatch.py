@@ -12,7 +12,10 @@ ids, so a fact seen by both is one event):
   `Deletion(reason="Deleted")` event — a terminal state for quorum;
 * a pod on a lost node (phase Unknown / reason NodeLost) and any termination, restart or
   DisruptionTarget the watch shows become their events;
-* the job's size, resolved from its spec (`jobs.world_size`), goes to `book.expect`.
+* the job's size, resolved from its spec (`jobs.world_size`), goes to `book.expect`;
+* a member that ends with no sidecar to speak for it and no termination message gets its failed
+  run's log tail read (`logs.LogReader`) — ingested before its termination, so quorum does not close
+  on a member whose log is still on its way. A pod's events stay in the order the watch saw them.
 
 Pods are found by label selector (one watch per selector and namespace: `KubeSettings.pod_selectors`,
 `KubeSettings.namespaces`). A watch resumes from the last resourceVersion it saw after a dropped
@@ -34,6 +37,7 @@ from typing import Any
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.jobs import node_rank, world_size
+from podmortem.aggregator.kube.logs import LogReader, needs_log
 from podmortem.core import podstatus
 from podmortem.core.model import JobRef
 from podmortem.core.podstatus import PodSnapshot
@@ -150,12 +154,45 @@ class PodWatch:
         self._expected: dict[tuple[str, str, str], int] = {}
         self.relists = 0  # lists done (the first one included), for tests and logs
         self.observed = 0
+        self.logs = LogReader(kube, settings.pod_log_bytes) if settings.pod_log_bytes > 0 else None
+        # Per pod, the events waiting behind a log read, so that the pod's events keep their order.
+        self._queued: dict[str, asyncio.Task[None]] = {}
 
     async def run(self) -> None:
         scopes = [(ns, sel) for ns in (self.settings.namespaces or (None,)) for sel in self.settings.pod_selectors]
-        async with asyncio.TaskGroup() as tg:
-            for namespace, selector in scopes:
-                tg.create_task(self.watch_scope(namespace, selector), name=f"podwatch {namespace or '*'} {selector}")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for namespace, selector in scopes:
+                    tg.create_task(
+                        self.watch_scope(namespace, selector), name=f"podwatch {namespace or '*'} {selector}"
+                    )
+        finally:
+            queued = list(self._queued.values())
+            for task in queued:
+                task.cancel()
+            await asyncio.gather(*queued, return_exceptions=True)
+
+    def _ingest(self, uid: str, key: MemberKey, events: list[pb.Event], snap: PodSnapshot | None = None) -> None:
+        """Ingest a pod's events in order; with `snap`, its failed run's log tail first (read meanwhile)."""
+        before = self._queued.get(uid)
+        if before is None and snap is None:
+            for event in events:
+                self.book.ingest(key, event)
+            return
+
+        async def in_turn() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            if snap is not None and self.logs is not None:
+                tail = await self.logs.tail_event(snap)
+                if tail is not None:
+                    self.book.ingest(key, tail)
+            for event in events:
+                self.book.ingest(key, event)
+
+        task = asyncio.create_task(in_turn(), name=f"podwatch ingest {uid}")
+        self._queued[uid] = task
+        task.add_done_callback(lambda t: self._queued.pop(uid, None) if self._queued.get(uid) is t else None)
 
     async def watch_scope(self, namespace: str | None, selector: str) -> None:
         path = resource_path("v1", "pods", namespace)
@@ -215,8 +252,10 @@ class PodWatch:
                 self._expected[jkey] = resolved.world_size
                 self.book.expect(resolved.job, attempt, resolved.world_size)
         previous = self._known.get(uid)
-        for event in wire.events_from_snapshot(snap, previous.snapshot if previous else None):
-            self.book.ingest(key, event)
+        events = wire.events_from_snapshot(snap, previous.snapshot if previous else None)
+        ended = any(e.WhichOneof("payload") == "termination" for e in events)
+        read_log = ended and self.logs is not None and needs_log(snap) and self.book.lacks_log(key)
+        self._ingest(uid, key, events, snap if read_log else None)
         self._known[uid] = _Known(key, snap, scope)
         self.observed += 1
         return uid
@@ -231,8 +270,7 @@ class PodWatch:
         if known is not None:
             # The DELETED object is the pod's last state: its facts first, then its disappearance.
             snap = podstatus.snapshot(pod)
-            for event in wire.events_from_snapshot(snap, known.snapshot):
-                self.book.ingest(known.key, event)
+            self._ingest(uid, known.key, wire.events_from_snapshot(snap, known.snapshot))
             known = dataclasses.replace(known, snapshot=snap)
             await self._vanish(uid, known)
 
@@ -243,7 +281,7 @@ class PodWatch:
         ts = wire.to_ts(snap.deleted_at if snap.deleted_at is not None else time.time())
         assert ts is not None
         deletion.deletion_timestamp.CopyFrom(ts)
-        self.book.ingest(known.key, wire.make_event(deletion, f"{uid}/deletion/vanished"))
+        self._ingest(uid, known.key, [wire.make_event(deletion, f"{uid}/deletion/vanished")])
         log.info("pod %s/%s is gone (phase %s)", snap.namespace, snap.name, snap.phase or "unknown")
 
 
