@@ -9,7 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import NS, EmulatorHandle, decision, make_kube, seed_jobset, seed_pytorchjob
+from support.kube_emulator import (
+    NS,
+    TRAINJOBS,
+    EmulatorHandle,
+    decision,
+    make_kube,
+    seed_jobset,
+    seed_pytorchjob,
+    trainjob,
+)
 
 from podmortem import kubectl_plugin
 from podmortem.aggregator.kube.client import KubeSettings
@@ -104,3 +113,25 @@ async def test_a_jobset_pod_leads_through_its_child_job_to_the_jobset(kube_api: 
     assert out.returncode == 0, out.stderr
     assert "showing its job jobset.jobset.x-k8s.io/llm, via job.batch/llm-workers-0" in out.stdout
     assert f"Pod:          {pods[3]['metadata']['name']}" in out.stdout
+
+
+async def test_a_trainjob_pod_leads_through_job_and_jobset_to_the_trainjob(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # TrainJob -> JobSet -> child Job -> pod: the verdict lives on the TrainJob, three hops up.
+    tj = kube_api.put(TRAINJOBS, trainjob("ft", num_nodes=4))
+    _, pods = seed_jobset(kube_api, "ft", [("node", 2, 2)], owner=tj)
+    kube = make_kube(kube_api, tmp_path)
+    target = decision(pod=pods[2]["metadata"]["name"], job=JobRef(NS, "ft", "TrainJob"))
+    for publisher in kube_publishers(KubeSettings(publish=frozenset({"annotations"})), kube):
+        await publisher.publish(target)
+    kube.close()
+    kube_api.emulator.token = None
+    config = kube_api.kubeconfig(tmp_path / "config", NS)
+    pod = pods[1]["metadata"]["name"]  # a victim, in another child Job than the root
+    out = run(["kubectl", "podmortem", "explain", f"pod/{pod}", "--kubeconfig", str(config), "-n", NS],
+              env=plugin_on_path(tmp_path))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    via = "showing its job trainjob.trainer.kubeflow.org/ft, via job.batch/ft-node-0 -> jobset.jobset.x-k8s.io/ft"
+    assert via in out.stdout, out.stdout
+    assert f"Pod:          {pods[2]['metadata']['name']}" in out.stdout
