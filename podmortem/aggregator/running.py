@@ -21,8 +21,10 @@ import logging
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -38,6 +40,9 @@ from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Pub
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
 from podmortem.core import engine, rules
 from podmortem.core.model import Incident, Verdict
+
+if TYPE_CHECKING:
+    from podmortem.aggregator.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +113,10 @@ class Aggregator:
         self._extra = list(tasks)
         self._roots: list[asyncio.Task[None]] = []  # every root task; one ending early ends `run_until`
 
-    async def start(self) -> None:
+    async def start(self, elector: LeaderElector | None = None, stop: asyncio.Event | None = None) -> bool:
+        """Open the port and start the root tasks. With an `elector`, first stand by — alive (the
+        process's health SERVING) but not Ready (the Collector's NOT_SERVING, streams refused) — until
+        this replica holds the Lease; False when `stop` came first (nothing else was started)."""
         credentials = None
         if self.config.tls_cert:
             cert, key = await asyncio.to_thread(_read_pair, self.config.tls_cert, self.config.tls_key)
@@ -116,6 +124,13 @@ class Aggregator:
         server, self.port, health_servicer = create_server(self.config.listen, self.service, credentials)
         self._server, self._health = server, health_servicer
         await server.start()
+        if elector is not None:
+            self.service.standby = True
+            await set_serving(health_servicer, False, alive=True)
+            if not await elector.acquire(stop):
+                return False
+            self.service.standby = False
+            self._extra.append(elector.hold)
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)
@@ -139,6 +154,7 @@ class Aggregator:
         log.info("aggregator serving gRPC on %s (metrics %s)", address, self.metrics_port or "off")
         if self.config.ready_file:
             await asyncio.to_thread(_write_atomically, Path(self.config.ready_file), address + "\n")
+        return True
 
     async def run_until(self, stop: asyncio.Event) -> asyncio.Task[None] | None:
         """Wait for the stop event or the first root task to end; the task that ended, else None."""
@@ -152,8 +168,11 @@ class Aggregator:
             log.error("root task %s ended while serving: stopping", ended.get_name())
         return ended
 
-    async def stop(self, grace: float | None = None) -> None:
-        """The one stop path. Re-raises the failure of a root task that ended (first one) at its end."""
+    async def stop(self, grace: float | None = None, *, decide_open: bool = True) -> None:
+        """The one stop path. Re-raises the failure of a root task that ended (first one) at its end.
+
+        `decide_open=False` (leadership lost: another replica decides now) leaves open incidents
+        undecided instead of publishing them early beside the new leader."""
         grace = self.config.shutdown_grace if grace is None else grace
         deadline = asyncio.get_running_loop().time() + grace
         ended_early = {task for task in self._roots if task.done()}  # before anyone asked them to
@@ -164,7 +183,8 @@ class Aggregator:
         if self._kube_task is not None:
             await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
         await self.book.settle()  # decisions running in worker threads land first
-        self.book.close_all()
+        if decide_open:
+            self.book.close_all()
         if self._worker is not None and not self._worker.done():
             await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1))
         if self.verdict_files is not None and self.verdict_files.unwritten:
@@ -218,13 +238,37 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    elector = None
+    if kube_settings is not None and kube_settings.enabled and kube_settings.leader_elect:
+        elector = _elector(kube_settings)
     aggregator = Aggregator(config, kube_settings=kube_settings)
-    await aggregator.start()
+    ended = None
     try:
-        if await aggregator.run_until(stop) is None:
+        if await aggregator.start(elector, stop):
+            ended = await aggregator.run_until(stop)
+        if ended is None:
             log.info("stop requested: draining")
     finally:
-        await aggregator.stop()  # re-raises a root task's failure after the stop path ran
+        lost = ended is not None and not ended.cancelled() and _is_leadership_lost(ended.exception())
+        try:
+            await aggregator.stop(decide_open=not lost)  # re-raises a root task's failure after the stop path
+        finally:
+            if elector is not None:
+                await elector.release()
+                elector.kube.close()
+
+
+def _elector(settings: KubeSettings) -> LeaderElector:
+    from podmortem.aggregator.kube.leader import LeaderElector
+
+    identity = f"{settings.reporting_instance}_{uuid.uuid4().hex[:8]}"
+    return LeaderElector(Kube.from_settings(settings), settings.lease_namespace, settings.lease_name, identity)
+
+
+def _is_leadership_lost(error: BaseException | None) -> bool:
+    from podmortem.aggregator.kube.leader import LeadershipLost
+
+    return isinstance(error, LeadershipLost)
 
 
 def build_parser(parser: argparse.ArgumentParser) -> None:

@@ -76,6 +76,7 @@ class CollectorService(pb_grpc.CollectorServicer):
         self.clock = clock
         self.aggregator_id = aggregator_id or uuid.uuid4().hex
         self.authenticator = authenticator  # None: --auth none (local runs, or the operator's explicit choice)
+        self.standby = False  # a replica without the Lease refuses streams (UNAVAILABLE) until it leads
         self.namespaces = frozenset(namespaces)
         self.register_deadline = register_deadline
 
@@ -89,6 +90,10 @@ class CollectorService(pb_grpc.CollectorServicer):
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AggregatorMessage]:
         identity: Identity | None = None
+        if self.standby:
+            # A replica that does not hold the Lease: the sidecar retries (backoff), the Service
+            # sends it to the Ready replica, the leader (podmortem.aggregator.kube.leader).
+            await self._reject(context, AuthError("UNAVAILABLE", "standby", "a standby replica: not the leader"))
         if self.authenticator is not None:
             try:
                 identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
@@ -163,7 +168,12 @@ def create_server(
     return server, port, health_servicer
 
 
-async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool, *, alive: bool | None = None) -> None:
+    """The Collector's health (readiness) and the process's ("": liveness, `alive`, default the same).
+    A standby replica is alive but not serving."""
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, status)
+    live = serving if alive is None else alive
+    await health_servicer.set(SERVICE_NAME, status)
+    await health_servicer.set(
+        "", health_pb2.HealthCheckResponse.SERVING if live else health_pb2.HealthCheckResponse.NOT_SERVING
+    )

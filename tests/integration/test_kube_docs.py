@@ -22,6 +22,7 @@ from support.kube_emulator import (
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.kube.leader import LeaderElector, LeaseTimings
 from podmortem.aggregator.kube.podwatch import PodWatch
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
@@ -46,7 +47,7 @@ def granted(role: dict[str, object]) -> set[tuple[str, str, str]]:
 
 def test_the_rbac_snippets_are_valid_objects() -> None:
     found = roles()
-    assert set(found) == {"podmortem-aggregator", "podmortem-sidecar"}
+    assert set(found) == {"podmortem-aggregator", "podmortem-aggregator-leader-election", "podmortem-sidecar"}
     for role in found.values():
         kubernetes_validate.validate(role, "1.33.0", strict=True)
 
@@ -116,3 +117,20 @@ async def test_the_sidecar_role_covers_its_requests(kube_api: EmulatorHandle) ->
     asked = needed(kube_api.requests())
     assert asked == {("", "pods", "list"), ("", "pods", "get"), ("", "pods/log", "get")}
     assert asked <= granted(roles()["podmortem-sidecar"])
+
+
+async def test_the_leader_election_role_covers_its_requests(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    kube = make_kube(kube_api, tmp_path)
+    timings = LeaseTimings(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
+    first, second = (LeaderElector(kube, NS, "lease", who, timings) for who in ("a", "b"))
+    assert await first.acquire()  # creates the Lease
+    task = asyncio.create_task(first.hold())  # reads and updates it
+    await asyncio.sleep(0.3)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert await second.acquire()  # takes it over once it expired
+    await second.release()
+    kube.close()
+    asked = needed(kube_api.requests())
+    assert {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")} <= asked
+    assert asked <= granted(roles()["podmortem-aggregator-leader-election"])

@@ -181,6 +181,24 @@ def test_publishing_nothing_leaves_only_reads() -> None:
     assert not any("status" in res or res == "events" for r in rules for res in r["resources"])
 
 
+def test_leader_election_runs_two_replicas_with_a_lease_role() -> None:
+    docs = render(values_of("leader-election-values.yaml"))
+    deployment = one(docs, "Deployment", "-aggregator")
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = env_of(container)
+    assert env["PODMORTEM_LEADER_ELECT"] == "1" and env["PODMORTEM_LEASE_NAME"] == "podmortem-aggregator"
+    settings = load_kube_settings(argparse.Namespace(), {**env, "POD_NAMESPACE": "podmortem"})
+    assert settings.leader_elect and settings.lease_name == "podmortem-aggregator"
+    role = one(docs, "Role", "-leader-election")
+    assert role["metadata"]["namespace"] == "podmortem"
+    assert role["rules"] == documented_role("Role", "podmortem-aggregator-leader-election")
+    binding = one(docs, "RoleBinding", "-leader-election")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    single = one(render(), "Deployment", "-aggregator")
+    assert single["spec"]["replicas"] == 1 and not by_kind(render(), "Role")
+
+
 # --- webhook and TLS -------------------------------------------------------------------------------
 
 

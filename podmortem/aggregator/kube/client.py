@@ -88,6 +88,10 @@ class KubeSettings:
     # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
     # sidecar sent none and whose termination carries no message.
     pod_log_bytes: int = 64 << 10
+    # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
+    leader_elect: bool = False
+    lease_name: str = "podmortem-aggregator"
+    lease_namespace: str = field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default")
     reporting_instance: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
 
 
@@ -113,6 +117,14 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--kube-qps", type=float, help="client-side rate limit, requests/s [PODMORTEM_KUBE_QPS]")
     g.add_argument("--kube-burst", type=int, help="client-side burst [PODMORTEM_KUBE_BURST]")
+    g.add_argument(
+        "--leader-elect",
+        action="store_true",
+        default=None,
+        help="serve only while holding a Lease (two replicas; identity POD_NAME) [PODMORTEM_LEADER_ELECT=1]",
+    )
+    g.add_argument("--lease-name", help="the Lease's name [PODMORTEM_LEASE_NAME, podmortem-aggregator]")
+    g.add_argument("--lease-namespace", help="the Lease's namespace [POD_NAMESPACE, else default]")
     g.add_argument(
         "--pod-log-bytes",
         type=int,
@@ -157,6 +169,9 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         qps=qps,
         burst=burst,
         pod_log_bytes=pod_log_bytes,
+        leader_elect=(elect := pick("leader_elect", "PODMORTEM_LEADER_ELECT")) is True or str(elect).lower() in _TRUE,
+        lease_name=pick("lease_name", "PODMORTEM_LEASE_NAME") or KubeSettings.lease_name,
+        lease_namespace=pick("lease_namespace", "POD_NAMESPACE") or "default",
     )
 
 

@@ -1,0 +1,215 @@
+"""Leader election on a `coordination.k8s.io/v1` Lease, as client-go's leaderelection package does it.
+
+Two aggregator replicas (a Deployment with `--leader-elect`) share one Lease; only its holder serves:
+the standby waits in `acquire()` before it opens its gRPC port, so it is not Ready and the Service
+sends every sidecar to the leader. The holder renews the Lease every `retry_period` (`hold()`); if it
+cannot renew within `renew_deadline` — the API server unreachable, or another replica took the Lease
+— `hold()` raises `LeadershipLost`, the aggregator's root task ends and the process goes through its
+one stop path and exits, as client-go's callers do (a restarted process competes again). A graceful
+stop releases the Lease (`release()`: holder "" with a 1 s duration) so the standby takes over at once
+instead of after `lease_duration`. Sidecars reconnect to the new leader and give it everything again
+(their outbox keeps acknowledged events for a changed aggregator id), so a failover loses nothing a
+live sidecar knows.
+
+Timings are client-go's defaults: a 15 s lease, a 10 s renew deadline, a 2 s retry period. Expiry is
+judged as client-go judges it, on the local monotonic clock: a Lease is free once its record has not
+changed for `lease_duration` since this process last saw it change — never by comparing another
+node's `renewTime` with our wall clock. Writes use the object's resourceVersion (optimistic
+concurrency), so of two candidates that race, one gets 409 Conflict and stays standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from podmortem.aggregator.kube.client import Kube
+from podmortem.k8s.errors import ConflictError, KubeError, NotFoundError
+from podmortem.k8s.objects import resource_path
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+class LeadershipLost(RuntimeError):
+    """The Lease could not be renewed within the renew deadline (or another replica holds it now)."""
+
+
+@dataclass(frozen=True)
+class LeaseTimings:
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
+
+
+def micro_time(t: float) -> str:
+    """A Kubernetes MicroTime: RFC 3339 with microseconds, UTC."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        timings: LeaseTimings | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.timings = timings or LeaseTimings()
+        self._monotonic = monotonic
+        self._wall = wall
+        self._observed: JSON | None = None  # the Lease spec last seen
+        self._observed_at = 0.0  # when it last changed, on our monotonic clock
+        self.is_leader = False
+        self.transitions = 0  # leaderships won by this process, for tests and logs
+
+    @property
+    def path(self) -> str:
+        return resource_path("coordination.k8s.io/v1", "leases", self.namespace, self.name)
+
+    async def acquire(self, stop: asyncio.Event | None = None) -> bool:
+        """Wait until this process holds the Lease (True), or until `stop` is set (False)."""
+        stop = stop or asyncio.Event()
+        logged = False
+        while not stop.is_set():
+            if await self._try_acquire_or_renew():
+                self.is_leader = True
+                self.transitions += 1
+                log.info("leader election: %s holds lease %s/%s", self.identity, self.namespace, self.name)
+                return True
+            if not logged:
+                holder = (self._observed or {}).get("holderIdentity") or "nobody"
+                log.info("leader election: lease %s/%s is held by %s; standing by", self.namespace, self.name, holder)
+                logged = True
+            await _sleep_or_stop(stop, self.timings.retry_period * (1 + 0.2 * random.random()))
+        return False
+
+    async def hold(self) -> None:
+        """Renew the Lease until cancelled; raise `LeadershipLost` when it cannot be renewed in time."""
+        last_renewed = self._monotonic()
+        while True:
+            await asyncio.sleep(self.timings.retry_period)
+            left = self.timings.renew_deadline - (self._monotonic() - last_renewed)
+            try:
+                async with asyncio.timeout(max(left, 0.001)):  # a slow API server must not stretch it
+                    renewed = await self._try_acquire_or_renew()
+            except TimeoutError:
+                renewed = False
+            if renewed:
+                last_renewed = self._monotonic()
+                continue
+            if self._monotonic() - last_renewed >= self.timings.renew_deadline or self._held_by_another():
+                self.is_leader = False
+                holder = (self._observed or {}).get("holderIdentity") or "nobody"
+                raise LeadershipLost(f"lease {self.namespace}/{self.name} not renewed in time (holder now: {holder})")
+
+    async def release(self) -> None:
+        """Give the Lease up (a graceful stop), so that the standby need not wait for it to expire."""
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        try:
+            lease = await self.kube.get(self.path)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            now = micro_time(self._wall())
+            lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now}
+            await self.kube.request("PUT", self.path, body=lease)
+            log.info("leader election: %s released lease %s/%s", self.identity, self.namespace, self.name)
+        except KubeError as exc:
+            log.warning("leader election: could not release lease %s/%s: %s", self.namespace, self.name, exc)
+
+    # -- one round -------------------------------------------------------------------------------
+
+    def _held_by_another(self) -> bool:
+        holder = (self._observed or {}).get("holderIdentity")
+        return bool(holder) and holder != self.identity
+
+    async def _try_acquire_or_renew(self) -> bool:
+        now_wall, now = self._wall(), self._monotonic()
+        duration = self.timings.lease_duration
+        try:
+            lease = await self.kube.get(self.path)
+        except NotFoundError:
+            spec = self._spec(now_wall, acquire=now_wall, transitions=0)
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": spec,
+            }
+            try:
+                await self.kube.request(
+                    "POST", resource_path("coordination.k8s.io/v1", "leases", self.namespace), body=body
+                )
+            except KubeError as exc:  # 409: another candidate created it first
+                log.debug("leader election: create lost: %s", exc)
+                return False
+            self._observe(spec, now)
+            return True
+        except KubeError as exc:
+            log.warning("leader election: cannot read lease %s/%s: %s", self.namespace, self.name, exc)
+            return False
+        spec = lease.get("spec") or {}
+        if spec != self._observed:
+            self._observe(spec, now)
+        holder = spec.get("holderIdentity") or ""
+        held_for = float(spec.get("leaseDurationSeconds") or duration)
+        if holder and holder != self.identity and now < self._observed_at + held_for:
+            return False  # held by another, and not expired
+        mine = holder == self.identity
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
+        acquire = spec.get("acquireTime") if mine and spec.get("acquireTime") else None
+        new_spec = self._spec(
+            now_wall, acquire=acquire if isinstance(acquire, str) else now_wall, transitions=transitions
+        )
+        lease["spec"] = new_spec
+        try:
+            await self.kube.request("PUT", self.path, body=lease)  # carries metadata.resourceVersion
+        except ConflictError:
+            return False  # another candidate wrote in between
+        except KubeError as exc:
+            log.warning("leader election: cannot update lease %s/%s: %s", self.namespace, self.name, exc)
+            return False
+        self._observe(new_spec, now)
+        return True
+
+    def _spec(self, now: float, *, acquire: float | str, transitions: int) -> JSON:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(round(self.timings.lease_duration), 1),
+            "acquireTime": acquire if isinstance(acquire, str) else micro_time(acquire),
+            "renewTime": micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+    def _observe(self, spec: JSON, now: float) -> None:
+        self._observed, self._observed_at = dict(spec), now
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        pass
