@@ -491,7 +491,8 @@ _B: list[dict[str, Any]] = [
     {
         "id": "host.enomem",
         "message": r"Cannot allocate memory|std::bad_alloc|\[Errno 12\]|DefaultCPUAllocator: "
-        r"(can't|not enough memory)",
+        r"(can't|not enough memory)|Unable to allocate [\d.]+ ?[KMGT]i?B|ray\.exceptions\.OutOfMemoryError"
+        r"|died with <Signals\.SIGKILL: 9>",
         "category": "host_oom",
         "why": "host memory allocation failed",
     },
@@ -505,9 +506,25 @@ _B: list[dict[str, Any]] = [
     {
         "id": "infra.storage",
         "message": r"No space left on device|Disk quota exceeded|Read-only file system"
-        r"|Stale file handle|Input/output error|Transport endpoint is not connected|\[Errno (5|28|30|116|122)\]",
+        r"|Stale file handle|Input/output error|Transport endpoint is not connected|\[Errno (5|24|28|30|116|122)\]"
+        r"|Too many open files|unable to (open|write to|mmap)[^\n]{0,40}(shared memory|</torch_|/dev/shm)"
+        r"|can't start new thread",
         "category": "infra",
         "why": "storage failure (full, read-only, stale or broken mount)",
+    },
+    {
+        "id": "launcher.native-crash",
+        "message": r"died with <Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>|Signal (4|6|7|8|11) \(SIG\w+\) received"
+        r"|returned non-zero exit status -(4|6|7|8|11)\b",
+        "category": "crash",
+        "why": "a worker process died of a native crash signal (the launcher's summary of it)",
+    },
+    {
+        "id": "infra.hub",
+        "message": r"HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
+        r"|(401|403|429) Client Error|Too Many Requests|GatedRepoError",
+        "category": "infra",
+        "why": "a model hub or remote storage endpoint refused or could not be reached",
     },
     {
         "id": "infra.missing-file",
@@ -675,12 +692,21 @@ _B: list[dict[str, Any]] = [
         "why": "CUDA device-side assert (an index or value out of range in the program)",
     },
     {
+        # Before host memory: torch's shared-memory file failing says "Cannot allocate memory" too.
+        "id": "log.torch-shm",
+        "log": r"unable to (open|write to|mmap)[^\n]{0,40}(shared memory|</torch_|/dev/shm)",
+        "category": "infra",
+        "why": "shared memory (/dev/shm) too small for DataLoader workers' tensors",
+    },
+    {
         "id": "log.host-oom",
         "log": r"Out of memory: Kill(ed)? process|\boom-kill:|invoked oom-killer|oom_reaper|Killed process \d+"
         r"|\bOOMKilled\b|low on resource: memory|running low on memory|memory usage threshold"
         r"|exceeded (its |the )?(request(ed)? |limit(ed)? )?memory|memory cgroup out of memory"
         r"|DataLoader worker \(pid[^)]{0,40}\) is killed by signal: Killed|std::bad_alloc"
-        r"|Cannot allocate memory|task \d+: Killed|^\s*Killed\s*$",
+        r"|Cannot allocate memory|task \d+: Killed|^\s*Killed\s*$|oom_kill_process|Unable to allocate [\d.]+ ?[KMGT]i?B"
+        r"|<Signals\.SIGKILL: 9>|Signal 9 \(SIGKILL\) received|returned non-zero exit status -9\b"
+        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError",
         "category": "host_oom",
         "why": "host memory exhausted: the kernel OOM killer or the container memory limit",
     },
@@ -688,7 +714,8 @@ _B: list[dict[str, Any]] = [
         "id": "log.shm",
         "log": r"insufficient shared memory|/dev/shm|is killed by signal: Bus error|No space left on device"
         r"|Disk quota exceeded|Read-only file system|Stale file handle|PytorchStreamWriter failed writing"
-        r"|Transport endpoint is not connected|\[Errno (28|30|116|122)\]",
+        r"|Transport endpoint is not connected|\[Errno (5|24|28|30|116|122)\]|Input/output error|Too many open files"
+        r"|can't start new thread",
         "category": "infra",
         "why": "storage or shared memory exhausted or broken (disk full, /dev/shm too small, stale mount)",
     },
@@ -696,7 +723,10 @@ _B: list[dict[str, Any]] = [
         "id": "log.environment",
         "log": r"cannot open shared object file|libcuda\.so|CUDA driver version is insufficient"
         r"|no CUDA-capable device|Found no NVIDIA driver|NVIDIA-SMI has failed|ErrImagePull|ImagePullBackOff"
-        r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable",
+        r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable|Failed to pull image"
+        r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
+        r"|Unable to attach or mount volumes|HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
+        r"|(401|403|429) Client Error|Too Many Requests",
         "category": "infra",
         "why": "no usable GPU, driver or library in the container",
     },
@@ -763,7 +793,9 @@ _B: list[dict[str, Any]] = [
         "log": r"Segmentation fault|(received|got|caught|by) signal:? ?(SIG)?(SEGV|ABRT|BUS|ILL|FPE)\b"
         r"|\bSIG(SEGV|ABRT|BUS|ILL|FPE) received|signal \d+ \(SIG(SEGV|ABRT|BUS|ILL|FPE)\)|core dumped"
         r"|Fatal Python error|terminate called after throwing|Illegal instruction|\*\*\* Process received signal"
-        r"|Assertion `.{0,200}' failed|Bus error",
+        r"|Assertion `.{0,200}' failed|Bus error|<Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>"
+        r"|Signal (4|6|7|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|7|8|11)\b|double free"
+        r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected",
         "category": "crash",
         "why": "a native crash (segfault, abort, bus error, illegal instruction)",
     },

@@ -59,6 +59,23 @@ def classify(message: str) -> tuple[str | None, str | None, bool]:
         ("KeyError: 'cosine_restarts'", "user_code"),
         ("CheckpointStateError: optimizer state for param group 0 has no 'moment'", "user_code"),
         ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x12 and 16x32)", "user_code"),
+        # launcher wrappers: the signal a worker died of, in Python's and the agent's words
+        ("subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGSEGV: 11>.", "crash"),
+        ("subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.", "host_oom"),
+        ("Signal 6 (SIGABRT) received by PID 4242", "crash"),
+        ("subprocess.CalledProcessError: Command 'deepspeed' returned non-zero exit status -11.", "crash"),
+        # the environment inside a Python error: it wins over the class that carries it
+        ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.21 GiB for an array", "host_oom"),
+        ("RuntimeError: unable to write to file </torch_31_2718281828_0>: No space left on device (28)", "infra"),
+        ("RuntimeError: unable to open shared memory object </torch_31_27182_0> in read-write mode", "infra"),
+        ("OSError: [Errno 24] Too many open files", "infra"),
+        ("RuntimeError: can't start new thread", "infra"),
+        (
+            "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): "
+            "Max retries exceeded with url: /api/models",
+            "infra",
+        ),
+        ("huggingface_hub.utils._errors.HfHubHTTPError: 429 Client Error: Too Many Requests for url", "infra"),
     ],
 )
 def test_primary_messages(message: str, category: str) -> None:
@@ -269,3 +286,23 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         rule_from_dict({"id": "x.backref", "log": r"(a+)\1", "category": "hardware"})
     with pytest.raises(RulesError, match="RE2"):
         rule_from_dict({"id": "x.lookahead", "log": r"Xid(?= 79)", "category": "hardware"})
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        (
+            "[default3]:RuntimeError: unable to mmap 1024 bytes from file </torch_1_2_3>: Cannot allocate memory",
+            "infra",
+        ),
+        ('ERROR: Failed to pull image "registry.local/train:v3": manifest unknown', "infra"),
+        ('Warning  FailedMount  kubelet  MountVolume.SetUp failed for volume "data"', "infra"),
+        ("Workers (tasks / actors) killed due to memory pressure (OOM), 0 workers crashed", "host_oom"),
+        ("free(): invalid pointer", "crash"),
+        ("*** stack smashing detected ***: terminated", "crash"),
+        ("E1124 12:00:01 torch/distributed/elastic: died with <Signals.SIGBUS: 7>.", "crash"),
+    ],
+)
+def test_log_lines_name_their_cause(line: str, category: str) -> None:
+    rule = DEFAULT_RULES.first_log_rule(f"step 10 loss 2.3\n{line}\n")
+    assert rule is not None and rule.category == category, rule
