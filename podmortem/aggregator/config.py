@@ -11,6 +11,7 @@
 | --ready-file       | PODMORTEM_READY_FILE         | (none)         | written with "host:port" once serving          |
 | --shutdown-grace   | PODMORTEM_SHUTDOWN_GRACE     | 20             | seconds to finish streams and publish on stop  |
 | --log-level        | PODMORTEM_LOG_LEVEL          | INFO           |                                                |
+| --state-dir        | PODMORTEM_STATE_DIR          | "" (memory)    | acked events kept (SQLite), replayed at start  |
 
 (*) 0.0.0.0 with `--kube`. Without it (local runs, the demo) nothing listens beyond loopback unless
 asked: an open port would let anyone who reaches it feed incidents. `--shutdown-grace` must stay
@@ -46,6 +47,7 @@ class AggregatorConfig:
     auth: str = "none"  # "tokenreview" (the default with --kube) or "none"
     tls_cert: str = ""
     tls_key: str = ""
+    state_dir: str = ""  # "": incidents live in memory only
 
 
 _ENV = {
@@ -61,6 +63,7 @@ _ENV = {
     "auth": "PODMORTEM_AUTH",
     "tls_cert": "PODMORTEM_TLS_CERT",
     "tls_key": "PODMORTEM_TLS_KEY",
+    "state_dir": "PODMORTEM_STATE_DIR",
 }
 AUTH_MODES = ("tokenreview", "none")
 
@@ -96,6 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-cert", help="serve gRPC over TLS with this PEM certificate (chain)")
     parser.add_argument("--tls-key", help="the PEM private key of --tls-cert")
+    parser.add_argument(
+        "--state-dir",
+        help="keep every acknowledged event here (SQLite) and replay it after a restart; default: memory only",
+    )
     # Name each flag's environment variable in --help (the chart's env is checked against it).
     for action in parser._actions:
         var = _ENV.get(action.dest)
@@ -148,6 +155,7 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         ready_file=raw.get("ready_file", d.ready_file),
         shutdown_grace=float(_positive("shutdown-grace", raw.get("shutdown_grace", str(d.shutdown_grace)), float)),
         log_level=raw.get("log_level", d.log_level).upper(),
+        state_dir=raw.get("state_dir", d.state_dir),
     )
 
 

@@ -38,6 +38,7 @@ from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_argume
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
+from podmortem.aggregator.state import StateError, StateStore
 from podmortem.core import engine, rules
 from podmortem.core.model import Incident, Verdict
 
@@ -84,6 +85,9 @@ class Aggregator:
             self._kube = Kube.from_settings(self.kube_settings)
             chain.extend(kube_publishers(self.kube_settings, self._kube))
         chain.extend(publishers)
+        self.store = StateStore(config.state_dir, clock=clock) if config.state_dir else None
+        if self.store is not None:
+            chain.append(self.store)  # last: a job is forgotten once its final verdict went everywhere
         self.queue = PublishQueue([self.metrics.counting(p) for p in chain])
         self.book = IncidentBook(
             decide or make_decide(config.rules),
@@ -100,7 +104,7 @@ class Aggregator:
             authenticator = TokenReviewer(self._kube, clock)
         namespaces = self.kube_settings.namespaces if self.kube_settings is not None else ()
         self.service = CollectorService(
-            self.book, self.metrics, clock, authenticator=authenticator, namespaces=namespaces or ()
+            self.book, self.metrics, clock, authenticator=authenticator, namespaces=namespaces or (), store=self.store
         )
         self.port = 0
         self.metrics_port = 0
@@ -117,6 +121,8 @@ class Aggregator:
         """Open the port and start the root tasks. With an `elector`, first stand by — alive (the
         process's health SERVING) but not Ready (the Collector's NOT_SERVING, streams refused) — until
         this replica holds the Lease; False when `stop` came first (nothing else was started)."""
+        if self.store is not None:
+            self.store.replay(self.book)  # before the port opens: what was acked before a restart comes first
         credentials = None
         if self.config.tls_cert:
             cert, key = await asyncio.to_thread(_read_pair, self.config.tls_cert, self.config.tls_key)
@@ -209,6 +215,8 @@ class Aggregator:
                     failures.append(error)
         if self._kube is not None:
             self._kube.close()
+        if self.store is not None:
+            self.store.close()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -288,6 +296,12 @@ def run(ns: argparse.Namespace) -> int:
     except (ValueError, rules.RulesError) as exc:
         print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2
+    if config.state_dir:
+        try:
+            StateStore(config.state_dir).close()  # fail fast: an unusable directory is a setting's error
+        except StateError as exc:
+            print(f"podmortem aggregator: {exc}", file=sys.stderr)
+            return 2
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(config, kube_settings))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection
@@ -25,6 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.metrics import Metrics
+from podmortem.aggregator.state import StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 from podmortem.protocol.wire import to_ts
@@ -70,8 +72,10 @@ class CollectorService(pb_grpc.CollectorServicer):
         authenticator: TokenReviewer | None = None,
         namespaces: Collection[str] = (),
         register_deadline: float = REGISTER_DEADLINE,
+        store: StateStore | None = None,
     ) -> None:
         self.book = book
+        self.store = store  # --state-dir: registrations and events committed before they are acked
         self.metrics = metrics
         self.clock = clock
         self.aggregator_id = aggregator_id or uuid.uuid4().hex
@@ -85,6 +89,11 @@ class CollectorService(pb_grpc.CollectorServicer):
             self.metrics.rejected.labels(reason=error.reason).inc()
         log.warning("stream refused (%s): %s", error.reason, error)
         await context.abort(getattr(grpc.StatusCode, error.code), str(error))
+
+    async def _state_failed(self, context: grpc.aio.ServicerContext, exc: sqlite3.Error) -> None:
+        """The state file refused a write (disk full, I/O error): do not ack what is not durable. The
+        sidecar keeps the event and sends it again after its backoff."""
+        await self._reject(context, AuthError("UNAVAILABLE", "state_write", f"the state file refused a write: {exc}"))
 
     async def Report(
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: grpc.aio.ServicerContext
@@ -119,6 +128,12 @@ class CollectorService(pb_grpc.CollectorServicer):
             except AuthError as exc:
                 await self._reject(context, exc)
         key = self.book.register(first.register)
+        if self.store is not None:
+            try:
+                self.store.register(key, first.register)
+            except sqlite3.Error as exc:
+                self.book.disconnected(key)
+                await self._state_failed(context, exc)
         log.info(
             "sidecar %s/%s registered (session %s)",
             first.register.job.namespace,
@@ -133,6 +148,11 @@ class CollectorService(pb_grpc.CollectorServicer):
                 body = msg.WhichOneof("body")
                 if body == "event":
                     self.book.ingest(key, msg.event, from_sidecar=True)
+                    if self.store is not None:
+                        try:
+                            self.store.event(key, msg.event)  # durable before acknowledged
+                        except sqlite3.Error as exc:
+                            await self._state_failed(context, exc)
                     yield pb.AggregatorMessage(ack=pb.Ack(event_ids=[msg.event.id]))
                 elif body == "clock_probe":
                     t2 = self.clock()

@@ -199,6 +199,22 @@ def test_leader_election_runs_two_replicas_with_a_lease_role() -> None:
     assert single["spec"]["replicas"] == 1 and not by_kind(render(), "Role")
 
 
+def test_state_dir_is_on_a_volume() -> None:
+    deployment = one(render(), "Deployment", "-aggregator")
+    spec = deployment["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert env_of(container)["PODMORTEM_STATE_DIR"] == "/var/lib/podmortem/state"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["state"] == "/var/lib/podmortem/state" and "emptyDir" in volumes["state"]
+    claim = {"aggregator": {"state": {"existingClaim": "podmortem-state"}}}
+    spec = one(render(claim), "Deployment", "-aggregator")["spec"]["template"]["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "state"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "podmortem-state"}
+    off = one(render({"aggregator": {"state": {"enabled": False}}}), "Deployment", "-aggregator")
+    assert "PODMORTEM_STATE_DIR" not in env_of(off["spec"]["template"]["spec"]["containers"][0])
+
+
 # --- webhook and TLS -------------------------------------------------------------------------------
 
 

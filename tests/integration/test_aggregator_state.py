@@ -1,0 +1,220 @@
+"""Durable incident state (--state-dir): what was acknowledged survives the aggregator's death.
+
+The normal order is that the root's sidecar flushes and exits first. If the aggregator then dies
+before quorum, only the state file still knows the root's error: a restarted aggregator must replay it
+and, once the victims report, name the root — not blame a victim after the quorum timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+from support.kube_emulator import eventually
+
+from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.publishing import Decision
+from podmortem.aggregator.running import Aggregator, make_decide
+from podmortem.aggregator.state import FILE_NAME, StateStore
+from podmortem.core.model import ErrorRecord, Termination
+from podmortem.protocol import wire
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+
+JOB = pb.JobRef(namespace="ml", name="llm", kind="PyTorchJob")
+PODS = ["llm-worker-0", "llm-worker-1", "llm-worker-2"]
+ROOT = PODS[1]
+GLOO_PEER = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455"
+
+
+def register(pod: str, rank: int) -> pb.Register:
+    return pb.Register(job=JOB, pod=pod, rank=rank, world_size_hint=3, session_id=f"s-{pod}")
+
+
+def failure(pod: str, message: str, at: int) -> list[pb.Event]:
+    rec = ErrorRecord(message=message, exception_type=message.split(":")[0], timestamp=at)
+    error = wire.make_event(wire.error_to_pb(rec), wire.error_event_id(pod, rec))
+    term = Termination(exit_code=1, reason="Error", finished_at=float(at))
+    return [error, wire.make_event(wire.termination_to_pb(term), f"{pod}/termination/0")]
+
+
+def root_events() -> list[pb.Event]:
+    return failure(ROOT, "ValueError: bad label 7 in batch 1234", 1_800_000_010)
+
+
+def victim_events(pod: str) -> list[pb.Event]:
+    return failure(pod, GLOO_PEER, 1_800_000_009)  # "ended" a second before the root
+
+
+async def report(port: int, reg: pb.Register, events: list[pb.Event]) -> list[str]:
+    """A sidecar's stream: register, send, wait for every ack, close (as a flushed sidecar exits)."""
+    acked: list[str] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
+        await call.write(pb.SidecarMessage(register=reg))
+        assert (await call.read()).WhichOneof("body") == "registered"
+        for event in events:
+            await call.write(pb.SidecarMessage(event=event))
+            reply = await call.read()
+            acked.extend(reply.ack.event_ids)
+        await call.done_writing()
+    return acked
+
+
+# -- the store on its own ---------------------------------------------------------------------------
+
+
+def book_for(decisions: list[Decision]) -> IncidentBook:
+    return IncidentBook(make_decide(), decisions.append, quorum_timeout=600)
+
+
+async def test_a_replayed_store_resumes_the_incident(tmp_path: Path) -> None:
+    first: list[Decision] = []
+    book = book_for(first)
+    store = StateStore(tmp_path)
+    key = book.register(register(ROOT, 1))
+    store.register(key, register(ROOT, 1))
+    for event in root_events():
+        book.ingest(key, event, from_sidecar=True)
+        store.event(key, event)
+    store.close()  # the aggregator dies here: nothing was decided
+    assert first == []
+
+    decisions: list[Decision] = []
+    again = book_for(decisions)
+    assert StateStore(tmp_path).replay(again) == (1, 2)
+    for i, pod in enumerate(PODS):
+        if pod != ROOT:
+            k = again.register(register(pod, i))
+            for event in victim_events(pod):
+                again.ingest(k, event, from_sidecar=True)
+    await eventually(lambda: len(decisions) == 1, "a verdict")
+    assert decisions[0].closed_by == "quorum"
+    assert (decisions[0].verdict.pod, decisions[0].verdict.category) == (ROOT, "user_code")
+
+
+async def test_a_final_verdict_forgets_its_job(tmp_path: Path) -> None:
+    decisions: list[Decision] = []
+    book = book_for(decisions)
+    store = StateStore(tmp_path)
+    for i, pod in enumerate(PODS):
+        key = book.register(register(pod, i))
+        store.register(key, register(pod, i))
+        for event in root_events() if pod == ROOT else victim_events(pod):
+            book.ingest(key, event, from_sidecar=True)
+            store.event(key, event)
+    await eventually(lambda: len(decisions) == 1, "a verdict")
+    assert decisions[0].final
+    await store.publish(decisions[0])
+    assert StateStore(tmp_path).replay(book_for([])) == (0, 0)
+
+
+def test_an_unreadable_state_file_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / FILE_NAME).write_bytes(b"this is not a database " * 100)
+    store = StateStore(tmp_path, clock=lambda: 1234.0)
+    assert store.replay(book_for([])) == (0, 0)
+    assert (tmp_path / f"{FILE_NAME}.corrupt-1234").read_bytes().startswith(b"this is not")
+    assert "moved to" in caplog.text
+    store.close()
+
+
+def test_old_rows_are_dropped_at_replay(tmp_path: Path) -> None:
+    now = [1_000.0]
+    store = StateStore(tmp_path, clock=lambda: now[0])
+    book = book_for([])
+    key = book.register(register(ROOT, 1))
+    store.register(key, register(ROOT, 1))
+    store.event(key, root_events()[0])
+    now[0] += 8 * 24 * 3600
+    assert store.replay(book_for([])) == (0, 0)
+
+
+async def test_a_refused_write_is_not_acked(tmp_path: Path) -> None:
+    # The state file cannot take the event (here: its table is gone; in life: disk full, I/O error):
+    # the stream is refused with UNAVAILABLE and the event is not acknowledged, so the sidecar keeps it.
+    config = AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir="", state_dir=str(tmp_path))
+    agg = Aggregator(config, registry=CollectorRegistry())
+    await agg.start()
+    try:
+        with sqlite3.connect(tmp_path / FILE_NAME) as db:
+            db.execute("DROP TABLE events")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await report(agg.port, register(ROOT, 1), root_events())
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "state file refused a write" in (refused.value.details() or "")
+    finally:
+        await agg.stop(grace=1)
+
+
+# -- real processes: SIGKILL between the root's report and the victims' -----------------------------
+
+
+def start(tmp_path: Path, port: int, state: bool) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable, "-m", "podmortem.cli", "aggregator", "--listen", f"127.0.0.1:{port}",
+        "--metrics-listen", "", "--verdict-dir", str(tmp_path / "verdicts"), "--quorum-timeout", "3",
+        "--ready-file", str(tmp_path / "ready"),
+    ]  # fmt: skip
+    if state:
+        args += ["--state-dir", str(tmp_path / "state")]
+    (tmp_path / "ready").unlink(missing_ok=True)
+    log = (tmp_path / "aggregator.log").open("ab")
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+
+
+def verdicts(tmp_path: Path) -> list[dict[str, Any]]:
+    out = []
+    for f in sorted((tmp_path / "verdicts").glob("*.json")):
+        out.append(json.loads(f.read_text()))
+    return out
+
+
+async def kill_between_root_and_victims(tmp_path: Path, state: bool) -> list[dict[str, Any]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = start(tmp_path, port, state)
+    try:
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving", limit=60)
+        acked = await report(port, register(ROOT, 1), root_events())
+        assert len(acked) == 2  # the root's sidecar flushed everything, and exits
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc = start(tmp_path, port, state)
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving again", limit=60)
+        for i, pod in enumerate(PODS):
+            if pod != ROOT:
+                await report(port, register(pod, i), victim_events(pod))
+        await eventually(lambda: any(v.get("closed_by") for v in verdicts(tmp_path)), "a verdict", limit=30)
+        await asyncio.sleep(0.5)  # a revision, if one were coming
+        return verdicts(tmp_path)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def test_sigkill_before_quorum_with_a_state_dir_still_names_the_root(tmp_path: Path) -> None:
+    [doc] = await kill_between_root_and_victims(tmp_path, state=True)
+    assert doc["root_cause"] == {"pod": ROOT, "category": "user_code", "retryable": False}
+    assert (doc["closed_by"], doc["final"], doc["revision"]) == ("quorum", True, 1)
+
+
+async def test_without_a_state_dir_the_same_death_blames_a_victim(tmp_path: Path) -> None:
+    # The premise of the test above: in memory, the root's events die with the process.
+    [doc] = await kill_between_root_and_victims(tmp_path, state=False)
+    assert doc["root_cause"]["pod"] != ROOT and doc["closed_by"] == "timeout"
