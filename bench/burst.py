@@ -156,7 +156,7 @@ def start(cmd: list[str], ready: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, ready.read_text().strip()
 
 
-def run_once(pods: int, tail_kib: int, generators: int, echo: bool) -> dict[str, float]:
+def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool = False) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="podmortem-burst-"))
     ready, verdicts = work / "ready", work / "verdicts"
     if echo:
@@ -167,6 +167,8 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool) -> dict[str,
             "--ready-file", str(ready), "--verdict-dir", str(verdicts), "--quorum-timeout", "600",
             "--log-level", "WARNING",
         ]  # fmt: skip
+        if state:
+            cmd += ["--state-dir", str(work / "state")]  # every event committed to SQLite before its ack
     proc, target = start(cmd, ready)
     try:
         cpu0 = cpu_seconds(proc.pid)
@@ -218,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generators", type=int, default=2, help="load-generator processes")
     ap.add_argument("--echo", action="store_true", help="also run the bare echo Collector for the ratio")
     ap.add_argument("--smoke", action="store_true", help="a small run that only shows it works (CI)")
+    ap.add_argument("--state-dir", action="store_true", help="run the aggregator with durable state (--state-dir)")
     ap.add_argument("--serve-echo", metavar="READY_FILE", help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
     if ns.serve_echo:
@@ -226,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [8] if ns.smoke else [int(p) for p in ns.pods.split(",") if p]
     tail = 4 if ns.smoke else ns.tail_kib
     load = os.getloadavg()[0]
-    print(f"burst: {os.cpu_count()} cores, load {load:.1f}, tails {tail} KiB, {ns.generators} generator process(es)")
+    print(
+        f"burst: {os.cpu_count()} cores, load {load:.1f}, tails {tail} KiB, {ns.generators} generator process(es)"
+        + (", durable state" if ns.state_dir else "")
+    )
     for w in sizes:
-        r = run_once(w, tail, ns.generators, echo=False)
+        r = run_once(w, tail, ns.generators, echo=False, state=ns.state_dir)
         line = (
             f"W={w:>5}  burst {r['burst_s']:6.2f} s  last ack -> verdict {r['verdict_after_last_ack_s']:6.3f} s  "
             f"aggregator CPU {r['cpu_s']:6.2f} s ({r['cpu_per_event_ms']:.3f} ms/event)  "
