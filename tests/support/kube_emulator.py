@@ -46,6 +46,7 @@ import copy
 import dataclasses
 import datetime
 import json
+import random
 import re
 import threading
 import uuid
@@ -155,6 +156,7 @@ class Fault:
     plural: str | None = None
     subresource: str | None = "*"  # "*": any; None: the main resource only
     served: int = 0
+    probability: float = 1.0  # < 1: each matching request fails with this chance (seeded: `random_seed`)
 
 
 class _Problem(Exception):
@@ -168,6 +170,7 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
     token: str | None = None
     logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
     previous_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
+    rng: random.Random = attrs.field(factory=lambda: random.Random(1))
     faults: list[Fault] = attrs.field(factory=list)
     history: list[tuple[int, Resource, str, JSON]] = attrs.field(factory=list)  # (rv, res, type, obj)
     revision: int = 1000
@@ -222,6 +225,8 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
             if fault.plural is not None and request.resource is not None and fault.plural != request.resource.plural:
                 continue
             if fault.subresource != "*" and fault.subresource != request.subresource:
+                continue
+            if fault.probability < 1.0 and self.rng.random() >= fault.probability:
                 continue
             fault.served += 1
             return fault
@@ -634,8 +639,9 @@ class EmulatorHandle:
         methods: tuple[str, ...] = ("POST", "PUT", "PATCH", "DELETE"),
         plural: str | None = None,
         subresource: str | None = "*",
+        probability: float = 1.0,
     ) -> Fault:
-        fault = Fault(status, times, frozenset(methods), plural, subresource)
+        fault = Fault(status, times, frozenset(methods), plural, subresource, probability=probability)
 
         async def add() -> None:
             self.emulator.faults.append(fault)
