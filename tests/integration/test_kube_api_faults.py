@@ -29,7 +29,10 @@ from podmortem.aggregator.kube.publish import CONDITION_TYPE, PUBLISHED_ANNOTATI
 from podmortem.aggregator.running import Aggregator
 
 JOBS = [f"job-{i}" for i in range(4)]
-ROOT_MESSAGE = "Traceback (most recent call last):\n  File \"train.py\", line 9\nAttributeError: 'NoneType' object has no attribute 'loss'"
+ROOT_MESSAGE = (
+    'Traceback (most recent call last):\n  File "train.py", line 9\n'
+    "AttributeError: 'NoneType' object has no attribute 'loss'"
+)
 VICTIM_MESSAGE = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455"
 
 
