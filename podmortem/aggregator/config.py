@@ -13,6 +13,14 @@
 | --log-level        | PODMORTEM_LOG_LEVEL          | INFO           |                                                |
 | --state-dir        | PODMORTEM_STATE_DIR          | "" (memory)    | acked events kept (SQLite), replayed at start  |
 
+Fixed limits (each refusal is logged and counted in `podmortem_limit_hits_total{limit}`; nothing already
+held is dropped): 50 events/s per stream with a burst of 500 (`event_rate`: the stream ends
+RESOURCE_EXHAUSTED, the sidecar resends what was not acked), 65,536 members per job
+(`members_per_job`), 1,000 namespaces with jobs held (`namespaces`), 1,000 open incidents
+(`open_incidents`: a job failing beyond it keeps its events and opens when a place is free), a
+`register` within 30 s of a stream's start, 4 MiB per message, 10,000 jobs remembered (the oldest
+decided ones are forgotten first).
+
 (*) 0.0.0.0 with `--kube`. Without it (local runs, the demo) nothing listens beyond loopback unless
 asked: an open port would let anyone who reaches it feed incidents. `--shutdown-grace` must stay
 below the pod's terminationGracePeriodSeconds (chart default 30).

@@ -44,6 +44,19 @@ JobKey = tuple[str, str, str]  # namespace, name, attempt
 RETAINED_TAIL_CHARS = 16 << 10  # of each member's log tail (see `retained`)
 # No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
 MAX_WORLD_SIZE = 65_536
+# Limits against a flood (a bug or a hostile client): beyond each, new things are refused — with a
+# reason in the log and `podmortem_limit_hits_total{limit}` — and nothing already held is dropped.
+MAX_MEMBERS_PER_JOB = MAX_WORLD_SIZE
+MAX_OPEN_INCIDENTS = 1_000
+MAX_NAMESPACES = 1_000
+
+
+class LimitExceeded(Exception):
+    """A registration that would pass a limit; `limit` names it (the metric's label)."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -150,6 +163,7 @@ class _JobState:
     revise_timer: asyncio.TimerHandle | None = None  # a revision is due (late events coalesce)
     deciding: bool = False  # a decision runs in a worker thread
     dirty: bool = False  # more late events arrived while it ran
+    refused: bool = False  # not opened: too many incidents were open (counted once)
 
     @property
     def incident_id(self) -> str:
@@ -171,6 +185,9 @@ class IncidentBook:
         max_jobs: int = 10_000,
         revise_delay: float = 0.5,
         offload_members: int = 256,
+        max_members: int = MAX_MEMBERS_PER_JOB,
+        max_open: int = MAX_OPEN_INCIDENTS,
+        max_namespaces: int = MAX_NAMESPACES,
     ) -> None:
         self._decide = decide
         self._publish = publish
@@ -181,14 +198,26 @@ class IncidentBook:
         self._max_jobs = max_jobs
         self.revise_delay = revise_delay
         self.offload_members = offload_members
+        self.max_members, self.max_open, self.max_namespaces = max_members, max_open, max_namespaces
+        self._open_count = 0
+        self._waiting: list[JobKey] = []  # jobs with a failure, refused an incident at the limit (oldest first)
+        self._namespaces: dict[str, int] = {}  # namespace -> jobs held
         self._jobs: dict[JobKey, _JobState] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # decisions running in worker threads
 
     # -- inputs ------------------------------------------------------------------------------
 
     def register(self, reg: pb.Register) -> MemberKey:
-        """A sidecar says who it is (again after every reconnect)."""
+        """A sidecar says who it is (again after every reconnect). Raises `LimitExceeded` for a job that
+        would pass its member limit, or a namespace beyond the number tracked."""
         job = JobRef(reg.job.namespace, reg.job.name, reg.job.kind, reg.job.uid)
+        known = self._jobs.get(job_key(job, reg.attempt))
+        if known is None and job.namespace not in self._namespaces and len(self._namespaces) >= self.max_namespaces:
+            self._limit_hit("namespaces")
+            raise LimitExceeded("namespaces", f"more than {self.max_namespaces} namespaces tracked")
+        if known is not None and reg.pod not in known.members and len(known.members) >= self.max_members:
+            self._limit_hit("members_per_job")
+            raise LimitExceeded("members_per_job", f"job {job.key} already has {self.max_members} members")
         state = self._job(job, reg.attempt)
         identity = Member(
             pod=reg.pod,
@@ -273,7 +302,18 @@ class IncidentBook:
         if self._metrics and kind:
             self._metrics.events.labels(kind=kind).inc()
         if state.opened_at is None and is_failure(event):
-            self._open(state)
+            if self._open_count >= self.max_open:
+                if not state.refused:
+                    state.refused = True
+                    self._waiting.append(job_key(state.job, state.attempt))
+                    self._limit_hit("open_incidents")
+                    log.warning(
+                        "incident %s not opened: %d incidents are open (the limit); its events are kept",
+                        state.incident_id,
+                        self._open_count,
+                    )
+            else:
+                self._open(state)
         elif state.closed_by is not None:
             self._schedule_revision(state)
             return True
@@ -315,6 +355,7 @@ class IncidentBook:
             if len(self._jobs) >= self._max_jobs:
                 self._evict()
             state = self._jobs[key] = _JobState(job=job, attempt=attempt)
+            self._namespaces[job.namespace] = self._namespaces.get(job.namespace, 0) + 1
         elif (job.kind and not state.job.kind) or (job.uid and not state.job.uid):
             state.job = JobRef(job.namespace, job.name, job.kind or state.job.kind, job.uid or state.job.uid)
         return state
@@ -323,6 +364,11 @@ class IncidentBook:
         """Forget the oldest decided jobs (never an open incident)."""
         for key in [k for k, s in self._jobs.items() if s.closed_by is not None or s.opened_at is None]:
             del self._jobs[key]
+            left = self._namespaces.get(key[0], 1) - 1
+            if left > 0:
+                self._namespaces[key[0]] = left
+            else:
+                self._namespaces.pop(key[0], None)
             if len(self._jobs) < self._max_jobs * 0.9:
                 return
 
@@ -367,7 +413,12 @@ class IncidentBook:
             state.reported += 1 if now else -1
             member.counted = now
 
+    def _limit_hit(self, limit: str) -> None:
+        if self._metrics:
+            self._metrics.limit_hits.labels(limit=limit).inc()
+
     def _open(self, state: _JobState) -> None:
+        self._open_count += 1
         state.opened_at = self._clock()
         log.info("incident %s opened (%d members known)", state.incident_id, len(state.members))
         if self._metrics:
@@ -408,8 +459,16 @@ class IncidentBook:
             state.timer.cancel()
             state.timer = None
         state.closed_by = closed_by
+        self._open_count -= 1
         if self._metrics:
             self._metrics.open_incidents.dec()
+        while self._waiting and self._open_count < self.max_open:  # a place is free: the oldest refused opens
+            waiting = self._jobs.get(self._waiting.pop(0))
+            if waiting is not None and waiting.opened_at is None:
+                waiting.refused = False
+                self._open(waiting)
+                loop = asyncio.get_running_loop()
+                loop.call_soon(self._check_quorum, waiting)
         incident = self._incident(state)
         if inline or len(incident.members) < self.offload_members:
             self._emit(state, closed_by, incident, self._safe_decide(incident))

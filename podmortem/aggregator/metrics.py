@@ -108,6 +108,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.limit_hits = Counter(
+            "podmortem_limit_hits_total",
+            "Things refused at a limit (event_rate, members_per_job, namespaces, open_incidents): "
+            "nothing already held is dropped.",
+            ["limit"],
+            registry=self.registry,
+        )
         self.open_incidents = Gauge(
             "podmortem_open_incidents",
             "Incidents opened and waiting for quorum or timeout.",

@@ -24,7 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
-from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.incidents import IncidentBook, LimitExceeded
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.state import StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -62,6 +62,27 @@ def _required(reg: pb.Register) -> list[str]:
     return missing
 
 
+# A sidecar sends a handful of events per pod run (error-file versions, a log tail, the end); a stream
+# far beyond this is a bug or an attack, and is ended rather than allowed to starve the others.
+EVENT_RATE = 50.0  # events per second, sustained, per stream
+EVENT_BURST = 500
+
+
+class _TokenBucket:
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, float(burst)
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 class CollectorService(pb_grpc.CollectorServicer):
     def __init__(
         self,
@@ -73,7 +94,10 @@ class CollectorService(pb_grpc.CollectorServicer):
         namespaces: Collection[str] = (),
         register_deadline: float = REGISTER_DEADLINE,
         store: StateStore | None = None,
+        event_rate: float = EVENT_RATE,
+        event_burst: int = EVENT_BURST,
     ) -> None:
+        self.event_rate, self.event_burst = event_rate, event_burst
         self.book = book
         self.store = store  # --state-dir: registrations and events committed before they are acked
         self.metrics = metrics
@@ -127,7 +151,10 @@ class CollectorService(pb_grpc.CollectorServicer):
                 authorize(identity, first.register, self.namespaces)
             except AuthError as exc:
                 await self._reject(context, exc)
-        key = self.book.register(first.register)
+        try:
+            key = self.book.register(first.register)
+        except LimitExceeded as exc:
+            await self._reject(context, AuthError("RESOURCE_EXHAUSTED", exc.limit, str(exc)))
         if self.store is not None:
             try:
                 self.store.register(key, first.register)
@@ -144,8 +171,21 @@ class CollectorService(pb_grpc.CollectorServicer):
             self.metrics.connected.inc()
         try:
             yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id=self.aggregator_id))
+            bucket = _TokenBucket(self.event_rate, self.event_burst)
             async for msg in request_iterator:
                 body = msg.WhichOneof("body")
+                if body == "event" and not bucket.take():
+                    if self.metrics:
+                        self.metrics.limit_hits.labels(limit="event_rate").inc()
+                    await self._reject(
+                        context,
+                        AuthError(
+                            "RESOURCE_EXHAUSTED",
+                            "event_rate",
+                            f"over {self.event_rate:g} events/s (burst {self.event_burst}): the stream is ended; "
+                            "events not acknowledged are sent again",
+                        ),
+                    )
                 if body == "event":
                     self.book.ingest(key, msg.event, from_sidecar=True)
                     if self.store is not None:

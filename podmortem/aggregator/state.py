@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.incidents import IncidentBook, JobKey, LimitExceeded, MemberKey
 from podmortem.aggregator.publishing import Decision
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -150,7 +150,11 @@ class StateStore:
             except Exception as exc:  # a row we cannot read must not stop the rest
                 log.error("state: registration of %s/%s unreadable: %s", ns, pod, exc)
                 continue
-            key = book.register(reg)
+            try:
+                key = book.register(reg)
+            except LimitExceeded as exc:
+                log.error("state: registration of %s/%s not replayed: %s", ns, pod, exc)
+                continue
             book.disconnected(key)  # its stream is gone; a live sidecar registers again
             known[(ns, job, attempt, pod)] = key
             members += 1

@@ -1,0 +1,126 @@
+"""Limits, over real gRPC: past each, the new thing is refused with a clear status and counted in
+podmortem_limit_hits_total{limit}; nothing already held is dropped."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+from support.kube_emulator import eventually
+
+from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.publishing import Decision
+from podmortem.aggregator.running import Aggregator
+from podmortem.core.model import ErrorRecord, Termination
+from podmortem.protocol import wire
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+
+
+class Collecting:
+    name = "collecting"
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+
+    async def publish(self, decision: Decision) -> None:
+        self.jobs.append(decision.incident.job.name)
+
+
+@pytest.fixture
+def decided() -> Collecting:
+    return Collecting()
+
+
+@pytest.fixture
+async def agg(tmp_path: Path, decided: Collecting) -> AsyncIterator[Aggregator]:
+    config = AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir="", quorum_timeout=600)
+    aggregator = Aggregator(config, registry=CollectorRegistry(), publishers=[decided])
+    await aggregator.start()
+    try:
+        yield aggregator
+    finally:
+        await aggregator.stop(grace=1)
+
+
+def hits(agg: Aggregator, limit: str) -> float:
+    value = agg.metrics.registry.get_sample_value("podmortem_limit_hits_total", {"limit": limit})
+    return value or 0.0
+
+
+def reg(pod: str, job: str = "j", namespace: str = "ml", world: int = 0) -> pb.Register:
+    return pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod, world_size_hint=world)
+
+
+def failed(pod: str, n: int = 0) -> list[pb.Event]:
+    rec = ErrorRecord(message=f"ValueError: {pod} {n}", exception_type="ValueError", timestamp=1_800_000_000 + n)
+    term = Termination(exit_code=1, reason="Error", finished_at=1_800_000_000.0 + n)
+    return [
+        wire.make_event(wire.error_to_pb(rec), wire.error_event_id(pod, rec)),
+        wire.make_event(wire.termination_to_pb(term), f"{pod}/termination/0"),
+    ]
+
+
+async def stream(port: int, register: pb.Register, events: list[pb.Event]) -> list[str]:
+    """Register and send; the ids acknowledged. Raises AioRpcError when the aggregator ends the stream."""
+    acked: list[str] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
+        await call.write(pb.SidecarMessage(register=register))
+        await call.read()
+        for event in events:
+            await call.write(pb.SidecarMessage(event=event))
+            reply = await call.read()
+            if reply is grpc.aio.EOF:
+                await call  # raises the status
+            acked.extend(reply.ack.event_ids)
+        await call.done_writing()
+    return acked
+
+
+async def test_a_stream_over_its_event_rate_is_ended(agg: Aggregator) -> None:
+    agg.service.event_rate, agg.service.event_burst = 1.0, 3
+    events = [wire.make_event(wire.error_to_pb(ErrorRecord(message=f"E: {i}", timestamp=i)), f"e{i}") for i in range(8)]
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        await stream(agg.port, reg("p0"), events)
+    assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "events/s" in (ended.value.details() or "")
+    assert hits(agg, "event_rate") == 1
+    # The burst (3) was taken and acknowledged before the limit; they stay in the book.
+    incident = agg.book.incident(("ml", "j", ""))
+    assert incident is not None and [m.error.message for m in incident.members if m.error] == ["E: 2"]
+
+
+async def test_a_job_past_its_member_limit_refuses_the_next_pod(agg: Aggregator) -> None:
+    agg.book.max_members = 2
+    await stream(agg.port, reg("p0"), [])
+    await stream(agg.port, reg("p1"), [])
+    await stream(agg.port, reg("p1"), [])  # a known member may always come back
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stream(agg.port, reg("p2"), [])
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert hits(agg, "members_per_job") == 1
+
+
+async def test_namespaces_past_the_limit_are_refused(agg: Aggregator) -> None:
+    agg.book.max_namespaces = 2
+    await stream(agg.port, reg("p0", namespace="a"), [])
+    await stream(agg.port, reg("p0", job="other", namespace="b"), [])
+    await stream(agg.port, reg("p1", job="j2", namespace="a"), [])  # a namespace already tracked
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stream(agg.port, reg("p0", namespace="c"), [])
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "namespaces" in (
+        refused.value.details() or ""
+    )
+    assert hits(agg, "namespaces") == 1
+
+
+async def test_an_incident_past_the_open_limit_waits_for_a_place(agg: Aggregator, decided: Collecting) -> None:
+    agg.book.max_open = 1
+    await stream(agg.port, reg("a0", job="a", world=2), failed("a0"))
+    await stream(agg.port, reg("b0", job="b", world=1), failed("b0"))  # b is complete, but may not open
+    assert agg.book.open_incidents() == [("ml", "a", "")] and hits(agg, "open_incidents") == 1
+    await stream(agg.port, reg("a1", job="a", world=2), failed("a1"))  # a closes; b takes its place
+    await eventually(lambda: decided.jobs == ["a", "b"], "both decided, b after a")
