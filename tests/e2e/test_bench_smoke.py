@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("realworld.py", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
         # A few SIGKILLs: every cycle must end with one final verdict naming the root (exit 1 otherwise).
         ("chaos.py", ["--cycles", "4", "--seed", "7"], "exactly one final verdict naming the root: 4/4"),
+        ("fuzz.py", ["--smoke"], "fuzz engine: 2000 inputs"),
     ],
 )
 def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str) -> None:

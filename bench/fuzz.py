@@ -1,0 +1,265 @@
+"""Fuzz the three ways untrusted bytes reach podmortem — the error-file parser, the bundle loader and the
+engine — with atheris (coverage-guided, libFuzzer), and report crashes and slow inputs.
+
+    python bench/fuzz.py --target errorfile --runs 600000
+    python bench/fuzz.py --target bundle --runs 150000
+    python bench/fuzz.py --target engine --runs 250000
+    python bench/fuzz.py --smoke          # every target briefly (CI)
+
+* errorfile: any bytes as an error file (`errorfile.parse_bytes`); it must return a record, never raise.
+* bundle: a one-pod bundle whose pod.json, log.txt and error.json are made of the input (mutated real
+  samples from tests/ and the dev corpus); `load_bundle` may refuse it only with `BundleError`, and
+  whatever it accepts `engine.decide` must decide.
+* engine: an incident of 1-6 members built field by field from the input (hostile numbers, real and
+  random log lines, any exit code, signal, phase, condition); `decide` must return a verdict whose
+  pod is a member or None and whose confidence is in [0, 1].
+
+An exception other than the documented refusal is a crash: libFuzzer stops and writes the input to
+crash-*. Each input is timed; the run prints the count, the slowest input and how many took over
+100 ms (with instrumentation on: the uninstrumented code is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import atheris
+
+with atheris.instrument_imports(include=["podmortem"]):
+    from podmortem.core import engine, errorfile
+    from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
+    from podmortem.offline.bundle import BundleError, load_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW = 0.100
+SEED_LINES = [
+    "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "[rank3]:[E ProcessGroupNCCL.cpp:563] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)",
+    "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 77)",
+    "Root Cause (first observed failure):",
+    "  exitcode  : -11 (pid: 4242)",
+    "  rank      : 1 (local_rank: 1)",
+    "  time      : 2026-11-21_15:06:10",
+    "E1121 15:06:10.123456 140 torch/distributed/elastic/multiprocessing/api.py:832] failed (exitcode: 1)",
+    "host:1234:5678 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2 with error 12",
+    "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+    "ValueError: bad label 7 in batch 1234",
+    "Segmentation fault (core dumped)",
+    "Killed",
+]
+STATE: dict[str, Any] = {"runs": 0, "total": 0, "slowest": 0.0, "slow": 0, "target": "", "started": time.monotonic()}
+
+
+def _report() -> None:
+    took = time.monotonic() - STATE["started"]
+    print(
+        f"fuzz {STATE['target']}: {STATE['runs']} inputs in {took:.0f} s, crashes 0, "
+        f"slowest {STATE['slowest'] * 1000:.1f} ms, over {SLOW * 1000:.0f} ms: {STATE['slow']}",
+        flush=True,
+    )
+
+
+def _timed(fn: Any, data: bytes) -> None:
+    t0 = time.perf_counter()
+    fn(data)
+    took = time.perf_counter() - t0
+    STATE["runs"] += 1
+    STATE["slowest"] = max(STATE["slowest"], took)
+    if took > SLOW:
+        STATE["slow"] += 1
+        print(f"slow input ({took * 1000:.0f} ms): {data[:200]!r}", file=sys.stderr, flush=True)
+    if STATE["runs"] == STATE["total"]:
+        _report()  # libFuzzer exits the process after the last run: no atexit
+
+
+# -- targets --------------------------------------------------------------------------------------
+
+
+def fuzz_errorfile(data: bytes) -> None:
+    record = errorfile.parse_bytes(data)
+    assert isinstance(record, ErrorRecord)
+
+
+def _text(fdp: atheris.FuzzedDataProvider, lines: int = 6) -> str:
+    out = []
+    for _ in range(fdp.ConsumeIntInRange(0, lines)):
+        if fdp.ConsumeBool():
+            out.append(SEED_LINES[fdp.ConsumeIntInRange(0, len(SEED_LINES) - 1)])
+        else:
+            out.append(fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 120)))
+    return "\n".join(out)
+
+
+def _number(fdp: atheris.FuzzedDataProvider) -> float | None:
+    pick = int(fdp.ConsumeIntInRange(0, 5))
+    choices: list[float | None] = [
+        None,
+        math.inf,
+        -math.inf,
+        math.nan,
+        float(fdp.ConsumeFloat()),
+        float(fdp.ConsumeInt(8)),
+    ]
+    return choices[pick]
+
+
+def _int(fdp: atheris.FuzzedDataProvider) -> int | None:
+    return None if fdp.ConsumeBool() else fdp.ConsumeInt(fdp.ConsumeIntInRange(1, 9))
+
+
+def _member(fdp: atheris.FuzzedDataProvider, i: int) -> Member:
+    error = None
+    if fdp.ConsumeBool():
+        message = _text(fdp, 3)
+        error = ErrorRecord(
+            message=message,
+            exception_type=errorfile.exception_type_of(message),
+            traceback=_text(fdp, 3),
+            timestamp=_int(fdp),
+            error_code=_int(fdp),
+            parse_error="" if fdp.ConsumeBool() else "broken",
+        )
+    termination = None
+    if fdp.ConsumeBool():
+        termination = Termination(
+            exit_code=_int(fdp),
+            signal=_int(fdp),
+            reason=["Error", "OOMKilled", "Completed", "ContainerStatusUnknown", "", "x"][fdp.ConsumeIntInRange(0, 5)],
+            message=_text(fdp, 2),
+            started_at=_number(fdp),
+            finished_at=_number(fdp),
+            restart_count=fdp.ConsumeIntInRange(0, 5),
+        )
+    conditions: tuple[Condition, ...] = ()
+    if fdp.ConsumeBool():
+        reason = ["PreemptionByScheduler", "DeletionByTaintManager", "EvictionByEvictionAPI", "x"][
+            fdp.ConsumeIntInRange(0, 3)
+        ]
+        conditions = (Condition("DisruptionTarget", "True", reason, _text(fdp, 1), _number(fdp)),)
+    return Member(
+        pod=f"p-{i}",
+        namespace="ns",
+        node=f"n-{fdp.ConsumeIntInRange(0, 3)}",
+        rank=_int(fdp),
+        pod_ip=f"10.0.0.{fdp.ConsumeIntInRange(0, 300)}",
+        phase=["", "Running", "Failed", "Succeeded", "Unknown"][fdp.ConsumeIntInRange(0, 4)],
+        phase_reason=["", "NodeLost", "Deleted", "Evicted"][fdp.ConsumeIntInRange(0, 3)],
+        running=fdp.ConsumeBool(),
+        error=error,
+        termination=termination,
+        conditions=conditions,
+        deleted_at=_number(fdp),
+        log_tail=_text(fdp, 12),
+        error_observed_at=_number(fdp),
+        termination_observed_at=_number(fdp),
+        clock_offset=_number(fdp),
+        clock_round_trip=_number(fdp),
+    )
+
+
+def _check(incident: Incident) -> None:
+    verdict = engine.decide(incident)
+    pods = {m.pod for m in incident.members}
+    assert verdict.pod is None or verdict.pod in pods, verdict.pod
+    assert 0.0 <= verdict.confidence <= 1.0, verdict.confidence
+
+
+def fuzz_engine(data: bytes) -> None:
+    fdp = atheris.FuzzedDataProvider(data)
+    members = tuple(_member(fdp, i) for i in range(fdp.ConsumeIntInRange(1, 6)))
+    _check(Incident(job=JobRef("ns", "job"), world_size=fdp.ConsumeIntInRange(0, 10), members=members))
+
+
+BUNDLE_DIR = Path(tempfile.mkdtemp(prefix="podmortem-fuzz-"))
+
+
+def fuzz_bundle(data: bytes) -> None:
+    fdp = atheris.FuzzedDataProvider(data)
+    pod = BUNDLE_DIR / "pods" / "p-0"
+    pod.mkdir(parents=True, exist_ok=True)
+    for name in ("pod.json", "log.txt", "error.json"):
+        path = pod / name
+        if fdp.ConsumeBool():
+            path.write_bytes(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4096)))
+        else:
+            path.unlink(missing_ok=True)
+    try:
+        incident = load_bundle(BUNDLE_DIR)
+    except BundleError:
+        return
+    _check(incident)
+
+
+TARGETS = {"errorfile": fuzz_errorfile, "engine": fuzz_engine, "bundle": fuzz_bundle}
+
+
+def _seeds(target: str, directory: Path) -> None:
+    """Real inputs to start from: error files, pod.json files and logs of the dev corpus and tests."""
+    corpus = ROOT.parent / "shared" / "corpus"
+    found: list[Path] = []
+    for pattern in ("**/error.json", "**/pod.json", "**/log.txt"):
+        found.extend(sorted(corpus.glob(pattern))[:40])
+        found.extend(sorted((ROOT / "tests").glob(pattern))[:20])
+    for i, path in enumerate(found):
+        try:
+            (directory / f"seed-{i}").write_bytes(path.read_bytes()[:16384])
+        except OSError:
+            continue
+    for i, line in enumerate(SEED_LINES):
+        (directory / f"line-{i}").write_bytes(line.encode())
+    doc = {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "tb", "timestamp": "1e999"}}}
+    (directory / "hostile").write_text(json.dumps(doc))
+
+
+def run_target(target: str, runs: int) -> int:
+    work = Path(tempfile.mkdtemp(prefix=f"podmortem-fuzz-{target}-"))
+    seeds = work / "seeds"
+    seeds.mkdir()
+    _seeds(target, seeds)
+    STATE["target"], STATE["total"] = target, runs
+    fn = TARGETS[target]
+    engine.decide(Incident(JobRef("ns", "warm-up"), 1, (Member(pod="p", log_tail=SEED_LINES[0]),)))  # compiles rules
+    atheris.Setup(
+        [sys.argv[0], f"-runs={runs}", "-max_len=8192", "-rss_limit_mb=4096", f"-artifact_prefix={work}/", str(seeds)],
+        lambda data: _timed(fn, data),
+    )
+    atheris.Fuzz()
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", choices=sorted(TARGETS))
+    ap.add_argument("--runs", type=int, default=100_000)
+    ap.add_argument("--smoke", action="store_true", help="each target for 2,000 inputs, in child processes")
+    args = ap.parse_args()
+    if args.smoke or args.target is None:
+        runs = 2_000 if args.smoke else args.runs
+        code = 0
+        for target in sorted(TARGETS):
+            done = subprocess.run(
+                [sys.executable, __file__, "--target", target, "--runs", str(runs)],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ),
+                check=False,
+            )
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("fuzz ")]
+            print(lines[-1] if lines else f"fuzz {target}: FAILED\n{done.stderr[-3000:]}", flush=True)
+            code = code or done.returncode
+        return code
+    return run_target(args.target, args.runs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
