@@ -37,6 +37,7 @@ Settings (flag > environment variable > default):
 | `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
 | `--token-file` | `PODMORTEM_TOKEN_FILE` | webhook's mount (*) | this pod's projected token, sent on every stream |
 | `--tls-ca` | `PODMORTEM_TLS_CA` | none (plain gRPC) | PEM CA bundle: speak TLS to the aggregator and verify it |
+| `--tls-ca-pem` | `PODMORTEM_TLS_CA_PEM` | none | the same bundle as text (the webhook injects it) |
 | `--kubeconfig` | `KUBECONFIG` | in-cluster, else `~/.kube/config` | `api` source off-pod: API server, credentials |
 | `--kube-context` | `PODMORTEM_KUBE_CONTEXT` | current context | the kubeconfig context to use |
 
@@ -96,6 +97,7 @@ class Settings:
     log_level: str = "INFO"
     token_file: Path | None = None
     tls_ca: Path | None = None
+    tls_ca_pem: str = ""  # the CA bundle itself (PEM text), when not given as a file
     kubeconfig: str = ""  # one path or several joined by ':' (as KUBECONFIG has them)
     kube_context: str = ""
 
@@ -146,6 +148,7 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
     _Setting("token_file", "--token-file", "PODMORTEM_TOKEN_FILE", "this pod's projected token for the aggregator"),
     _Setting("tls_ca", "--tls-ca", "PODMORTEM_TLS_CA", "PEM CA bundle: TLS to the aggregator"),
+    _Setting("tls_ca_pem", "--tls-ca-pem", "PODMORTEM_TLS_CA_PEM", "the CA bundle as PEM text (TLS)"),
     _Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "api pod source outside a pod: kubeconfig file(s)"),
     _Setting("kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use"),
 )
@@ -231,6 +234,9 @@ def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = No
     ca = values.get("tls_ca")
     if ca is not None and not Path(ca).is_file():
         problems.append(f"PODMORTEM_TLS_CA (or --tls-ca) = {str(ca)!r}: no such file")
+    pem = values.get("tls_ca_pem", "")
+    if pem and "-----BEGIN CERTIFICATE-----" not in pem:
+        problems.append("PODMORTEM_TLS_CA_PEM (or --tls-ca-pem) holds no PEM certificate")
     if problems:
         raise ConfigError("invalid sidecar settings:\n  - " + "\n  - ".join(problems))
     return Settings(**values)

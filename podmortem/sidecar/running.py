@@ -171,7 +171,7 @@ async def serve(
         backoff=backoff or Backoff(),
         probe_interval=settings.clock_probe_interval,
         token_file=settings.token_file,
-        tls_ca=settings.tls_ca.read_bytes() if settings.tls_ca is not None else None,
+        tls_ca=_tls_ca(settings),
     )
 
     def start(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -230,6 +230,13 @@ async def _identity_from_pod(settings: Settings, source: PodSource) -> Settings:
         job_uid=settings.job_uid or ref.uid,
         attempt=settings.attempt or attempt_of(pod),
     )
+
+
+def _tls_ca(settings: Settings) -> bytes | None:
+    """The CA bundle that makes the stream TLS: a file (--tls-ca) or the text itself (--tls-ca-pem)."""
+    if settings.tls_ca is not None:
+        return settings.tls_ca.read_bytes()
+    return (settings.tls_ca_pem.strip() + "\n").encode() if settings.tls_ca_pem else None
 
 
 def _pod_ended(reporter: PodReporter) -> bool:

@@ -34,7 +34,7 @@ import importlib.metadata
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from podmortem.webhook.mutation import Injection
@@ -60,6 +60,7 @@ class WebhookConfig:
     shutdown_grace: float = 5.0
     log_level: str = "INFO"
     injection: Injection = field(default_factory=Injection)
+    sidecar_tls_ca: Path | None = None  # read into `injection.tls_ca_pem` at start-up
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,12 @@ _INJECTION: tuple[_Setting, ...] = (
     _Setting("run_as_user", "--sidecar-run-as-user", "PODMORTEM_SIDECAR_RUN_AS_USER", "the sidecar's uid and gid"),
     _Setting("error_dir", "--error-dir", "PODMORTEM_ERROR_DIR", "shared volume mount path for the error file"),
     _Setting("token_audience", "--token-audience", "PODMORTEM_TOKEN_AUDIENCE", "projected token audience"),
+    _Setting(
+        "tls_ca_pem",
+        "--sidecar-tls-ca",
+        "PODMORTEM_SIDECAR_TLS_CA",
+        "PEM file: the CA of the aggregator's gRPC certificate, handed to each sidecar (TLS)",
+    ),
     _Setting(
         "token_expiration_seconds",
         "--token-expiration",
@@ -190,6 +197,8 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig
             if value and not _QUANTITY.match(value):
                 problems.append(f"{name(s.dest)} = {value!r} is not a Kubernetes quantity")
             inj[s.dest] = value
+        elif s.dest == "tls_ca_pem":
+            continue  # a file, read at start-up (`with_sidecar_ca`)
         elif s.dest == "image_pull_policy" and value not in _PULL_POLICIES:
             problems.append(f"{name(s.dest)} = {value!r} is not one of {', '.join(_PULL_POLICIES)}")
         elif s.dest == "aggregator" and not _address(value):
@@ -203,6 +212,7 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig
     if problems:
         raise ConfigError("invalid webhook settings:\n  - " + "\n  - ".join(problems))
     return WebhookConfig(
+        sidecar_tls_ca=Path(raw["tls_ca_pem"]) if raw.get("tls_ca_pem") else None,
         tls_cert=Path(raw["tls_cert"]),
         tls_key=Path(raw["tls_key"]),
         listen=listen,
@@ -211,6 +221,22 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig
         log_level=level,
         injection=Injection(**inj),  # type: ignore[arg-type]
     )
+
+
+def with_sidecar_ca(config: WebhookConfig) -> WebhookConfig:
+    """The settings with the aggregator's CA (--sidecar-tls-ca) read, to be injected into every sidecar."""
+    path = config.sidecar_tls_ca
+    if path is None:
+        return config
+    try:
+        pem = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"PODMORTEM_SIDECAR_TLS_CA (or --sidecar-tls-ca) = {str(path)!r}: cannot read it ({exc})"
+        ) from None
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError(f"PODMORTEM_SIDECAR_TLS_CA (or --sidecar-tls-ca) = {str(path)!r} holds no PEM certificate")
+    return replace(config, injection=replace(config.injection, tls_ca_pem=pem.strip() + "\n"))
 
 
 def split_address(value: str) -> tuple[str, int]:

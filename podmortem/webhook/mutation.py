@@ -91,6 +91,9 @@ class Injection:
     # Set explicitly so that a pod-level runAsUser 0 does not make runAsNonRoot refuse to start it.
     run_as_user: int = 65532
     version: str = "0.1.0"
+    # PEM of the CA that signed the aggregator's gRPC certificate: injected as PODMORTEM_TLS_CA_PEM, so
+    # that each sidecar speaks TLS and verifies the aggregator ("" = plain gRPC).
+    tls_ca_pem: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,8 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         {"name": "PODMORTEM_CONTAINER", "value": str(training.get("name", ""))},
         *workload_env,
     ]
+    if settings.tls_ca_pem:
+        env.append({"name": "PODMORTEM_TLS_CA_PEM", "value": settings.tls_ca_pem})
     have = {e["name"] for e in env}
     env.extend(e for e in _copied_env(training) if e["name"] not in have)
     if spec.get("automountServiceAccountToken") is False:

@@ -184,6 +184,7 @@ def run(ns: argparse.Namespace) -> int:
         for path in (config.tls_cert, config.tls_key):
             if not path.is_file():
                 raise ConfigError(f"{path} does not exist or is not a file")
+        config = config_mod.with_sidecar_ca(config)
     except ConfigError as exc:
         print(f"podmortem webhook: {exc}", file=sys.stderr)
         return 2

@@ -141,8 +141,9 @@ async def test_streams_that_may_not_speak_are_refused_and_counted(
     assert aggregator.book.open_incidents() == [] and aggregator.book.incident((namespace, "mixtral-cpt", "0")) is None
 
 
+@pytest.mark.parametrize("ca_as", ["file", "pem"])
 async def test_a_real_sidecar_presents_its_token_over_tls(
-    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA, tmp_path: Path
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA, tmp_path: Path, ca_as: str
 ) -> None:
     token = jwt(time.time() + 3600)
     kube_api.bind_token(token, NS, POD)
@@ -152,8 +153,11 @@ async def test_a_real_sidecar_presents_its_token_over_tls(
         "POD_NAME": POD, "POD_NAMESPACE": NS, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "run" / "error.json"),
         "PODMORTEM_AGGREGATOR": f"127.0.0.1:{aggregator.port}", "PODMORTEM_JOB_NAME": "mixtral-cpt",
         "PODMORTEM_POD_SOURCE": "none", "PODMORTEM_TOKEN_FILE": str(tmp_path / "token"),
-        "PODMORTEM_TLS_CA": str(tmp_path / "ca.crt"),
     }  # fmt: skip
+    if ca_as == "file":
+        env["PODMORTEM_TLS_CA"] = str(tmp_path / "ca.crt")
+    else:  # as the webhook injects it
+        env["PODMORTEM_TLS_CA_PEM"] = ca.cert_pem.bytes().decode()
     stop = asyncio.Event()
     task = asyncio.create_task(
         running.serve(

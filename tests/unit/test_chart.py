@@ -258,8 +258,38 @@ def test_helm_generated_ca_signs_the_served_certificate() -> None:
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert "podmortem-webhook.ops.svc" in names
     deployment = one(docs, "Deployment", "-webhook")
-    [volume] = deployment["spec"]["template"]["spec"]["volumes"]
+    [volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
     assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+
+
+def test_the_grpc_port_gets_a_certificate_and_sidecars_its_ca() -> None:
+    docs = render(namespace="ops")
+    secret = one(docs, "Secret", "-aggregator-grpc-tls")
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    host = one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
+    address = env_of(host)["PODMORTEM_AGGREGATOR"].rpartition(":")[0]
+    assert address in names  # the name the sidecars dial is one the certificate is for
+    aggregator = one(docs, "Deployment", "-aggregator")["spec"]["template"]["spec"]
+    env = env_of(aggregator["containers"][0])
+    mounts = {m["name"]: m["mountPath"] for m in aggregator["containers"][0]["volumeMounts"]}
+    assert env["PODMORTEM_TLS_CERT"] == mounts["grpc-tls"] + "/tls.crt"
+    assert any(
+        v["name"] == "grpc-tls" and v["secret"]["secretName"] == secret["metadata"]["name"]
+        for v in aggregator["volumes"]
+    )
+    webhook = one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]
+    wmounts = {m["name"]: m["mountPath"] for m in webhook["containers"][0]["volumeMounts"]}
+    assert env_of(webhook["containers"][0])["PODMORTEM_SIDECAR_TLS_CA"] == wmounts["grpc-ca"] + "/ca.crt"
+    [ca_volume] = [v for v in webhook["volumes"] if v["name"] == "grpc-ca"]
+    assert ca_volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # never the key
+    off = render({"aggregator": {"tls": {"enabled": False}}})
+    assert not [d for d in by_kind(off, "Secret") if d["metadata"]["name"].endswith("-grpc-tls")]
+    assert "PODMORTEM_TLS_CERT" not in env_of(
+        one(off, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0]
+    )
 
 
 @pytest.mark.parametrize("values_file", ["cert-manager-values.yaml", "cert-manager-issuer-values.yaml"])
@@ -268,7 +298,7 @@ def test_cert_manager_mode(values_file: str) -> None:
     config = one(docs, "MutatingWebhookConfiguration")
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "ops/podmortem-webhook"
     assert "caBundle" not in config["webhooks"][0]["clientConfig"]
-    assert by_kind(docs, "Secret") == []
+    assert [s["metadata"]["name"] for s in by_kind(docs, "Secret")] == ["podmortem-aggregator-grpc-tls"]
     cert = one(docs, "Certificate")
     assert cert["metadata"]["name"] == "podmortem-webhook" and cert["spec"]["secretName"] == "podmortem-webhook-tls"
     assert "podmortem-webhook.ops.svc" in cert["spec"]["dnsNames"]

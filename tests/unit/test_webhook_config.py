@@ -66,3 +66,17 @@ def test_every_problem_is_reported_at_once() -> None:
         "'LOUD' is not a logging level",
     ):
         assert expected in text
+
+
+def test_the_sidecar_ca_is_read_from_its_file(tmp_path: Path) -> None:
+    good = tmp_path / "ca.crt"
+    good.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    base = {"PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"}
+    cfg = config.with_sidecar_ca(config.load(None, {**base, "PODMORTEM_SIDECAR_TLS_CA": str(good)}))
+    assert cfg.injection.tls_ca_pem == good.read_text()
+    assert config.with_sidecar_ca(config.load(None, base)).injection.tls_ca_pem == ""
+    (tmp_path / "not-pem").write_text("hello")
+    for bad, expected in ((tmp_path / "missing", "cannot read it"), (tmp_path / "not-pem", "holds no PEM")):
+        loaded = config.load(None, {**base, "PODMORTEM_SIDECAR_TLS_CA": str(bad)})
+        with pytest.raises(ConfigError, match=expected):
+            config.with_sidecar_ca(loaded)

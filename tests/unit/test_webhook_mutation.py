@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import jsonpatch
 import kubernetes_validate
 import pytest
+import trustme
 
 from podmortem.sidecar import config as sidecar_config
 from podmortem.webhook import mutation
@@ -254,3 +256,15 @@ def test_review_of_something_else_than_a_pod_create() -> None:
 def test_review_rejects_what_is_not_an_admission_review(body: Any) -> None:
     with pytest.raises(ValueError, match=r"not|uid"):
         review(body, SETTINGS)
+
+
+def test_the_aggregators_ca_is_handed_to_the_sidecar() -> None:
+    ca = trustme.CA().cert_pem.bytes().decode()
+    pod, _ = applied(pod_of("pytorchjob-worker"), dataclasses.replace(SETTINGS, tls_ca_pem=ca))
+    env = env_of(sidecar_of(pod))
+    assert env["PODMORTEM_TLS_CA_PEM"] == ca
+    required = {"POD_NAME": "p", "POD_NAMESPACE": "n", "TORCHELASTIC_ERROR_FILE": "/e", "PODMORTEM_AGGREGATOR": "a:1"}
+    settings = sidecar_config.from_env_and_args({**required, "PODMORTEM_TLS_CA_PEM": ca})
+    assert settings.tls_ca_pem.startswith("-----BEGIN CERTIFICATE-----")
+    plain, _ = applied(pod_of("pytorchjob-worker"))
+    assert "PODMORTEM_TLS_CA_PEM" not in env_of(sidecar_of(plain))

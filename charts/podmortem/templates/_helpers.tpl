@@ -76,6 +76,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if and (eq .Values.installMode "cluster") .Values.webhook.enabled }}true{{- end }}
 {{- end }}
 
+{{/* The gRPC port's certificate and its CA (aggregator.tls). */}}
+{{- define "podmortem.grpcTlsSecretName" -}}{{ include "podmortem.componentName" (list . "aggregator-grpc-tls") }}{{- end }}
+
 {{/* The address sidecars dial: the aggregator Service, fully qualified. */}}
 {{- define "podmortem.aggregatorAddress" -}}
 {{- printf "%s.%s.svc:%d" (include "podmortem.aggregatorName" .) .Release.Namespace (int .Values.aggregator.grpcPort) }}
