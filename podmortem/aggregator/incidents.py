@@ -49,6 +49,10 @@ MAX_WORLD_SIZE = 65_536
 MAX_MEMBERS_PER_JOB = MAX_WORLD_SIZE
 MAX_OPEN_INCIDENTS = 1_000
 MAX_NAMESPACES = 1_000
+# Bytes kept per event and events kept per member: a hostile or broken client sending 4 MiB messages
+# or endless versions must not grow the book. A sidecar sends a handful per pod run.
+MAX_MEMBER_EVENTS = 256
+MAX_TEXT_CHARS = 16 << 10  # error messages, tracebacks (their end), termination and condition messages
 
 
 class LimitExceeded(Exception):
@@ -82,6 +86,33 @@ def is_failure(event: pb.Event) -> bool:
     if kind == "deletion":
         return event.deletion.phase in ("Unknown", "Failed", "Running", "") or event.deletion.reason == "NodeLost"
     return False
+
+
+def bounded(event: pb.Event) -> pb.Event:
+    """The event with every free-text field cut to what the engine reads (a no-op for a sidecar's own
+    events, whose error files are already bounded when parsed): at most `MAX_TEXT_CHARS` each."""
+    kind = event.WhichOneof("payload")
+    if kind == "log_tail":
+        return retained(event)
+    fields = {
+        "error_file": ("message", "traceback", "exception_type", "parse_error"),
+        "termination": ("message", "reason", "container"),
+        "condition": ("message", "reason", "type", "status"),
+        "deletion": ("phase", "reason"),
+    }.get(kind or "", ())
+    body = getattr(event, kind) if kind else None
+    if body is None or all(len(getattr(body, f)) <= MAX_TEXT_CHARS for f in fields):
+        return event
+    kept = pb.Event()
+    kept.CopyFrom(event)
+    body = getattr(kept, kind)
+    for f in fields:
+        text = getattr(body, f)
+        if len(text) > MAX_TEXT_CHARS:
+            setattr(body, f, text[-MAX_TEXT_CHARS:] if f == "traceback" else text[:MAX_TEXT_CHARS])
+    if kind == "error_file":
+        kept.error_file.truncated = True
+    return kept
 
 
 def retained(event: pb.Event, keep: int = RETAINED_TAIL_CHARS) -> pb.Event:
@@ -122,6 +153,7 @@ class _MemberState:
     streams: int = 0  # open sidecar streams of this member
     sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
     counted: bool = False  # included in its job's running `reported` count
+    flooded: bool = False  # reached MAX_MEMBER_EVENTS (counted once)
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
     _folded: Member | None = field(default=None, repr=False)
@@ -289,13 +321,24 @@ class IncidentBook:
                 self._check_quorum(state)
             return False
         kind = event.WhichOneof("payload")
-        if kind == "log_tail":
-            event = retained(event)
-        if from_sidecar and kind in ("termination", "deletion"):
-            member.sidecar_saw_end = True
+        event = bounded(event)
         if kind == "log_tail":  # only the newest tail matters: keep one
             for old in [i for i, e in member.events.items() if e.WhichOneof("payload") == "log_tail"]:
                 del member.events[old]
+        elif kind == "error_file":  # versions of one file: the first (when it failed) and the newest
+            versions = [i for i, e in member.events.items() if e.WhichOneof("payload") == "error_file"]
+            for old in versions[1:]:
+                del member.events[old]
+        if len(member.events) >= MAX_MEMBER_EVENTS:
+            if not member.flooded:
+                member.flooded = True
+                self._limit_hit("member_events")
+                log.warning(
+                    "member %s: %d events kept (the limit); later ones are ignored", key.pod, len(member.events)
+                )
+            return False
+        if from_sidecar and kind in ("termination", "deletion"):
+            member.sidecar_saw_end = True
         member.events[event.id] = event
         member.changed()
         self._recount(state, member)

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from support.kube_emulator import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.incidents import MemberKey
 from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord, Termination
@@ -124,3 +125,27 @@ async def test_an_incident_past_the_open_limit_waits_for_a_place(agg: Aggregator
     assert agg.book.open_incidents() == [("ml", "a", "")] and hits(agg, "open_incidents") == 1
     await stream(agg.port, reg("a1", job="a", world=2), failed("a1"))  # a closes; b takes its place
     await eventually(lambda: decided.jobs == ["a", "b"], "both decided, b after a")
+
+
+async def test_bytes_and_events_kept_per_member_are_bounded(agg: Aggregator) -> None:
+    # 40 error-file versions of 3.9 MB each (the defect: all were kept, +209 MB), then a flood of ends.
+    big = [
+        wire.make_event(
+            wire.error_to_pb(ErrorRecord(message=f"ValueError: {i} " + "x" * 3_900_000, timestamp=i)), f"v{i}"
+        )
+        for i in range(40)
+    ]
+    assert len(await stream(agg.port, reg("p0"), big)) == 40  # all acknowledged: the sidecar may forget them
+    incident = agg.book.incident(("ml", "j", ""))
+    assert incident is not None
+    [member] = incident.members
+    assert member.error is not None and member.error.message.startswith("ValueError: 39 ")  # the newest wins
+    assert len(member.error.message) <= 16 << 10 and member.error.truncated
+    ends = [
+        wire.make_event(wire.termination_to_pb(Termination(exit_code=1, restart_count=i)), f"t{i}") for i in range(300)
+    ]
+    agg.service.event_burst, agg.service.event_rate = 1_000, 1_000.0
+    assert len(await stream(agg.port, reg("p0"), ends)) == 300  # acked, but not all kept
+    assert hits(agg, "member_events") == 1
+    kept = agg.book._member(MemberKey(("ml", "j", ""), "p0"))  # noqa: SLF001 - the count is the point
+    assert kept is not None and len(kept.events) == 256
