@@ -147,5 +147,5 @@ async def test_bytes_and_events_kept_per_member_are_bounded(agg: Aggregator) -> 
     agg.service.event_burst, agg.service.event_rate = 1_000, 1_000.0
     assert len(await stream(agg.port, reg("p0"), ends)) == 300  # acked, but not all kept
     assert hits(agg, "member_events") == 1
-    kept = agg.book._member(MemberKey(("ml", "j", ""), "p0"))  # noqa: SLF001 - the count is the point
+    kept = agg.book._member(MemberKey(("ml", "j", ""), "p0"))
     assert kept is not None and len(kept.events) == 256
