@@ -41,7 +41,15 @@ from typing import Literal
 
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
-from podmortem.core.logtail import PEER_ADDR, SIGNAL_NAMES, TIMEOUT_MS, LogFacts, parse_log, time_hint
+from podmortem.core.logtail import (
+    PEER_ADDR,
+    SIGNAL_NAMES,
+    TIMEOUT_MS,
+    LogFacts,
+    parse_log,
+    several_workers_failed,
+    time_hint,
+)
 from podmortem.core.model import LOW_CONFIDENCE, Incident, Member, Secondary, Verdict
 from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
 
@@ -178,6 +186,19 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             if r is not None:
                 text = f"worker rank {grank} exited with code {code} without raising an exception"
                 out.append(_Cand("log", r, text, "", grank))
+        # The other failed workers of this pod, when one of them failed on its own: the pod's own failure,
+        # whichever worker torch happened to list as the first (its order is by whole seconds and polls).
+        for grank3, code3, exc3 in log.other_failures:
+            exc3 = (log.exceptions.get(grank3, "") if grank3 is not None else "") or exc3
+            r3: Rule | None = None
+            if exc3:
+                r3 = rules.classify_message(exc3, exception_type_of(exc3))
+                text3 = exc3
+            elif code3 is not None and code3 < 0 and not (code3 == -6 and echo_abort):
+                r3 = rules.classify_signal(-code3)
+                text3 = f"worker rank {grank3} died of {SIGNAL_NAMES.get(-code3, f'signal {-code3}')} (no error file)"
+            if r3 is not None and r3.is_primary and not r3.weak:
+                out.append(_Cand("log", r3, text3, exception_type_of(exc3) if exc3 else "", grank3))
     elif log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and echo_abort):
         sig = -log.agent_exitcode
         r = rules.classify_signal(sig)
@@ -326,8 +347,12 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
         return Finding(member, "clean", evidence=(f"{member.pod}: exited 0",))
     err_rule = _error_rule(member, rules)
     # An error file that already shows the member died of a peer: its log adds nothing decisive.
-    full = (err_rule is None or err_rule.secondary is None) if full_log is None else full_log
     text = log_text(member)
+    # ...unless another worker of the pod failed too: torch's error file holds the one it listed first.
+    if full_log is None:
+        full = err_rule is None or err_rule.secondary is None or several_workers_failed(text)
+    else:
+        full = full_log
     log = parse_log(text, time_hint(member), rules, full) if text else LogFacts()
     cands = _candidates(member, log, rules, err_rule)
     cand = _pick(cands)

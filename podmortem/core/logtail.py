@@ -22,6 +22,7 @@ _GLOG = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?(.*)$")
 _RANK_MENTION = re.compile(r"\[rank(\d+)\]|\brank (\d+):|\[Rank (\d+)\]")
 _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_SUMMARY_ENTRY = re.compile(r"^\[\d+\]:$")
 _SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
 TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
@@ -76,6 +77,10 @@ class LogFacts:
     ranks_seen: frozenset[int] = frozenset()
     log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
     agent_exitcode: int | None = None  # the first worker exit code the agent logged (negative: a signal)
+    # The summary's other failures of this pod's workers ("Failures:"): (global rank, exit code,
+    # exception line). torch picks its "first observed failure" by whole-second timestamps and the order
+    # it polled its workers, so the worker that raised may be listed here and its victim as the root.
+    other_failures: tuple[tuple[int | None, int | None, str], ...] = ()
 
     @property
     def silent_ranks(self) -> tuple[int, ...]:
@@ -134,6 +139,26 @@ def first_log_line(text: str, rules: RuleSet = DEFAULT_RULES) -> str:
     return found[1] if found is not None else ""
 
 
+def several_workers_failed(text: str) -> bool:
+    """Torch's failure summary lists more than one failed worker of this pod (a cheap test)."""
+    return "Failures:" in text and "<NO_OTHER_FAILURES>" not in text
+
+
+def _entry(fields: dict[str, list[str]]) -> tuple[int | None, int | None, str]:
+    """(global rank, exit code, exception line) of one entry of torch's failure summary."""
+    rank = code = None
+    if fields.get("rank") and (im := _LEADING_INT.match(fields["rank"][0])):
+        rank = int(im.group(1))
+    if fields.get("exitcode") and (im := _LEADING_INT.match(fields["exitcode"][0])):
+        code = int(im.group(1))
+    exc_line = ""
+    for tb_line in fields.get("traceback", []):
+        stripped = tb_line.strip()
+        if stripped and not stripped.startswith(("Traceback", "File ")) and exception_type_of(stripped):
+            exc_line = stripped
+    return rank, code, exc_line
+
+
 def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
     """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
     time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""
@@ -147,12 +172,28 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     loose: list[str] = []
     ranks: set[int] = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_MENTION.finditer(text)}
     summary: dict[str, list[str]] | None = None
-    in_summary = False
+    others: list[dict[str, list[str]]] = []  # entries of the summary's "Failures:" section
+    in_summary = in_failures = False
     current = ""
     for raw in text.splitlines():
         line = _LAUNCHER_PREFIX.sub("", raw.rstrip(), count=1)
         if not line:
             continue
+        if in_failures:
+            if line.startswith(("=====", "-----", "Root Cause")):
+                in_failures = False  # the section ends at its delimiter; read the line on
+            else:
+                if _SUMMARY_ENTRY.match(line):
+                    others.append({})
+                    current = ""
+                    continue
+                fm = _SUMMARY_FIELD.match(line)
+                if others and fm:
+                    current = fm.group(1)
+                    others[-1].setdefault(current, []).append(fm.group(2))
+                elif others and current == "traceback":
+                    others[-1]["traceback"].append(line)
+                continue
         if in_summary and summary is not None:
             if line.startswith("====="):
                 in_summary = False
@@ -192,6 +233,9 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
                 continue
         if head in (" ", "\t"):
             continue
+        if line.startswith("Failures:") and not others:
+            in_failures, current = True, ""
+            continue
         if "Root Cause (first observed failure)" in line:
             summary, in_summary, current = {}, True, ""
             continue
@@ -199,6 +243,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
             etype = exception_type_of(line)
             if etype and not etype.endswith(_AGENT_WRAPPERS):
                 loose.append(line)
+    other_failures = tuple(_entry(o) for o in others)
     am = _AGENT_EXIT.search(text)
     agent_code = int(am.group(1)) if am else None
     facts = LogFacts(
@@ -210,26 +255,19 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         loose_exceptions=tuple(loose),
         ranks_seen=frozenset(ranks),
         log_rule=log_rule,
+        other_failures=other_failures,
     )
     if summary is None:
         return facts
-    s_time = s_rank = s_code = None
+    s_time = None
     if summary.get("time") and (tm := _SUMMARY_TIME.search(summary["time"][0])):
         y, mo, d, hh, mi, ss = (int(g) for g in tm.groups())
         try:
             s_time = datetime(y, mo, d, hh, mi, ss, tzinfo=UTC).timestamp()
         except ValueError:
             s_time = None
-    if summary.get("rank") and (im := _LEADING_INT.match(summary["rank"][0])):
-        s_rank = int(im.group(1))
-    if summary.get("exitcode") and (im := _LEADING_INT.match(summary["exitcode"][0])):
-        s_code = int(im.group(1))
+    s_rank, s_code, exc_line = _entry(summary)
     err_file = (summary.get("error_file") or [""])[0].strip()
-    exc_line = ""
-    for tb_line in summary.get("traceback", []):
-        stripped = tb_line.strip()
-        if stripped and not stripped.startswith(("Traceback", "File ")) and exception_type_of(stripped):
-            exc_line = stripped
     if s_rank is not None:
         ranks.add(s_rank)
     return LogFacts(
@@ -246,4 +284,5 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         loose_exceptions=tuple(loose),
         ranks_seen=frozenset(ranks),
         log_rule=log_rule,
+        other_failures=other_failures,
     )

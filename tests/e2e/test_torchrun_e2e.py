@@ -66,7 +66,10 @@ def test_exception_two_workers_per_pod(tmp_path: Path) -> None:
     _check(result)
     root = _root(result)
     assert root.exit_code == 1
-    assert _message(root).startswith("ValueError:")
+    # torch copies the error file of the worker it lists as first failed: by whole-second timestamps and
+    # the order it polled, that can be the sibling's "Connection closed by peer" (seen in CI). The
+    # verdict must name the ValueError either way (it is then read from torch's summary in the log).
+    assert _message(root).startswith(("ValueError:", "RuntimeError:")), _message(root)
     assert result.verdict is not None and result.verdict["exception_type"] == "ValueError"
 
 

@@ -6,6 +6,7 @@ the engine — including partial evidence, as the aggregator sees it before ever
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -217,6 +218,68 @@ def test_segfault_found_in_the_log_tail() -> None:
     check(v, "w-1", "crash", False)
     assert v.global_rank == 1
     assert v.failed_at == pytest.approx(1795273095.1, abs=0.5)  # the sub-second glog line
+
+
+# torchrun's summary when two workers of one pod failed in the same second and the agent polled the
+# victim first (seen in CI: torch's 2.13 agent): the root cause it names, and the error file it copies,
+# are the victim's "Connection closed by peer"; the worker that raised is under "Failures:".
+TWO_WORKERS_LOG = """\
+[rank3]: ValueError: learning rate must be positive, got -0.0031 at step 8
+[rank2]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by \
+peer [10.0.0.1]:61615. This is typically caused by a remote worker crashing.
+E1124 16:25:17.635000 25686 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) \
+local_rank: 0 (pid: 25688) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-24_16:25:16
+  host      : localhost
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 25690)
+  error_file: /tmp/torchelastic_fr71xj2k/none_jly7gfkm/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/app/train.py", line 145, in inject
+      raise ValueError(f"learning rate must be positive, got -0.0031 at step {step}")
+  ValueError: learning rate must be positive, got -0.0031 at step 8
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-24_16:25:16
+  host      : localhost
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 25688)
+  error_file: /tmp/torchelastic_fr71xj2k/none_jly7gfkm/attempt_0/0/error.json
+  traceback : Traceback (most recent call last):
+    File "/app/train.py", line 202, in collective
+      pg.allreduce([t]).wait()
+  RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer \
+[10.0.0.1]:61615. This is typically caused by a remote worker crashing.
+============================================================
+"""
+
+
+def test_worker_that_raised_wins_over_the_sibling_torch_listed_first() -> None:
+    t = 1795537516.0  # 2026-11-24T16:25:16Z
+    gloo = GLOO_CLOSED.format(ip="10.0.0.2")
+    root = member(
+        "w-1", rank=1, ip="10.0.0.2", msg=gloo.replace("10.0.0.2", "10.0.0.1"), ts=t, exit_code=1, log=TWO_WORKERS_LOG
+    )
+    peer = member("w-0", rank=0, ip="10.0.0.1", msg=gloo, ts=t, exit_code=1)
+    v = decide(incident(peer, root))
+    check(v, "w-1", "user_code", False)
+    assert (v.exception_type, v.global_rank) == ("ValueError", 3)
+    # The premise: the same pod without the summary's other failures is only an echo.
+    only_root_cause = TWO_WORKERS_LOG.replace(
+        TWO_WORKERS_LOG[TWO_WORKERS_LOG.index("Failures:") : TWO_WORKERS_LOG.index("Root Cause")],
+        "Failures:\n  <NO_OTHER_FAILURES>\n------\n",
+    )
+    only_root_cause = only_root_cause.replace(
+        "[rank3]: ValueError: learning rate must be positive, got -0.0031 at step 8\n", ""
+    )
+    assert assess(dataclasses.replace(root, log_tail=only_root_cause)).role == "secondary"
 
 
 def test_sys_exit_without_exception_from_the_log() -> None:
