@@ -47,8 +47,9 @@ Settings (flag > environment variable > default):
 (`KUBERNETES_SERVICE_HOST` is set) or given a kubeconfig, else `none` (the error file is then all the
 sidecar reports). The `api` source finds the API server as the aggregator does
 (`podmortem.sidecar.kubeconfig`): the kubeconfig when given, else in-cluster, else `~/.kube/config`.
-`WATCHFILES_FORCE_POLLING` (read by watchfiles itself) switches file watching to polling for
-filesystems without inotify.
+`PODMORTEM_FORCE_POLLING=1` switches file watching from inotify to a stat every 0.5 s, for
+filesystems whose changes inotify does not see (some network mounts); without inotify at all (not
+Linux, no watches left) the sidecar polls on its own and says so in its log.
 """
 
 from __future__ import annotations

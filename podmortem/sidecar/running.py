@@ -68,9 +68,6 @@ def run(ns: argparse.Namespace) -> int:
         format=f"%(asctime)s %(levelname)s [{settings.pod_name}] %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # watchfiles logs "N changes detected" at INFO for every change in a watched directory — while the
-    # error file's directory does not exist yet, that is every change in its parent: noise, not news.
-    logging.getLogger("watchfiles").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         source = make_pod_source(settings)
     except (ValueError, OSError) as exc:  # no API server to be found, an unusable kubeconfig or TLS files

@@ -18,7 +18,7 @@ import pytest
 from podmortem.core.errorfile import read_error_file
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.sidecar.watcher import ErrorFileWatcher
+from podmortem.sidecar.watcher import FORCE_POLLING_ENV, ErrorFileWatcher, force_polling_from_env
 
 HANG_GUARD = 20.0
 
@@ -231,3 +231,52 @@ def test_huge_file_still_growing_is_reported_once_settled(tmp_path: Path) -> Non
     assert event.error_file.size_bytes == path.stat().st_size
     assert event.error_file.traceback.endswith("RecursionError: deep\n")
     assert len(collected.events) == 1
+
+
+def inotify_instances() -> int:
+    """inotify instances this process holds (each is an `anon_inode:inotify` file descriptor)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+@pytest.mark.parametrize("how", ["inotify", "argument", "environment"])
+async def test_polling_fallback_sees_late_files_and_rewrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Where inotify is not wanted (or not available) the tick alone finds the file: late directories,
+    a rewrite. The default watch sleeps in one inotify instance; polling opens none."""
+    if how == "environment":
+        monkeypatch.setenv(FORCE_POLLING_ENV, "true")
+    before = inotify_instances()
+    path = tmp_path / "late" / "dir" / "error.json"
+    collected = Collected()
+    watcher = ErrorFileWatcher(
+        path, "ns/pod", collected, settle_seconds=0.3, force_polling=True if how == "argument" else None
+    )
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.sleep(0.05)
+        assert inotify_instances() - before == (1 if how == "inotify" else 0)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record("ValueError: seen by the tick")))
+        await collected.until(1)
+        path.write_text(json.dumps(record("RuntimeError: rewritten", ts=1795271130)))
+        events = await collected.until(2)
+        assert messages(events) == ["ValueError: seen by the tick", "RuntimeError: rewritten"]
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert inotify_instances() == before  # the watch's instance is closed with it
+
+
+def test_force_polling_from_env_reads_the_usual_truthy_spellings() -> None:
+    assert force_polling_from_env({FORCE_POLLING_ENV: " Yes "})
+    assert force_polling_from_env({FORCE_POLLING_ENV: "1"})
+    assert not force_polling_from_env({FORCE_POLLING_ENV: "0"})
+    assert not force_polling_from_env({})
