@@ -215,7 +215,11 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         if r is not None:
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
     if log.log_rule is not None:
-        out.append(_Cand("log", log.log_rule[0], log.log_rule[1]))
+        # The launcher stopping the other workers after one of this pod's own exited non-zero is the
+        # consequence of that exit (named above), not a teardown from outside.
+        own_exit = (log.summary_exitcode or log.agent_exitcode or 0) > 0
+        if not (log.log_rule[0].secondary == "teardown" and own_exit):
+            out.append(_Cand("log", log.log_rule[0], log.log_rule[1]))
     for c in member.conditions:
         if c.type == "DisruptionTarget" and c.status == "True":
             r = rules.classify_disruption(c.reason)

@@ -46,7 +46,13 @@ _LAUNCHER_PREFIX = re.compile(
     r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:)\s?"
 )
 # The agent's own word on a worker's end, in its glog line or its failure summary: "exitcode: -9".
-_AGENT_EXIT = re.compile(r"exitcode\s*:\s*(-?\d{1,3})\b")
+# DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old
+# torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
+# torch.multiprocessing.spawn "terminated with signal SIGKILL": the same fact in other words.
+_AGENT_EXIT = re.compile(
+    r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,3})\b"
+    r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
+)
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -58,6 +64,7 @@ SIGNAL_NAMES = {
     11: "SIGSEGV",
     15: "SIGTERM",
 }
+_SIGNAL_NUMBERS = {name: number for number, name in SIGNAL_NAMES.items()}
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,20 @@ def first_log_line(text: str, rules: RuleSet = DEFAULT_RULES) -> str:
     """The line of `text` the first matching log rule names ("" when none does)."""
     found = _log_rule(text, rules)
     return found[1] if found is not None else ""
+
+
+def _agent_exit(text: str) -> int | None:
+    """The first worker exit the launcher logged, as torchrun writes it (negative: died of that signal)."""
+    m = _AGENT_EXIT.search(text)
+    if m is None:
+        return None
+    code, ds, sub, died, spawn = m.groups()
+    if died is not None:
+        return -int(died)
+    if spawn is not None:
+        number = _SIGNAL_NUMBERS.get(spawn)
+        return -number if number is not None else None
+    return int(code or ds or sub)
 
 
 def several_workers_failed(text: str) -> bool:
@@ -244,8 +265,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
             if etype and not etype.endswith(_AGENT_WRAPPERS):
                 loose.append(line)
     other_failures = tuple(_entry(o) for o in others)
-    am = _AGENT_EXIT.search(text)
-    agent_code = int(am.group(1)) if am else None
+    agent_code = _agent_exit(text)
     facts = LogFacts(
         agent_exitcode=agent_code,
         first_failure_at=first_failure,

@@ -597,7 +597,7 @@ _B: list[dict[str, Any]] = [
         "id": "c10d.store",
         "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
         r"|RendezvousConnectionError|RendezvousClosedError|Connection was likely closed|client socket has timed out"
-        r"|The server socket has failed",
+        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
     },
@@ -714,6 +714,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.shm",
         "log": r"insufficient shared memory|/dev/shm|is killed by signal: Bus error|No space left on device"
         r"|Disk quota exceeded|Read-only file system|Stale file handle|PytorchStreamWriter failed writing"
+        r"|PyTorchFileWriter\("
         r"|Transport endpoint is not connected|\[Errno (5|24|28|30|116|122)\]|Input/output error|Too many open files"
         r"|can't start new thread",
         "category": "infra",
@@ -731,8 +732,10 @@ _B: list[dict[str, Any]] = [
         "why": "no usable GPU, driver or library in the container",
     },
     {
+        # A scheduler's own statement that it ended the job: before a lost node (a preempted node is
+        # lost too, and the preemption is the cause).
         "id": "log.scheduler",
-        "log": r"DUE TO (TIME LIMIT|PREEMPTION)|\bpreempted\b|preemption notice"
+        "log": r"DUE TO (TIME LIMIT|PREEMPTION)|preemption notice"
         r"|spot (instance )?(interruption|termination)|PreemptionByScheduler|EvictionByEvictionAPI"
         r"|TerminationByKubelet|maintenance event",
         "category": "preemption",
@@ -742,9 +745,17 @@ _B: list[dict[str, Any]] = [
         "id": "log.node-lost",
         "log": r"missed too many heartbeats|has been marked dead|node it was running on is dead|RAY_NODE_REMOVED"
         r"|\bNodeLost\b|\bNotReady\b|\bNODE_FAIL\b|node .{0,60} (is|was) dead|heartbeat.{0,40}(timed out|missed|lost)"
-        r"|lost contact with the node|node (was )?removed",
+        r"|lost contact with the node|node (was )?removed|\bnode has died|\bnode died\b",
         "category": "node_lost",
         "why": "a node stopped reporting (heartbeats missed, NotReady, node removed)",
+    },
+    {
+        # The bare word, after the node-lost facts: Ray lists "preempted node" among the possible causes
+        # of a node it marked dead, which is no statement that it was.
+        "id": "log.preempted",
+        "log": r"\bpreempted\b",
+        "category": "preemption",
+        "why": "the job or its node was preempted",
     },
     {
         "id": "log.name-resolution",
@@ -769,7 +780,8 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "log.peer-gone",
-        "log": r"Connection closed by peer|Connection reset by peer|communicator (was|has been) aborted"
+        "log": r"Connection closed by (peer|remote peer|localRank)|Connection reset by peer"
+        r"|communicator (was|has been) aborted"
         r"|ProcessGroupNCCL is aborted|remote process exited or there was a network error|ncclRemoteError"
         r"|peer .{0,40}closed (the )?connection",
         "secondary": "peer",
@@ -784,7 +796,8 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.store-gone",
         "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
-        r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed",
+        r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed"
+        r"|c10d key-value store|store->get\(|waitForInput",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
     },
@@ -798,6 +811,17 @@ _B: list[dict[str, Any]] = [
         r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected",
         "category": "crash",
         "why": "a native crash (segfault, abort, bus error, illegal instruction)",
+    },
+    {
+        # Last of the log rules: the launcher stopping this pod's workers because the job is being torn
+        # down (torchrun's agent, DeepSpeed's launcher, mp.spawn, srun). The root's own log says so too,
+        # after its own failure, which an earlier rule or the launcher's failure summary then names.
+        "id": "log.teardown",
+        "log": r"closing signal SIGTERM|Closing process \d+ via signal|Received \d+ death signal|via signal SIGTERM"
+        r"|Killing subprocess \d+|: Terminated\s*$|CANCELLED AT \S+ \*\*\*|Force Terminated"
+        r"|got signal: ?(15|SIGTERM)\b",
+        "secondary": "teardown",
+        "why": "its workers were stopped because the job was being torn down",
     },
     # --- Exit codes (Kubeflow ExitCode policy) and signals --------------------------------------------
     {"id": "exit.teardown", "exit_code": [130, 143], "secondary": "teardown", "why": "terminated by SIGTERM/SIGINT"},

@@ -665,3 +665,84 @@ def test_a_clear_verdict_is_not_hedged() -> None:
     )
     v = decide(Incident(JobRef("ml", "j"), 1, (member,)))
     assert not v.uncertain and not v.summary.startswith("Likely")
+
+
+# --- launchers' own words (session 5: failures from outside our harness) -----------------------------
+
+
+def test_a_launcher_stopping_its_workers_is_a_teardown_unless_one_of_its_own_failed() -> None:
+    """torchrun's agent, DeepSpeed's launcher, mp.spawn and srun all log that they stop workers; on a pod
+    that is only being torn down that is an echo, not a failure of its own (exit 1 alone would be)."""
+    teardowns = [
+        "W1124 18:02:11.120000 4410 torch/distributed/elastic/multiprocessing/api.py:908] "
+        "Sending process 4411 closing signal SIGTERM",
+        "WARNING: torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
+        "[2026-11-24 18:02:11,148] [INFO] [launch.py:131:sigkill_handler] Killing subprocess 250621",
+        "W1124 18:02:11.168000 1315 torch/multiprocessing/spawn.py:145] Terminating process 25364 via signal SIGTERM",
+        "srun: error: node-7: task 3: Terminated",
+    ]
+    for i, line in enumerate(teardowns):
+        f = assess(member(f"w-{i}", rank=i, exit_code=1, finished=T0, log=line))
+        assert (f.role, f.secondary) == ("secondary", "teardown"), line
+    # The root: exit 1 and nothing else, a second *later* than every victim.
+    victims = [member(f"w-{i}", rank=i, exit_code=1, finished=T0, log=line) for i, line in enumerate(teardowns)]
+    root = member("w-9", rank=9, exit_code=1, finished=T0 + 1)
+    check(decide(incident(*victims, root)), "w-9", "user_code", False)
+    # The agent stopping the siblings of a worker of its own that exited 1: that exit is the failure.
+    own = (
+        teardowns[0]
+        + "\nE1124 18:02:11.300000 4410 torch/distributed/elastic/multiprocessing/api.py:882] "
+        + ("failed (exitcode: 1) local_rank: 0 (pid: 4412) of binary: /usr/bin/python")
+    )
+    assert assess(member("w-0", rank=0, exit_code=1, finished=T0, log=own)).role == "primary"
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "category"),
+    [
+        (
+            "[ERROR] [launch.py:434:sigkill_handler] ['python', '-u', 'train.py'] exits with return code = -9",
+            -9,
+            "host_oom",
+        ),
+        (
+            "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGSEGV: 11>.",
+            -11,
+            "crash",
+        ),
+        ("subprocess.CalledProcessError: Command 'python train.py' returned non-zero exit status -7.", -7, "crash"),
+        (
+            "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL",
+            -9,
+            "host_oom",
+        ),
+    ],
+)
+def test_other_launchers_words_for_a_worker_killed_by_a_signal(line: str, code: int, category: str) -> None:
+    assert parse_log(line, near=T0).agent_exitcode == code
+    f = assess(member("w-0", rank=0, exit_code=1, finished=T0, log=line))
+    assert (f.role, f.category) == ("primary", category)
+
+
+def test_waiting_in_the_c10d_store_for_rank_0_is_an_echo() -> None:
+    line = (
+        "[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving "
+        "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: wait timeout "
+        "after 1800000ms, keys: /default_pg/0//1//cuda//0"
+    )
+    f = assess(member("w-2", rank=2, exit_code=1, finished=T0, log=line))
+    assert (f.role, f.secondary) == ("secondary", "store")
+    f = assess(member("w-2", rank=2, msg=line.removeprefix("[rank2]: "), ts=T0, exit_code=1))
+    assert (f.role, f.secondary) == ("secondary", "store")
+
+
+def test_a_node_marked_dead_is_lost_even_where_preemption_is_named_as_a_possible_cause() -> None:
+    dead = (
+        "WARNING worker.py:1462 -- The node with node id: 8f20 and address: 10.0.3.9 has been marked dead because "
+        "the detector has missed too many heartbeats from it. This can happen when a (1) raylet crashes "
+        "unexpectedly (OOM, preempted node, etc.) (2) raylet has lagging heartbeats."
+    )
+    assert assess(member("w-0", rank=0, exit_code=1, finished=T0, log=dead)).category == "node_lost"
+    # A scheduler's own statement still names the preemption, even with the node gone as well.
+    slurm = "slurmstepd: error: *** STEP 41.0 ON node-7 CANCELLED AT 2026-11-24T18:02:11 DUE TO PREEMPTION ***\n"
+    assert assess(member("w-0", rank=0, exit_code=1, finished=T0, log=slurm + dead)).category == "preemption"
