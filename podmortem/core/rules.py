@@ -454,7 +454,7 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "cuda.no-device",
-        "message": r"no CUDA-capable device|CUDA driver version is insufficient"
+        "message": r"no CUDA-capable device|CUDA driver version is insufficient|NVIDIA driver on your system is too old"
         r"|Found no NVIDIA driver|CUDA error: initialization error|cudaErrorNoDevice"
         r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed",
         "category": "infra",
@@ -723,6 +723,7 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.environment",
         "log": r"cannot open shared object file|libcuda\.so|CUDA driver version is insufficient"
+        r"|driver on your system is too old"
         r"|no CUDA-capable device|Found no NVIDIA driver|NVIDIA-SMI has failed|ErrImagePull|ImagePullBackOff"
         r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable|Failed to pull image"
         r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
