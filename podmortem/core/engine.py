@@ -291,14 +291,19 @@ def _interval(lo: float | None, hi: float | None) -> tuple[float | None, float]:
     return (lo + hi) / 2.0, (hi - lo) / 2.0
 
 
+def _finite(t: float | None) -> float | None:
+    """A time as evidence: None for a missing, infinite or NaN one (a hand-edited or corrupted record)."""
+    return t if t is not None and math.isfinite(t) else None
+
+
 def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float | None, float]:
     """Reference-clock estimate (and half-width) of when this member's own failure happened."""
-    offset = member.clock_offset or 0.0
+    offset = _finite(member.clock_offset) or 0.0
     source = cand.source if cand is not None else ""
     teardown = cand is not None and cand.rule.secondary == "teardown"
     if source == "condition" and cand is not None and cand.rule.category == "preemption":
         for c in member.conditions:
-            if c.type == "DisruptionTarget" and c.last_transition_time is not None:
+            if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
                 return c.last_transition_time, 1.0  # control-plane clock: not skewed
     lo: float | None = None
     hi: float | None = None
@@ -313,9 +318,9 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
             hi = max(glog, lo)
     if lo is None and log.summary_time is not None:
         lo, hi = log.summary_time, log.summary_time + 1.0
-    if lo is None and member.termination is not None and member.termination.finished_at is not None:
-        lo, hi = member.termination.finished_at - 1.0, member.termination.finished_at + 1.0
-    end = member.termination.finished_at if member.termination is not None else None
+    end = _finite(member.termination.finished_at) if member.termination is not None else None
+    if lo is None and end is not None:
+        lo, hi = end - 1.0, end + 1.0
     if lo is not None and end is not None and not end - LOG_TIME_WINDOW <= lo <= end + TIE_SECONDS:
         # A time read from the log (a glog line placed in a year by guesswork, a summary from an earlier
         # attempt) that the kubelet's own record of the container's end contradicts is not this failure's.
@@ -325,18 +330,18 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
         mid += offset
         if member.clock_offset is None:
             spread += TIE_SECONDS / 2  # unmeasured clock
-    observed = member.error_observed_at if (err is not None and source == "error file") else None
+    observed = _finite(member.error_observed_at) if (err is not None and source == "error file") else None
     if observed is None and source == "termination":
-        observed = member.termination_observed_at
+        observed = _finite(member.termination_observed_at)
     if observed is not None and (mid is None or member.clock_offset is None):
         return observed - 0.5, 0.5  # seen by the sidecar shortly after it happened
     if mid is None:
         for c in member.conditions:
-            if c.type == "DisruptionTarget" and c.last_transition_time is not None:
+            if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
                 return c.last_transition_time, 1.0
-        if member.deleted_at is not None:
+        if _finite(member.deleted_at) is not None:
             return member.deleted_at, 2.0
-    return mid, spread
+    return (mid, spread) if _finite(mid) is not None else (None, math.inf)
 
 
 def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None = None) -> Finding:
