@@ -74,6 +74,22 @@ class Condition:
     last_transition_time: float | None = None
 
 
+def evolve(member: Member, **changes: Any) -> Member:
+    """`dataclasses.replace` for a Member, without re-running `__init__` over its ~25 fields.
+
+    The fold applies a few events to every member of a 10,000-pod bundle: `replace` was a fifth of
+    loading it. Member has no `__post_init__` and no slots, so a copy of its attributes with `changes`
+    laid over them is the same object `replace` builds; unknown field names are refused as there.
+    """
+    unknown = changes.keys() - _MEMBER_FIELDS
+    if unknown:
+        raise TypeError(f"Member has no field(s) {sorted(unknown)}")
+    new = object.__new__(Member)
+    new.__dict__.update(member.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
 @dataclass(frozen=True)
 class Member:
     """One pod of the job, with everything observed about it."""
@@ -162,3 +178,6 @@ class Verdict:
     def root_cause(self) -> dict[str, Any]:
         """The scorer's shape: {"pod", "category", "retryable"}."""
         return {"pod": self.pod, "category": self.category, "retryable": self.retryable}
+
+
+_MEMBER_FIELDS = frozenset(f.name for f in dataclasses.fields(Member))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core import errorfile, podstatus
-from podmortem.core.model import Incident, JobRef, Member
+from podmortem.core.model import Incident, JobRef, Member, evolve
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -41,11 +41,12 @@ class BundleError(ValueError):
     """A bundle that cannot be read; the message is one line naming the path and the problem."""
 
 
-def _read_regular(path: Path, what: str, limit: int, tail: bool = False) -> bytes | None:
+def _read_regular(path: str | Path, what: str, limit: int, tail: bool = False) -> bytes | None:
     """At most `limit` bytes of a regular file (its last ones with `tail`); None when it does not exist.
 
     A bundle is user input: a FIFO would block us for ever and a link to /dev/zero would read until
-    memory runs out, so only regular files are read (opened O_NONBLOCK, checked with fstat).
+    memory runs out, so only regular files are read (opened O_NONBLOCK, checked with fstat). Read with
+    os.read on the descriptor (no file object): a 10,000-pod bundle is 30,000 small files.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -55,8 +56,8 @@ def _read_regular(path: Path, what: str, limit: int, tail: bool = False) -> byte
         raise BundleError(f"{path}: {what} is a directory") from None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise BundleError(f"{path}: {what} is a directory")
         if not stat.S_ISREG(st.st_mode):
@@ -64,10 +65,21 @@ def _read_regular(path: Path, what: str, limit: int, tail: bool = False) -> byte
         if st.st_size > limit and not tail:
             raise BundleError(f"{path}: {what} is {st.st_size} bytes, more than the {limit}-byte limit")
         try:
-            f.seek(max(0, st.st_size - limit))
-            return f.read(limit)
+            if st.st_size > limit:
+                os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+            chunks = []
+            left = limit
+            while left > 0:
+                chunk = os.read(fd, min(left, max(st.st_size, 1 << 16)))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
         except OSError as exc:
             raise BundleError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _finite(text: str) -> float:
@@ -81,7 +93,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: str | Path, what: str) -> Any:
     data = _read_regular(path, what, MAX_JSON_BYTES)
     if data is None:
         raise BundleError(f"{path}: {what} not found")
@@ -95,16 +107,12 @@ def _read_json(path: Path, what: str) -> Any:
         raise BundleError(f"{path}: {what}: {exc}") from None
 
 
-def _read_log(path: Path) -> tuple[str, bool] | None:
-    try:
-        size = path.stat().st_size
-    except OSError:
-        size = 0
-    data = _read_regular(path, "log", MAX_LOG_BYTES, tail=True)
+def _read_log(path: str) -> tuple[str, bool] | None:
+    data = _read_regular(path, "log", MAX_LOG_BYTES + 1, tail=True)
     if data is None:
         return None
-    text = data.decode("utf-8", errors="replace")
-    truncated = size > MAX_LOG_BYTES
+    truncated = len(data) > MAX_LOG_BYTES
+    text = data[-MAX_LOG_BYTES:].decode("utf-8", errors="replace")
     if truncated and "\n" in text:
         text = text.split("\n", 1)[1]  # drop the partial first line
     return text, truncated
@@ -120,7 +128,7 @@ def _job_ref(doc: dict[str, Any], path: Path) -> JobRef:
     return JobRef(str(job.get("namespace") or ""), name, str(job.get("kind") or ""), str(job.get("uid") or ""))
 
 
-def load_member(pod_dir: Path) -> Member:
+def load_member(pod_dir: str | Path) -> Member:
     """One member from pods/<pod>/ through the shared fold; BundleError when its files are not usable."""
     try:
         return _load_member(pod_dir)
@@ -131,27 +139,28 @@ def load_member(pod_dir: Path) -> Member:
         raise BundleError(f"{pod_dir}: not a usable pod ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
-def _load_member(pod_dir: Path) -> Member:
-    pod = _read_json(pod_dir / "pod.json", "pod.json")
+def _load_member(pod_dir: str | Path) -> Member:
+    pod_dir = os.fspath(pod_dir)
+    pod_json = os.path.join(pod_dir, "pod.json")
+    pod = _read_json(pod_json, "pod.json")
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
-        raise BundleError(f"{pod_dir / 'pod.json'}: not a Pod object (no metadata)")
+        raise BundleError(f"{pod_json}: not a Pod object (no metadata)")
     snap = podstatus.snapshot(pod)
     if not snap.name:
-        snap = dataclasses.replace(snap, name=pod_dir.name)
+        snap = dataclasses.replace(snap, name=os.path.basename(pod_dir))
     key = snap.uid or f"{snap.namespace}/{snap.name}"
     member = wire.member_from_snapshot(snap)
     events: list[pb.Event] = list(wire.events_from_snapshot(snap))
-    error_path = pod_dir / "error.json"
-    rec = errorfile.read_error_file(error_path, within=pod_dir)
+    rec = errorfile.read_error_file(os.path.join(pod_dir, "error.json"), within=pod_dir)
     if rec is not None:
         events.append(wire.make_event(wire.error_to_pb(rec), wire.error_event_id(key, rec)))
-    log = _read_log(pod_dir / "log.txt")
+    log = _read_log(os.path.join(pod_dir, "log.txt"))
     if log is not None:
         events.append(wire.make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
     for event in events:
         member = wire.apply_event(member, event)
     # No sidecar watched this pod: the fold stamped "observed" with the time we read the files.
-    return dataclasses.replace(member, error_observed_at=None, termination_observed_at=None)
+    return evolve(member, error_observed_at=None, termination_observed_at=None)
 
 
 def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
@@ -188,7 +197,8 @@ def load_bundle(path: str | Path) -> Incident:
     pods_dir = root / "pods"
     if not pods_dir.is_dir():
         raise BundleError(f"{root}: no pods/ directory")
-    pod_dirs = sorted(p for p in pods_dir.iterdir() if p.is_dir())
+    with os.scandir(pods_dir) as entries:
+        pod_dirs = sorted(e.path for e in entries if e.is_dir())
     if not pod_dirs:
         raise BundleError(f"{pods_dir}: no pod directories")
     members = assign_ranks([load_member(d) for d in pod_dirs])

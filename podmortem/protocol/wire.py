@@ -21,7 +21,7 @@ from typing import Literal, overload
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from podmortem.core.model import Condition, ErrorRecord, Member, Termination
+from podmortem.core.model import Condition, ErrorRecord, Member, Termination, evolve
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -227,17 +227,17 @@ def apply_event(member: Member, event: pb.Event, clock_offset: float | None = No
         first_seen = member.error_observed_at
         if observed is not None and (first_seen is None or observed < first_seen):
             first_seen = observed
-        return dataclasses.replace(member, error=rec, error_observed_at=first_seen)
+        return evolve(member, error=rec, error_observed_at=first_seen)
     if kind == "termination":
         term = termination_from_pb(event.termination)
         if member.termination is not None and member.termination.restart_count > term.restart_count:
             return member  # an older run's end arriving late
         seen_at = member.termination_observed_at if member.termination == term else observed
-        return dataclasses.replace(member, termination=term, running=False, termination_observed_at=seen_at)
+        return evolve(member, termination=term, running=False, termination_observed_at=seen_at)
     if kind == "condition":
         cond = condition_from_pb(event.condition)
         others = tuple(c for c in member.conditions if c.type != cond.type)
-        return dataclasses.replace(member, conditions=(*others, cond))
+        return evolve(member, conditions=(*others, cond))
     if kind == "deletion":
         d = event.deletion
         return dataclasses.replace(
@@ -247,5 +247,5 @@ def apply_event(member: Member, event: pb.Event, clock_offset: float | None = No
             phase_reason=d.reason or member.phase_reason,
         )
     if kind == "log_tail":
-        return dataclasses.replace(member, log_tail=compact_text(event.log_tail.text))
+        return evolve(member, log_tail=compact_text(event.log_tail.text))
     return member

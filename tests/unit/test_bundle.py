@@ -147,3 +147,18 @@ def test_large_log_keeps_the_tail(tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "b", {"w-0": pod_json("w-0")}, logs={"w-0": big})
     tail = load_bundle(b).members[0].log_tail
     assert tail.endswith("RuntimeError: the end\n") and len(tail) < len(big) and tail.startswith("line ")
+
+
+def test_evolve_builds_what_dataclasses_replace_builds() -> None:
+    import dataclasses
+
+    from podmortem.core.model import ErrorRecord, Member, Termination, evolve
+
+    m = Member(pod="w-0", rank=0, error=ErrorRecord(message="ValueError: x"), log_tail="a")
+    end = Termination(exit_code=1)
+    assert evolve(m, termination=end, running=False, log_tail="b") == dataclasses.replace(
+        m, termination=end, running=False, log_tail="b"
+    )
+    assert m.log_tail == "a"  # the original is untouched
+    with pytest.raises(TypeError):
+        evolve(m, no_such_field=1)
