@@ -69,14 +69,18 @@ LOG_TIME_WINDOW = 2 * 3600.0
 # probabilities: a strong own failure with a clear lead is near-certain; attributions made from what
 # is *missing* (a hang, an unreported member, an echo) are guesses of decreasing strength.
 CONF_PRIMARY = 0.9  # earliest strong own failure (exception, OOM, signal, preemption) with a clear lead
-CONF_PRIMARY_WEAK = 0.6  # earliest own failure is weak (bare exit code, an error a dying peer can cause)
+# Calibrated on the corpora (docs/engine.md, "Confidence"): how often each path was right (pod and
+# category) on the development corpus and the real-world training split together, smoothed
+# ((right + 1) / (n + 2)) and rounded to 0.05.
+CONF_PRIMARY_WEAK = 0.25  # earliest own failure is weak (bare exit code...): right 1 of 7
+CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class: right 20 of 23
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
 NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
 CONF_NAMED_BONUS = 0.05  # victims name the root's address as the dead peer
 CONF_MAX = 0.99
-CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.7, 1: 0.35}  # by how visibly stuck the chosen member is
+CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.25, 1: 0.35}  # by how visibly stuck the chosen member is (2: right 2 of 10)
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
 CONF_HANG_UNLOCATED = 0.3  # nobody stands out: the member that waited first
 CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside
@@ -448,7 +452,7 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
-    confidence = CONF_PRIMARY_WEAK if root.weak else CONF_PRIMARY
+    confidence = CONF_PRIMARY_WEAK if root.weak else CONF_PRIMARY_GENERIC if rule.generic else CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
     if len(ordered) > 1:
         nxt = ordered[1]
