@@ -674,9 +674,11 @@ _B: list[dict[str, Any]] = [
         "log": r"GPU is lost|fallen off the bus|Unable to determine the device handle|unspecified launch failure"
         r"|illegal memory access|CUDA error: an illegal|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"
         r"|uncorrectable NVLink|NVLink (error|fatal|failure)|fabric ?manager|NVSwitch (fatal|error)"
-        r"|CUDA error: unknown error|hardware stack error",
+        r"|CUDA error: unknown error|hardware stack error"
+        # NCCL's NVLS transport (NVSwitch multicast) failing to set up: the node's fabric manager/NVSwitches.
+        r"|transport/nvls\.cc[^\n]{0,60}Cuda failure|NVLink SHARP",
         "category": "hardware",
-        "why": "GPU fault (lost device, illegal address, launch failure, NVLink/fabric error)",
+        "why": "GPU fault (lost device, illegal address, launch failure, NVLink/NVSwitch/fabric error)",
     },
     {
         "id": "log.cuda-oom",
