@@ -418,7 +418,7 @@ _B: list[dict[str, Any]] = [
         "id": "cuda.oom",
         "message": r"CUDA out of memory|CUDA error: out of memory|HIP out of memory"
         r"|^(torch\.)?(cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-        r"|NCCL error.*\bout of memory",
+        r"|NCCL error.*\bout of memory|Cuda failure (\d+ )?'out of memory'",
         "category": "gpu_oom",
         "why": "GPU memory exhausted",
     },
@@ -683,7 +683,8 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.cuda-oom",
         "log": r"CUDA out of memory|OutOfMemoryError: CUDA|CUDA error: out of memory|HIP out of memory"
-        r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|NCCL error.{0,80}\bout of memory",
+        r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|NCCL error.{0,80}\bout of memory"
+        r"|Cuda failure (\d+ )?'out of memory'",
         "category": "gpu_oom",
         "why": "GPU memory exhausted",
     },

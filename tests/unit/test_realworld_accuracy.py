@@ -21,7 +21,7 @@ from podmortem.offline.corpus import Answer, Case, compose, load, score, write_b
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus-realworld" / "excerpts.jsonl"
 SEEDS = range(3)
-# measured (bench/realworld.py --split both): train 0.96/0.91/0.95, held-out 0.88/0.68/0.80
+# measured (bench/realworld.py --split both): train 0.96/0.92/0.96, held-out 0.88/0.69/0.81
 FLOORS = {"train": (0.92, 0.86, 0.91), "heldout": (0.84, 0.64, 0.76)}
 # pod and category both right, held-out, seed 0, through `podmortem analyze`: measured 47/76 = 0.62
 BOTH_RIGHT_FLOOR = 0.58
