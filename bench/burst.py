@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         if ns.echo:
             e = run_once(w, tail, ns.generators, echo=True)
             ratio = r["cpu_s"] / max(e["cpu_s"], 1e-9)
-            line += f"  | echo CPU {e['cpu_s']:.2f} s ({e['cpu_per_event_ms']:.3f} ms/event), ratio {ratio:.2f}x"
+            line += (
+                f"  | echo CPU {e['cpu_s']:.2f} s ({e['cpu_per_event_ms']:.3f} ms/event), ratio {ratio:.2f}x, "
+                f"echo peak RSS {e['peak_rss_mib']:.0f} MiB"
+            )
         print(line, flush=True)
         if len(runs) > 1:
             # The last member's event acknowledged = quorum reached; the verdict file written = published.
