@@ -771,7 +771,9 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.ib",
         "log": r"NCCL WARN NET/IB|transport retry counter exceeded|ibv_\w+ failed|IBV_WC_\w+|unhandled system error"
-        r"|ncclSystemError|No route to host|Network is unreachable",
+        r"|ncclSystemError|No route to host|Network is unreachable"
+        # NCCL's bootstrap cannot open a socket to a peer's address (not a peer that went away).
+        r"|socketStartConnect: Connect to [^\n]{0,120} failed|Software caused connection abort",
         "category": "network",
         "why": "interconnect failure (InfiniBand/RoCE/socket system error)",
     },

@@ -301,6 +301,16 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("free(): invalid pointer", "crash"),
         ("*** stack smashing detected ***: terminated", "crash"),
         ("E1124 12:00:01 torch/distributed/elastic: died with <Signals.SIGBUS: 7>.", "crash"),
+        # 2026-11-24: families seen in the new training excerpts (written here in our own words)
+        ("gpu3:1201:1290 [3] transport/nvls.cc:161 NCCL WARN Cuda failure 1 'invalid argument'", "hardware"),
+        ("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152", "hardware"),
+        ("host7:77:90 [0] enqueue.cc:1090 NCCL WARN Cuda failure 'out of memory'", "gpu_oom"),
+        (
+            "host7:77:90 [1] misc/socket.cc:480 NCCL WARN socketStartConnect: Connect to 10.1.2.3<4455> failed",
+            "network",
+        ),
+        ("The NVIDIA driver on your system is too old (found version 11020).", "infra"),
+        ("    super().__init__(torch._C.PyTorchFileWriter(str(name)))", "infra"),
     ],
 )
 def test_log_lines_name_their_cause(line: str, category: str) -> None:
