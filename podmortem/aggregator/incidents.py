@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.publishing import ClosedBy, Decision
 from podmortem.core import logtail
-from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.core.model import Incident, JobRef, Member, Verdict, evolve
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.wire import apply_event
+from podmortem.protocol.wire import apply_event, compact_text
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,10 @@ class _MemberState:
     sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
     counted: bool = False  # included in its job's running `reported` count
     flooded: bool = False  # reached MAX_MEMBER_EVENTS (counted once)
+    # The newest log tail's text, kept once as a compact str: its event in `events` is stored without
+    # it (the text would otherwise be held twice, in the protobuf event and in the folded member — a
+    # sixth of the aggregator's memory in a 4,096-pod burst).
+    log_text: str | None = None
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
     _folded: Member | None = field(default=None, repr=False)
@@ -175,6 +179,8 @@ class _MemberState:
         ordered = sorted(self.events.values(), key=lambda e: (e.wall_time.seconds, e.wall_time.nanos))
         for event in ordered:
             m = apply_event(m, event, self.clock_offset)
+        if self.log_text is not None:
+            m = evolve(m, log_tail=self.log_text)
         self._folded = m
         return m
 
@@ -322,9 +328,15 @@ class IncidentBook:
             return False
         kind = event.WhichOneof("payload")
         event = bounded(event)
-        if kind == "log_tail":  # only the newest tail matters: keep one
+        log_text: str | None = None
+        if kind == "log_tail":  # only the newest tail matters: keep one, its text once (see `log_text`)
             for old in [i for i, e in member.events.items() if e.WhichOneof("payload") == "log_tail"]:
                 del member.events[old]
+            log_text = compact_text(event.log_tail.text)
+            stripped = pb.Event()
+            stripped.CopyFrom(event)
+            stripped.log_tail.text = ""
+            event = stripped
         elif kind == "error_file":  # versions of one file: the first (when it failed) and the newest
             versions = [i for i, e in member.events.items() if e.WhichOneof("payload") == "error_file"]
             for old in versions[1:]:
@@ -340,6 +352,8 @@ class IncidentBook:
         if from_sidecar and kind in ("termination", "deletion"):
             member.sidecar_saw_end = True
         member.events[event.id] = event
+        if log_text is not None:
+            member.log_text = log_text
         member.changed()
         self._recount(state, member)
         if self._metrics and kind:

@@ -288,3 +288,18 @@ async def test_a_long_log_tail_is_kept_bounded_with_the_line_that_names_the_caus
     assert len(kept) < 17_000 < len(text)
     assert kept.startswith("NVRM: Xid") and kept.endswith("exiting\n")
     assert len(rec.decisions) == 1 and rec.decisions[0].verdict.category == "hardware"
+
+
+async def test_the_newest_log_tail_is_the_one_folded_and_survives_later_events() -> None:
+    """The book holds a tail's text once, outside its stored event: the fold must still see the newest
+    tail after later events make it fold again (and never an older one)."""
+    book, rec, _ = make_book(world=1, timeout=600)
+    key = register(book, "w-0", 0)
+    book.ingest(key, make_event(pb.LogTail(text="old tail: NVRM: Xid 79\n"), "w-0/log/1", wall=T0), from_sidecar=True)
+    book.ingest(key, make_event(pb.LogTail(text="ValueError: newest 🏖️\n"), "w-0/log/2", wall=T0 + 1), from_sidecar=True)
+    book.ingest(key, error("ValueError: newest", int(T0) + 1), from_sidecar=True)  # folds again
+    book.ingest(key, ended(1, T0 + 2), from_sidecar=True)
+    incident = book.incident(key.job)
+    assert incident is not None
+    assert incident.members[0].log_tail == "ValueError: newest ?\n"
+    assert len(rec.decisions) == 1 and rec.decisions[0].verdict.category == "user_code"
