@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import time
-import uuid
 from typing import Literal, overload
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -129,7 +129,7 @@ def make_event(
     """Wrap a payload in an Event stamped with this process's wall and monotonic clocks."""
     wall = time.time() if wall is None else wall
     event = pb.Event(
-        id=event_id or uuid.uuid4().hex,
+        id=event_id or os.urandom(16).hex(),
         monotonic_ns=time.monotonic_ns() if monotonic_ns is None else monotonic_ns,
     )
     wall_ts = to_ts(wall)
