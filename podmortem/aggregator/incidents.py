@@ -126,8 +126,9 @@ def retained(event: pb.Event, keep: int = RETAINED_TAIL_CHARS) -> pb.Event:
     tail = text[-keep:]
     cut = tail.find("\n")
     tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
-    hit = logtail.first_log_line(text)
-    head = f"{hit}\n" if hit and hit not in tail else ""
+    # The line a rule names, looked for only in the part not kept (the rest is in `tail` anyway).
+    hit = logtail.first_log_line(text[: len(text) - len(tail)])
+    head = f"{hit}\n" if hit else ""
     kept = pb.Event()
     kept.CopyFrom(event)
     kept.log_tail.text = f"{head}[... {len(text) - len(tail) - len(head)} characters of the log not kept ...]\n{tail}"

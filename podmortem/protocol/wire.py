@@ -183,18 +183,20 @@ def events_from_snapshot(snap: PodSnapshot, previous: PodSnapshot | None = None)
 
 
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
-_EMOJI_JOINERS = re.compile("[\ufe00-\ufe0f\u200d]")  # variation selectors, zero-width joiner
 
 
 def compact_text(text: str) -> str:
     """A log tail as a compact str: one character outside the Basic Multilingual Plane (gloo's "GLHF! 🏖️")
     makes CPython store the whole string at 4 bytes per character — 256 KiB for a 64 KiB tail, a GiB for a
     4,096-pod burst — and the variation selector that follows an emoji (U+FE0F) still 2 bytes. Such
-    characters become "?" and the selectors and joiners go: an ASCII tail stays 1 byte a character (no
-    rule reads emoji). Other text (non-Latin scripts, box drawing) is kept as it is."""
-    if text.isascii() or (len(text.encode("utf-16-le", "surrogatepass")) == 2 * len(text) and "\ufe0f" not in text):
-        return text  # (both checks run in C; `max(text)` took 0.3 ms a 64 KiB tail)
-    return _EMOJI_JOINERS.sub("", _ASTRAL.sub("?", text))
+    characters become "?" and the selectors and the zero-width joiner go: an ASCII tail stays 1 byte a
+    character (no rule reads emoji). Other text (non-Latin scripts, box drawing) is kept as it is."""
+    if text.isascii():
+        return text
+    if len(text.encode("utf-16-le", "surrogatepass")) != 2 * len(text):  # (runs in C, unlike max(text))
+        text = _ASTRAL.sub("?", text)
+    # str.replace, not a regular expression: a tenth of the time on a 16 Ki-character tail.
+    return text.replace("\ufe0f", "").replace("\ufe0e", "").replace("\u200d", "")
 
 
 def member_from_snapshot(snap: PodSnapshot) -> Member:
