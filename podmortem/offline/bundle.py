@@ -22,9 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import stat
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,9 @@ from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 MAX_LOG_BYTES = 256 << 10  # the tail of a larger log is kept
+# From this many pods on, members are read by one process per core: a 10,000-pod bundle is 30,000 files
+# and the fold of each pod (the aggregator's own code) is CPU work; below it, starting processes costs more.
+PARALLEL_FROM_PODS = 2000
 MAX_JSON_BYTES = 8 << 20
 
 
@@ -182,6 +187,23 @@ def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
     return tuple(out)
 
 
+def _load_chunk(pod_dirs: Sequence[str]) -> list[Member]:
+    return [load_member(d) for d in pod_dirs]
+
+
+def _load_members(pod_dirs: Sequence[str], workers: int | None = None) -> list[Member]:
+    """Members in the order of `pod_dirs`; in parallel processes for a large bundle (the first BundleError
+    of any of them is raised, as it would be read in order)."""
+    workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    if workers < 2 or len(pod_dirs) < PARALLEL_FROM_PODS or "fork" not in multiprocessing.get_all_start_methods():
+        return _load_chunk(pod_dirs)
+    size = -(-len(pod_dirs) // (workers * 4))  # a few chunks per worker: an even finish
+    chunks = [pod_dirs[i : i + size] for i in range(0, len(pod_dirs), size)]
+    # fork: the workers start with the modules already imported (spawn would import them again).
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return [m for chunk in pool.map(_load_chunk, chunks) for m in chunk]
+
+
 def load_bundle(path: str | Path) -> Incident:
     """Read a bundle directory into an Incident; raises BundleError (one line) when it is not one."""
     root = Path(path)
@@ -201,7 +223,7 @@ def load_bundle(path: str | Path) -> Incident:
         pod_dirs = sorted(e.path for e in entries if e.is_dir())
     if not pod_dirs:
         raise BundleError(f"{pods_dir}: no pod directories")
-    members = assign_ranks([load_member(d) for d in pod_dirs])
+    members = assign_ranks(_load_members(pod_dirs))
     world = meta.get("world_size", len(members))
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise BundleError(f"{meta_path}: 'world_size' must be a positive integer, got {world!r}")

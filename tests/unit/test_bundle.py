@@ -162,3 +162,23 @@ def test_evolve_builds_what_dataclasses_replace_builds() -> None:
     assert m.log_tail == "a"  # the original is untouched
     with pytest.raises(TypeError):
         evolve(m, no_such_field=1)
+
+
+def test_a_large_bundle_is_read_in_parallel_into_the_same_incident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bundles from `PARALLEL_FROM_PODS` pods on are read by several processes: same members, same order,
+    and a broken pod still fails the whole load with its one-line error."""
+    from podmortem.offline import bundle
+
+    pods = {f"job-worker-{i}": pod_json(f"job-worker-{i}", index=i, ip=f"10.0.0.{i + 1}") for i in range(12)}
+    errors = {f"job-worker-{i}": error_json(f"ValueError: pod {i}", TS) for i in range(0, 12, 3)}
+    b = make_bundle(tmp_path / "b", pods, errors=errors, logs={"job-worker-5": "step 1\nstep 2\n"})
+    serial = load_bundle(b)
+    monkeypatch.setattr(bundle, "PARALLEL_FROM_PODS", 4)
+    dirs = sorted(str(p) for p in (b / "pods").iterdir())
+    assert bundle._load_members(dirs, workers=2) == list(bundle._load_chunk(dirs))
+    assert load_bundle(b) == serial
+    (b / "pods" / "job-worker-7" / "pod.json").write_text("{not json")
+    with pytest.raises(BundleError, match=r"job-worker-7/pod\.json: pod\.json is not valid JSON"):
+        bundle._load_members(dirs, workers=2)
