@@ -156,8 +156,8 @@ class _MemberState:
     counted: bool = False  # included in its job's running `reported` count
     flooded: bool = False  # reached MAX_MEMBER_EVENTS (counted once)
     # The newest log tail's text, kept once as a compact str: its event in `events` is stored without
-    # it (the text would otherwise be held twice, in the protobuf event and in the folded member — a
-    # sixth of the aggregator's memory in a 4,096-pod burst).
+    # it (held twice, in the protobuf event and in the folded member, a 4,096-pod burst peaked at 543
+    # MiB; once, at 244 MiB — bench/burst.py, docs/benchmarks.md).
     log_text: str | None = None
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
