@@ -227,6 +227,11 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
     for c in member.conditions:
         if c.type == "DisruptionTarget" and c.status == "True":
             r = rules.classify_disruption(c.reason)
+            # A node-pressure eviction (TerminationByKubelet) names the resource the node ran short of in
+            # its message: memory is the host running out of memory, disk the storage — more than "evicted".
+            cause = rules.first_log_rule(c.message) if r is not None and c.message else None
+            if cause is not None and cause.is_primary and not cause.weak:
+                r = cause
             if r is not None:
                 out.append(_Cand("condition", r, f"DisruptionTarget {c.reason}: {c.message}".rstrip(": ")))
     r = rules.classify_phase(member.phase, member.phase_reason)
@@ -305,7 +310,7 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
     offset = _finite(member.clock_offset) or 0.0
     source = cand.source if cand is not None else ""
     teardown = cand is not None and cand.rule.secondary == "teardown"
-    if source == "condition" and cand is not None and cand.rule.category == "preemption":
+    if source == "condition" and cand is not None and cand.rule.category not in (None, "node_lost"):
         for c in member.conditions:
             if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
                 return c.last_transition_time, 1.0  # control-plane clock: not skewed

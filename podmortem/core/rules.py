@@ -719,7 +719,10 @@ _B: list[dict[str, Any]] = [
         r"|Disk quota exceeded|Read-only file system|Stale file handle|PytorchStreamWriter failed writing"
         r"|PyTorchFileWriter\("
         r"|Transport endpoint is not connected|\[Errno (5|24|28|30|116|122)\]|Input/output error|Too many open files"
-        r"|can't start new thread",
+        r"|can't start new thread"
+        # The kubelet's node-pressure eviction for disk (its DisruptionTarget message names the resource).
+        r"|low on resource: (ephemeral-storage|nodefs|imagefs)|ephemeral local storage usage exceeds"
+        r"|exceeded its local ephemeral storage limit",
         "category": "infra",
         "why": "storage or shared memory exhausted or broken (disk full, /dev/shm too small, stale mount)",
     },

@@ -746,3 +746,39 @@ def test_a_node_marked_dead_is_lost_even_where_preemption_is_named_as_a_possible
     # A scheduler's own statement still names the preemption, even with the node gone as well.
     slurm = "slurmstepd: error: *** STEP 41.0 ON node-7 CANCELLED AT 2026-11-24T18:02:11 DUE TO PREEMPTION ***\n"
     assert assess(member("w-0", rank=0, exit_code=1, finished=T0, log=slurm + dead)).category == "preemption"
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "category"),
+    [
+        (
+            "TerminationByKubelet",
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 62Mi. Container "
+            "pytorch was using 61Gi, request is 32Gi, has larger consumption of memory.",
+            "host_oom",
+        ),
+        ("TerminationByKubelet", "The node was low on resource: ephemeral-storage. Threshold quantity: 10%.", "infra"),
+        ("TerminationByKubelet", "", "preemption"),
+        (
+            "PreemptionByScheduler",
+            "Kubernetes default scheduler: preempting to accommodate a higher priority pod",
+            "preemption",
+        ),
+    ],
+)
+def test_a_node_pressure_eviction_names_the_resource_it_ran_short_of(reason: str, message: str, category: str) -> None:
+    """The kubelet's DisruptionTarget message says which resource the node lacked: memory is the host running
+    out of memory (not retryable as is), disk the storage; other disruptions stay preemptions."""
+    at = T0 + 5
+    evicted = member(
+        "w-1",
+        rank=1,
+        exit_code=137,
+        finished=at + 1,
+        conditions=(Condition("DisruptionTarget", "True", reason, message, at),),
+    )
+    peers = [
+        member(f"w-{i}", rank=i, msg=GLOO_CLOSED.format(ip="10.0.0.2"), ts=int(at) + 2, exit_code=1) for i in (0, 2)
+    ]
+    v = decide(incident(peers[0], evicted, peers[1]))
+    assert (v.pod, v.category) == ("w-1", category), v.evidence
