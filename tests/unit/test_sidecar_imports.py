@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 
@@ -54,3 +55,21 @@ def test_parsing_the_command_line_does_not_import_shutil(entry: str) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "False"
+
+
+def test_no_hashlib_and_the_same_event_ids() -> None:
+    """Error-file event ids are SHA-256 from CPython's C module (hashlib loads OpenSSL's digests: ~0.65
+    MiB a sidecar); the digest, hence every id, is hashlib's."""
+    code = (
+        "import sys, podmortem.sidecar.running\n"
+        "from podmortem.protocol import wire\n"
+        "from podmortem.core.model import ErrorRecord\n"
+        "print('hashlib' in sys.modules, wire.sha256(b'abc').hexdigest())\n"
+        "print(wire.error_event_id('ns/pod', ErrorRecord('ValueError: x', 'ValueError', timestamp=5)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == f"False {hashlib.sha256(b'abc').hexdigest()}"
+    facts = "ValueError: x\x005\x00None\x00\x000"
+    assert second == f"ns/pod/error/{hashlib.sha256(facts.encode()).hexdigest()[:20]}"
