@@ -150,18 +150,20 @@ def make_event(
         id=event_id or os.urandom(16).hex(),
         monotonic_ns=time.monotonic_ns() if monotonic_ns is None else monotonic_ns,
     )
-    wall_ts = to_ts(wall)
-    assert wall_ts is not None
-    event.wall_time.CopyFrom(wall_ts)
-    field = {
-        pb.ErrorFile: "error_file",
-        pb.Termination: "termination",
-        pb.PodCondition: "condition",
-        pb.Deletion: "deletion",
-        pb.LogTail: "log_tail",
-    }[type(payload)]
-    getattr(event, field).CopyFrom(payload)
+    whole = int(wall // 1)  # as to_ts, written in place (no Timestamp to build and copy)
+    event.wall_time.seconds = whole
+    event.wall_time.nanos = round((wall - whole) * 1e9) % 1_000_000_000
+    getattr(event, _PAYLOAD_FIELD[type(payload)]).CopyFrom(payload)
     return event
+
+
+_PAYLOAD_FIELD: dict[type, str] = {
+    pb.ErrorFile: "error_file",
+    pb.Termination: "termination",
+    pb.PodCondition: "condition",
+    pb.Deletion: "deletion",
+    pb.LogTail: "log_tail",
+}
 
 
 def error_event_id(pod_key: str, rec: ErrorRecord) -> str:
