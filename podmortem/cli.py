@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 from podmortem import __version__
+from podmortem.argformat import HelpFormatter
 from podmortem.local.faults import FAULTS
 
 
@@ -80,13 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="podmortem",
         description="Which pod of a failed distributed PyTorch job failed first, and why.",
         epilog="Run 'podmortem <command> --help' for a command's options. Start with 'podmortem demo'.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"podmortem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     chosen = _selected(argv)
     runner: Callable[[argparse.Namespace], int] | None = None
     for name, text in _HELP.items():
-        cmd_parser = sub.add_parser(name, help=text, description=text)
+        cmd_parser = sub.add_parser(name, help=text, description=text, formatter_class=HelpFormatter)
         if name != chosen:
             continue
         if name in _LOCAL:

@@ -170,9 +170,11 @@ class Verdict:
         return self.pod is not None and self.confidence < LOW_CONFIDENCE
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        # Not dataclasses.asdict: it deep-copies every field, and did the victims twice (0.06-0.1 s for
+        # 10,000 of them). The other fields are str, numbers, None or a Category (a str).
+        d = {name: getattr(self, name) for name in _VERDICT_FIELDS}
         d["evidence"] = list(self.evidence)
-        d["secondary"] = [dataclasses.asdict(s) for s in self.secondary]
+        d["secondary"] = [{"pod": s.pod, "reason": s.reason} for s in self.secondary]
         return d
 
     def root_cause(self) -> dict[str, Any]:
@@ -181,3 +183,4 @@ class Verdict:
 
 
 _MEMBER_FIELDS = frozenset(f.name for f in dataclasses.fields(Member))
+_VERDICT_FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))

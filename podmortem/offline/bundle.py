@@ -197,11 +197,22 @@ def _load_members(pod_dirs: Sequence[str], workers: int | None = None) -> list[M
     workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
     if workers < 2 or len(pod_dirs) < PARALLEL_FROM_PODS or "fork" not in multiprocessing.get_all_start_methods():
         return _load_chunk(pod_dirs)
-    size = -(-len(pod_dirs) // (workers * 4))  # a few chunks per worker: an even finish
-    chunks = [pod_dirs[i : i + size] for i in range(0, len(pod_dirs), size)]
+    # This process reads the first share itself while workers - 1 forked ones read the rest: it would
+    # otherwise only wait, and the members it reads need no pickling back (a tenth of a member's cost).
+    own = len(pod_dirs) // workers
+    rest = pod_dirs[own:]
+    size = -(-len(rest) // ((workers - 1) * 4))  # a few chunks per worker: an even finish
+    chunks = [rest[i : i + size] for i in range(0, len(rest), size)]
     # fork: the workers start with the modules already imported (spawn would import them again).
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return [m for chunk in pool.map(_load_chunk, chunks) for m in chunk]
+    with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        results = pool.map(_load_chunk, chunks)
+        try:
+            members = _load_chunk(pod_dirs[:own])
+        except BundleError:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        members.extend(m for chunk in results for m in chunk)
+        return members
 
 
 def load_bundle(path: str | Path) -> Incident:

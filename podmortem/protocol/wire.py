@@ -13,17 +13,35 @@ Error-file events are keyed by a hash of their content for the same reason.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import importlib
 import os
 import re
 import time
-from typing import Literal, overload
+from collections.abc import Callable
+from typing import Any, Literal, overload
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from podmortem.core.model import Condition, ErrorRecord, Member, Termination, evolve
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.protocol.v1 import collector_pb2 as pb
+
+
+def _sha256_constructor() -> Callable[[bytes], Any]:
+    """SHA-256 from CPython's own C module, as `random` takes SHA-512 (`from _sha512 import sha512`):
+    `import hashlib` loads OpenSSL's digests, ~0.65 MiB of RSS in every sidecar for one hash a failure.
+    Same digest; hashlib where the module has another name."""
+    for module, name in (("_sha256", "sha256"), ("_sha2", "sha256")):  # CPython 3.11; 3.12 and later
+        try:
+            return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return hashlib.sha256
+
+
+sha256 = _sha256_constructor()
 
 PayloadKind = Literal["error_file", "termination", "condition", "deletion", "log_tail"]
 Payload = pb.ErrorFile | pb.Termination | pb.PodCondition | pb.Deletion | pb.LogTail
@@ -132,22 +150,24 @@ def make_event(
         id=event_id or os.urandom(16).hex(),
         monotonic_ns=time.monotonic_ns() if monotonic_ns is None else monotonic_ns,
     )
-    wall_ts = to_ts(wall)
-    assert wall_ts is not None
-    event.wall_time.CopyFrom(wall_ts)
-    field = {
-        pb.ErrorFile: "error_file",
-        pb.Termination: "termination",
-        pb.PodCondition: "condition",
-        pb.Deletion: "deletion",
-        pb.LogTail: "log_tail",
-    }[type(payload)]
-    getattr(event, field).CopyFrom(payload)
+    whole = int(wall // 1)  # as to_ts, written in place (no Timestamp to build and copy)
+    event.wall_time.seconds = whole
+    event.wall_time.nanos = round((wall - whole) * 1e9) % 1_000_000_000
+    getattr(event, _PAYLOAD_FIELD[type(payload)]).CopyFrom(payload)
     return event
 
 
+_PAYLOAD_FIELD: dict[type, str] = {
+    pb.ErrorFile: "error_file",
+    pb.Termination: "termination",
+    pb.PodCondition: "condition",
+    pb.Deletion: "deletion",
+    pb.LogTail: "log_tail",
+}
+
+
 def error_event_id(pod_key: str, rec: ErrorRecord) -> str:
-    digest = hashlib.sha256(
+    digest = sha256(
         f"{rec.message}\0{rec.timestamp}\0{rec.error_code}\0{rec.parse_error}\0{rec.size_bytes}".encode()
     ).hexdigest()[:20]
     return f"{pod_key}/error/{digest}"

@@ -25,7 +25,6 @@ else from the source when it can fetch logs (an optional
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -91,7 +90,7 @@ class LocalFilePodSource:
             return self._problem(f"cannot read {self.path}: {exc.strerror or exc}")
         if len(data) > MAX_POD_BYTES:
             return self._problem(f"{self.path} is over {MAX_POD_BYTES} bytes; not a Pod object")
-        digest = hashlib.sha256(data).digest()
+        digest = wire.sha256(data).digest()
         if only_new and digest == self._last_digest:
             return None
         try:

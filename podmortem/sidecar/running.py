@@ -32,6 +32,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import podmortem
+from podmortem.argformat import HelpFormatter
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.workloads import attempt_of, workload_from_labels
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -76,7 +77,7 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="podmortem sidecar")
+    parser = argparse.ArgumentParser(prog="podmortem sidecar", formatter_class=HelpFormatter)
     build_parser(parser)
     return run(parser.parse_args(argv))
 

@@ -8,11 +8,11 @@ it is user-controlled (it can be huge or garbage). So:
 
 * The *parent directory* is watched, not the file (a watch on a file misses a file created later or
   replaced by rename); while the directory itself does not exist, its nearest existing ancestor is
-  watched (non-recursively) until it appears. The watch is the kernel's inotify (`inotify_simple`,
-  its file descriptor read by the event loop): an idle sidecar sleeps in the kernel until something in
-  the directory changes, and wakes within a millisecond or two when it does. (watchfiles, used before,
-  polls its watcher thread every `step` ms: 100 wake-ups a second per watched file, 0.7 % of a core
-  for a sidecar that does nothing, in every training pod.)
+  watched (non-recursively) until it appears. The watch is the kernel's inotify
+  (`podmortem.sidecar.inotify`, its file descriptor read by the event loop): an idle sidecar sleeps in
+  the kernel until something in the directory changes, and wakes within a millisecond or two when it
+  does. (watchfiles, used before, polls its watcher thread every `step` ms: 100 wake-ups a second per
+  watched file, 0.7 % of a core for a sidecar that does nothing, in every training pod.)
 * The watch also ticks every ~0.5 s; each tick compares the file's (inode, size, mtime) with the last
   read, so an event lost by the kernel (a full queue, a filesystem without inotify such as some network
   mounts) delays a report by a tick, never forever. Where inotify cannot be had at all (not Linux, no
@@ -39,12 +39,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import inotify_simple
-
 from podmortem.core import errorfile
 from podmortem.core.model import ErrorRecord
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.sidecar import inotify
 from podmortem.sidecar.outbox import describe
 
 logger = logging.getLogger(__name__)
@@ -55,13 +54,19 @@ TICK_MS = 500
 COALESCE_S = 0.005
 FORCE_POLLING_ENV = "PODMORTEM_FORCE_POLLING"
 
-_F = inotify_simple.flags
 # What changes a file in the watched directory (written and closed, written, created, moved in or out,
 # deleted), and what ends the watch itself (the directory deleted or moved; the kernel then drops it).
 _DIR_MASK = (
-    _F.CLOSE_WRITE | _F.MODIFY | _F.CREATE | _F.MOVED_TO | _F.MOVED_FROM | _F.DELETE | _F.DELETE_SELF | _F.MOVE_SELF
+    inotify.CLOSE_WRITE
+    | inotify.MODIFY
+    | inotify.CREATE
+    | inotify.MOVED_TO
+    | inotify.MOVED_FROM
+    | inotify.DELETE
+    | inotify.DELETE_SELF
+    | inotify.MOVE_SELF
 )
-_GONE = _F.DELETE_SELF | _F.MOVE_SELF | _F.IGNORED
+_GONE = inotify.DELETE_SELF | inotify.MOVE_SELF | inotify.IGNORED
 
 
 def force_polling_from_env(environ: dict[str, str] | None = None) -> bool:
@@ -81,9 +86,9 @@ def _moved_on(watched: Path, target: Path) -> bool:
     return not watched.is_dir() or (watched != target and _nearest_existing_dir(target) != watched)
 
 
-def _open_inotify() -> inotify_simple.INotify | None:
+def _open_inotify() -> inotify.INotify | None:
     try:
-        return inotify_simple.INotify(nonblocking=True)
+        return inotify.INotify()
     except (OSError, AttributeError) as exc:  # not Linux, or the per-user instance limit reached
         logger.warning("inotify is not available (%s): watching by polling every tick", exc)
         return None
@@ -146,7 +151,7 @@ async def watch_path(
 
 
 async def _events(
-    notify: inotify_simple.INotify,
+    notify: inotify.INotify,
     ready: asyncio.Event,
     wd: int,
     watched: Path,
@@ -170,8 +175,8 @@ async def _events(
         await asyncio.sleep(COALESCE_S)
         ready.clear()
         ours = again = False
-        for event in notify.read(timeout=0):
-            if event.mask & _F.Q_OVERFLOW:
+        for event in notify.read():
+            if event.mask & inotify.Q_OVERFLOW:
                 ours = True  # events were lost: look
             elif event.wd != wd:
                 continue  # a watch removed earlier

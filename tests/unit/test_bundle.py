@@ -181,4 +181,9 @@ def test_a_large_bundle_is_read_in_parallel_into_the_same_incident(
     assert load_bundle(b) == serial
     (b / "pods" / "job-worker-7" / "pod.json").write_text("{not json")
     with pytest.raises(BundleError, match=r"job-worker-7/pod\.json: pod\.json is not valid JSON"):
-        bundle._load_members(dirs, workers=2)
+        bundle._load_members(dirs, workers=2)  # read by a forked worker
+    (b / "pods" / "job-worker-1" / "pod.json").write_text("[]")
+    with pytest.raises(BundleError, match=r"job-worker-1/pod\.json: not a Pod object"):
+        bundle._load_members(dirs, workers=2)  # read by this process: the first in order still wins
+    with pytest.raises(BundleError, match=r"job-worker-1/pod\.json: not a Pod object"):
+        bundle._load_members(dirs, workers=3)

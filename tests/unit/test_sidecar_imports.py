@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+
+import pytest
 
 FORBIDDEN = ("kubernetes", "torch", "prometheus_client", "aiohttp", "kmock")
 
@@ -26,3 +29,47 @@ def test_every_sidecar_module_imports_alone() -> None:
     code = "import importlib\n" + "".join(f"importlib.import_module('podmortem.sidecar.{m}')\n" for m in modules)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_no_ctypes_util_and_what_it_pulls() -> None:
+    """ctypes.util (find_library) imports tempfile, shutil, bz2 and lzma: ~0.8 MiB of every sidecar's
+    budget for finding a libc the process already has (podmortem.sidecar.inotify uses CDLL(None))."""
+    heavy = ("ctypes.util", "tempfile", "shutil", "bz2", "lzma")
+    code = f"import sys, podmortem.sidecar.running\nprint(sorted(set({heavy!r}) & set(sys.modules)))\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "from podmortem import cli; cli.main(['sidecar', '--help'])",
+        "from podmortem.sidecar import running; running.main(['--help'])",
+    ],
+)
+def test_parsing_the_command_line_does_not_import_shutil(entry: str) -> None:
+    """argparse's own formatter imports shutil (and bz2, lzma) for the terminal width on every
+    add_argument: ~0.7 MiB of every sidecar (podmortem.argformat.HelpFormatter finds it without)."""
+    code = f"import sys\ntry:\n    {entry}\nexcept SystemExit:\n    pass\nprint('shutil' in sys.modules)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"
+
+
+def test_no_hashlib_and_the_same_event_ids() -> None:
+    """Error-file event ids are SHA-256 from CPython's C module (hashlib loads OpenSSL's digests: ~0.65
+    MiB a sidecar); the digest, hence every id, is hashlib's."""
+    code = (
+        "import sys, podmortem.sidecar.running\n"
+        "from podmortem.protocol import wire\n"
+        "from podmortem.core.model import ErrorRecord\n"
+        "print('hashlib' in sys.modules, wire.sha256(b'abc').hexdigest())\n"
+        "print(wire.error_event_id('ns/pod', ErrorRecord('ValueError: x', 'ValueError', timestamp=5)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == f"False {hashlib.sha256(b'abc').hexdigest()}"
+    facts = "ValueError: x\x005\x00None\x00\x000"
+    assert second == f"ns/pod/error/{hashlib.sha256(facts.encode()).hexdigest()[:20]}"
