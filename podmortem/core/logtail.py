@@ -41,9 +41,14 @@ _AGENT_WRAPPERS = (
     "TrainingFailedError",
 )
 # Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
-# Ray ((RayTrainWorker pid=7315, ip=...)). The rank prefix [rankN]: is read separately (it names the rank).
+# Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",
+# "10.0.0.7: " — lower case with a digit, so that no exception type is taken for a host), TorchX
+# ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "). The rank prefix [rankN]: is read
+# separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
-    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:)\s?"
+    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
+    r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )
 # The agent's own word on a worker's end, in its glog line or its failure summary: "exitcode: -9".
 # DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old

@@ -439,10 +439,10 @@ _B: list[dict[str, Any]] = [
     {"id": "gpu.xid", "message": r"\bXid\b|NVRM:", "category": "hardware", "why": "NVIDIA driver Xid error"},
     {
         "id": "cuda.fault",
-        "message": r"illegal memory access|an illegal instruction|illegal address"
+        "message": r"illegal memory access|illegal address"
         r"|unspecified launch failure|cudaErrorLaunchFailure|misaligned address|hardware stack error"
         r"|GPU (has )?fallen off the bus|GPU is lost|uncorrectable NVLink|NVLink (error|fatal)"
-        r"|CUDA error: unknown error|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA error: an illegal",
+        r"|CUDA error: unknown error|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA error: an illegal memory",
         "category": "hardware",
         "why": "GPU fault (illegal address / launch failure / lost device)",
     },
@@ -513,6 +513,14 @@ _B: list[dict[str, Any]] = [
         "why": "storage failure (full, read-only, stale or broken mount)",
     },
     {
+        # The device met an instruction it cannot execute: a kernel built wrong or miscompiled, the same on
+        # every retry (a native crash of the program, not a failing GPU).
+        "id": "cuda.illegal-instruction",
+        "message": r"an illegal instruction was encountered|cudaErrorIllegalInstruction|CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        "category": "crash",
+        "why": "a CUDA kernel hit an illegal instruction (a broken or miscompiled kernel)",
+    },
+    {
         "id": "launcher.native-crash",
         "message": r"died with <Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>|Signal (4|6|7|8|11) \(SIG\w+\) received"
         r"|returned non-zero exit status -(4|6|7|8|11)\b",
@@ -558,6 +566,16 @@ _B: list[dict[str, Any]] = [
         "message": r"SignalException: Process \d+ got signal|got signal: SIGTERM",
         "secondary": "teardown",
     },
+    # A message that names the c10d store ("store->get('0') got error: Connection reset by peer") is the store's
+    # echo, before the peer rules that would match its socket error.
+    {
+        "id": "c10d.store",
+        "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
+        r"|RendezvousConnectionError|RendezvousClosedError|Connection was likely closed|client socket has timed out"
+        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
+        "secondary": "store",
+        "why": "lost the c10d rendezvous store",
+    },
     {
         "id": "gloo.peer-closed",
         "message": r"Connection closed by peer",
@@ -593,14 +611,6 @@ _B: list[dict[str, Any]] = [
         "secondary": "peer",
         "why": "NCCL communicator aborted after a peer failed",
     },
-    {
-        "id": "c10d.store",
-        "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
-        r"|RendezvousConnectionError|RendezvousClosedError|Connection was likely closed|client socket has timed out"
-        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
-        "secondary": "store",
-        "why": "lost the c10d rendezvous store",
-    },
     # --- Network (interconnect) -----------------------------------------------------------------------
     {
         "id": "nccl.system-error",
@@ -608,6 +618,15 @@ _B: list[dict[str, Any]] = [
         r"|IBV_WC_\w+|transport retry counter exceeded|Got completion (from peer .*)?with error",
         "category": "network",
         "why": "NCCL/IB system error on the interconnect",
+    },
+    {
+        # NCCL refusing the job's own set-up (two ranks on one GPU, wrong arguments): the configuration, the
+        # same on every retry — before the generic "NCCL error" a dying peer can cause.
+        "id": "nccl.invalid-usage",
+        "message": r"ncclInvalidUsage|ncclInvalidArgument|invalid (usage|argument) \(run with NCCL_DEBUG"
+        r"|Duplicate GPU detected",
+        "category": "user_code",
+        "why": "NCCL refused the job's configuration (invalid usage or argument, e.g. two ranks on one GPU)",
     },
     {
         "id": "nccl.remote-error",
@@ -672,9 +691,11 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.gpu-lost",
         "log": r"GPU is lost|fallen off the bus|Unable to determine the device handle|unspecified launch failure"
-        r"|illegal memory access|CUDA error: an illegal|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"
+        r"|illegal memory access|CUDA error: an illegal memory|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"
         r"|uncorrectable NVLink|NVLink (error|fatal|failure)|fabric ?manager|NVSwitch (fatal|error)"
         r"|CUDA error: unknown error|hardware stack error"
+        # The GPU System Processor not answering the driver (Xid 119/120), or its memory subsystem failing.
+        r"|\bGSP (RPC )?timeout|Timeout waiting for RPC from GSP|Memory Subsystem Error"
         # NCCL's NVLS transport (NVSwitch multicast) failing to set up: the node's fabric manager/NVSwitches.
         r"|transport/nvls\.cc[^\n]{0,60}Cuda failure|NVLink SHARP",
         "category": "hardware",
@@ -703,7 +724,8 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "log.host-oom",
-        "log": r"Out of memory: Kill(ed)? process|\boom-kill:|invoked oom-killer|oom_reaper|Killed process \d+"
+        "log": r"Out of memory: Kill(ed)? process|\boom-kill\b|invoked oom-killer|oom_reaper|Killed process \d+"
+        r"|out-of-memory handler|\bline \d+: +\d+ Killed\b"
         r"|\bOOMKilled\b|low on resource: memory|running low on memory|memory usage threshold"
         r"|exceeded (its |the )?(request(ed)? |limit(ed)? )?memory|memory cgroup out of memory"
         r"|DataLoader worker \(pid[^)]{0,40}\) is killed by signal: Killed|std::bad_alloc"
@@ -744,7 +766,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.scheduler",
         "log": r"DUE TO (TIME LIMIT|PREEMPTION)|preemption notice"
         r"|spot (instance )?(interruption|termination)|PreemptionByScheduler|EvictionByEvictionAPI"
-        r"|TerminationByKubelet|maintenance event",
+        r"|TerminationByKubelet|maintenance event|termination is imminent|imminent node shutdown",
         "category": "preemption",
         "why": "the scheduler preempted the job or its time limit ran out",
     },
@@ -765,9 +787,17 @@ _B: list[dict[str, Any]] = [
         "why": "the job or its node was preempted",
     },
     {
+        "id": "log.nccl-invalid-usage",
+        "log": r"ncclInvalidUsage|ncclInvalidArgument|invalid (usage|argument) \(run with NCCL_DEBUG"
+        r"|Duplicate GPU detected",
+        "category": "user_code",
+        "why": "NCCL refused the job's configuration (invalid usage or argument, e.g. two ranks on one GPU)",
+    },
+    {
         "id": "log.name-resolution",
         "log": r"Temporary failure in name resolution|Name or service not known|nodename nor servname"
-        r"|getaddrinfo failed|No address associated with hostname|Could not resolve host",
+        r"|getaddrinfo failed|No address associated with hostname|Could not resolve host|Name does not resolve"
+        r"|nslookup: can't resolve",
         "category": "network",
         "why": "the master's or a peer's host name does not resolve (DNS)",
     },
@@ -817,7 +847,8 @@ _B: list[dict[str, Any]] = [
         r"|Fatal Python error|terminate called after throwing|Illegal instruction|\*\*\* Process received signal"
         r"|Assertion `.{0,200}' failed|Bus error|<Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>"
         r"|Signal (4|6|7|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|7|8|11)\b|double free"
-        r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected",
+        r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected"
+        r"|an illegal instruction was encountered|cudaErrorIllegalInstruction",
         "category": "crash",
         "why": "a native crash (segfault, abort, bus error, illegal instruction)",
     },

@@ -31,6 +31,13 @@ def classify(message: str) -> tuple[str | None, str | None, bool]:
             "hardware",
         ),
         ("RuntimeError: CUDA error: device-side assert triggered", "user_code"),
+        # NCCL refusing the job's own set-up is the configuration, not a network fault
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid usage (run with "
+            "NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
+            "user_code",
+        ),
+        ("RuntimeError: CUDA error: an illegal instruction was encountered", "crash"),
         ("RuntimeError: Found no NVIDIA driver on your system.", "infra"),
         # GPU and host memory
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu_oom"),
@@ -311,6 +318,21 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ),
         ("The NVIDIA driver on your system is too old (found version 11020).", "infra"),
         ("    super().__init__(torch._C.PyTorchFileWriter(str(name)))", "infra"),
+        # 2026-11-25: families seen in the newest training excerpts (our own words)
+        (
+            "n3:11:12 [2] init.cc:500 NCCL WARN Duplicate GPU detected : rank 2 and rank 1 both on CUDA device 3000",
+            "user_code",
+        ),
+        ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "user_code"),
+        (
+            "slurmstepd: error: Detected 2 oom-kill event(s) in StepId=77.0. Some processes may have been killed",
+            "host_oom",
+        ),
+        ("/var/spool/slurmd/job7/slurm_script: line 9:  4242 Killed                  python train.py", "host_oom"),
+        ("[  12.3] NVRM: GPU3 _kgspLogRpcTimeout: ********** GSP Timeout **********", "hardware"),
+        ("2025/01/01 10:00:00 Metadata server says termination is imminent", "preemption"),
+        ("nslookup: can't resolve 'job-master-0': Name does not resolve", "network"),
+        ("RuntimeError: CUDA error: an illegal instruction was encountered", "crash"),
     ],
 )
 def test_log_lines_name_their_cause(line: str, category: str) -> None:
