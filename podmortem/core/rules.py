@@ -729,9 +729,12 @@ _B: list[dict[str, Any]] = [
         r"|\bOOMKilled\b|low on resource: memory|running low on memory|memory usage threshold"
         r"|exceeded (its |the )?(request(ed)? |limit(ed)? )?memory|memory cgroup out of memory"
         r"|DataLoader worker \(pid[^)]{0,40}\) is killed by signal: Killed|std::bad_alloc"
-        r"|Cannot allocate memory|task \d+: Killed|^\s*Killed\s*$|oom_kill_process|Unable to allocate [\d.]+ ?[KMGT]i?B"
+        r"|Cannot allocate memory|task \d+: Killed|(?:^|[\s\]|])Killed\s*$|oom_kill_process"
+        r"|Unable to allocate [\d.]+ ?[KMGT]i?B"
         r"|<Signals\.SIGKILL: 9>|Signal 9 \(SIGKILL\) received|returned non-zero exit status -9\b"
-        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError",
+        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError"
+        # A node condition the kubelet reports when it evicts for memory.
+        r"|\bMemoryPressure\b",
         "category": "host_oom",
         "why": "host memory exhausted: the kernel OOM killer or the container memory limit",
     },
@@ -744,7 +747,8 @@ _B: list[dict[str, Any]] = [
         r"|can't start new thread"
         # The kubelet's node-pressure eviction for disk (its DisruptionTarget message names the resource).
         r"|low on resource: (ephemeral-storage|nodefs|imagefs)|ephemeral local storage usage exceeds"
-        r"|exceeded its local ephemeral storage limit",
+        r"|exceeded its local ephemeral storage limit|\b(DiskPressure|PIDPressure)\b"
+        r"|\b(errno|os error)[ =:]{0,3}(28|30|116|122)\b|\bE(NOSPC|DQUOT|ROFS|STALE)\b",
         "category": "infra",
         "why": "storage or shared memory exhausted or broken (disk full, /dev/shm too small, stale mount)",
     },
@@ -756,7 +760,7 @@ _B: list[dict[str, Any]] = [
         r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable|Failed to pull image"
         r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
         r"|Unable to attach or mount volumes|HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
-        r"|(401|403|429) Client Error|Too Many Requests",
+        r"|(401|403|429) Client Error|Too Many Requests|error while loading shared libraries",
         "category": "infra",
         "why": "no usable GPU, driver or library in the container",
     },
@@ -806,7 +810,9 @@ _B: list[dict[str, Any]] = [
         "log": r"NCCL WARN NET/IB|transport retry counter exceeded|ibv_\w+ failed|IBV_WC_\w+|unhandled system error"
         r"|ncclSystemError|No route to host|Network is unreachable"
         # NCCL's bootstrap cannot open a socket to a peer's address (not a peer that went away).
-        r"|socketStartConnect: Connect to [^\n]{0,120} failed|Software caused connection abort",
+        r"|socketStartConnect: Connect to [^\n]{0,120} failed|Software caused connection abort"
+        # AWS's EFA plugin (aws-ofi-nccl / libfabric) failing on the interconnect.
+        r"|NET/OFI[^\n]{0,160}\b(failed|error)\b",
         "category": "network",
         "why": "interconnect failure (InfiniBand/RoCE/socket system error)",
     },

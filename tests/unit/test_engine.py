@@ -808,3 +808,13 @@ def test_launcher_host_prefixes_are_unwrapped(prefix: str) -> None:
 def test_an_exception_type_is_never_taken_for_a_host_prefix() -> None:
     facts = parse_log("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error", None)
     assert facts.loose_exceptions and facts.loose_exceptions[0].startswith("torch.distributed.DistBackendError")
+
+
+def test_a_shell_s_128_plus_n_exit_from_the_launcher_is_that_signal() -> None:
+    """srun (and shell-wrapped workers) report a SIGKILLed task as exit code 137: the task was killed, as
+    torchrun's 'exitcode: -9' says — not a plain exit code of the program."""
+    facts = parse_log("srun: error: gpu-node-3: task 0: Exited with exit code 137\n", None)
+    assert facts.agent_exitcode == -9
+    f = assess(member("w0", exit_code=1, finished=T0, log="srun: error: gpu-node-3: task 0: Exited with exit code 137"))
+    assert f.role == "primary" and f.category == "host_oom"
+    assert parse_log("srun: error: gpu-node-3: task 1: Exited with exit code 2\n", None).agent_exitcode == 2

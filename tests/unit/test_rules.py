@@ -333,6 +333,15 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("2025/01/01 10:00:00 Metadata server says termination is imminent", "preemption"),
         ("nslookup: can't resolve 'job-master-0': Name does not resolve", "network"),
         ("RuntimeError: CUDA error: an illegal instruction was encountered", "crash"),
+        # general families (our own words): the shell's Killed after a progress bar, node pressure, errno forms,
+        # the dynamic loader, AWS's EFA plugin
+        ("epoch 3:  41%|####      | 410/1000 [02:11<03:09,  3.11it/s]Killed", "host_oom"),
+        ("Warning  Evicted  pod/w-1  The node had condition: [DiskPressure].", "infra"),
+        ("Warning  Evicted  pod/w-2  The node had condition: [MemoryPressure].", "host_oom"),
+        ("failed to write shard: os error 28", "infra"),
+        ("write checkpoint: ENOSPC", "infra"),
+        ("python: error while loading shared libraries: libnccl.so.2: cannot open", "infra"),
+        ("h1:7:9 [0] NCCL WARN NET/OFI Request completed with error. RC: -5", "network"),
     ],
 )
 def test_log_lines_name_their_cause(line: str, category: str) -> None:
