@@ -456,7 +456,8 @@ _B: list[dict[str, Any]] = [
         "id": "cuda.no-device",
         "message": r"no CUDA-capable device|CUDA driver version is insufficient|NVIDIA driver on your system is too old"
         r"|Found no NVIDIA driver|CUDA error: initialization error|cudaErrorNoDevice"
-        r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed",
+        r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed|No CUDA GPUs are available"
+        r"|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE",
         "category": "infra",
         "why": "no usable GPU or driver in the container",
     },
@@ -696,6 +697,10 @@ _B: list[dict[str, Any]] = [
         r"|CUDA error: unknown error|hardware stack error"
         # The GPU System Processor not answering the driver (Xid 119/120), or its memory subsystem failing.
         r"|\bGSP (RPC )?timeout|Timeout waiting for RPC from GSP|Memory Subsystem Error"
+        # A GPU that needs a reset, failing row remapping, an uncorrected PCIe error, NCCL's word for a device
+        # error, the launch-failure error by its code name.
+        r"|GPU requires reset|row remap(ping)? failure|PCIe Bus Error: severity=(Uncorrected|Fatal)"
+        r"|Cuda failure (\d+ )?'unknown error'|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
         # NCCL's NVLS transport (NVSwitch multicast) failing to set up: the node's fabric manager/NVSwitches.
         r"|transport/nvls\.cc[^\n]{0,60}Cuda failure|NVLink SHARP",
         "category": "hardware",
@@ -705,7 +710,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.cuda-oom",
         "log": r"CUDA out of memory|OutOfMemoryError: CUDA|CUDA error: out of memory|HIP out of memory"
         r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|NCCL error.{0,80}\bout of memory"
-        r"|Cuda failure (\d+ )?'out of memory'",
+        r"|Cuda failure (\d+ )?'out of memory'|CUDNN_STATUS_ALLOC_FAILED|Tried to allocate [\d.]+ ?[KMGT]iB",
         "category": "gpu_oom",
         "why": "GPU memory exhausted",
     },
@@ -732,7 +737,8 @@ _B: list[dict[str, Any]] = [
         r"|Cannot allocate memory|task \d+: Killed|(?:^|[\s\]|])Killed\s*$|oom_kill_process"
         r"|Unable to allocate [\d.]+ ?[KMGT]i?B"
         r"|<Signals\.SIGKILL: 9>|Signal 9 \(SIGKILL\) received|returned non-zero exit status -9\b"
-        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError"
+        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError|RayOutOfMemoryError"
+        r"|DefaultCPUAllocator: (can't allocate memory|not enough memory)"
         # A node condition the kubelet reports when it evicts for memory.
         r"|\bMemoryPressure\b",
         "category": "host_oom",
@@ -757,6 +763,7 @@ _B: list[dict[str, Any]] = [
         "log": r"cannot open shared object file|libcuda\.so|CUDA driver version is insufficient"
         r"|driver on your system is too old"
         r"|no CUDA-capable device|Found no NVIDIA driver|NVIDIA-SMI has failed|ErrImagePull|ImagePullBackOff"
+        r"|No CUDA GPUs are available|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE"
         r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable|Failed to pull image"
         r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
         r"|Unable to attach or mount volumes|HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
@@ -801,7 +808,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.name-resolution",
         "log": r"Temporary failure in name resolution|Name or service not known|nodename nor servname"
         r"|getaddrinfo failed|No address associated with hostname|Could not resolve host|Name does not resolve"
-        r"|nslookup: can't resolve",
+        r"|nslookup: can't resolve|socket\.gaierror",
         "category": "network",
         "why": "the master's or a peer's host name does not resolve (DNS)",
     },
@@ -850,6 +857,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.native-crash",
         "log": r"Segmentation fault|(received|got|caught|by) signal:? ?(SIG)?(SEGV|ABRT|BUS|ILL|FPE)\b"
         r"|\bSIG(SEGV|ABRT|BUS|ILL|FPE) received|signal \d+ \(SIG(SEGV|ABRT|BUS|ILL|FPE)\)|core dumped"
+        r"|\*\*\* SIG(SEGV|ABRT|BUS|ILL|FPE) \(@"
         r"|Fatal Python error|terminate called after throwing|Illegal instruction|\*\*\* Process received signal"
         r"|Assertion `.{0,200}' failed|Bus error|<Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>"
         r"|Signal (4|6|7|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|7|8|11)\b|double free"

@@ -342,6 +342,13 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("write checkpoint: ENOSPC", "infra"),
         ("python: error while loading shared libraries: libnccl.so.2: cannot open", "infra"),
         ("h1:7:9 [0] NCCL WARN NET/OFI Request completed with error. RC: -5", "network"),
+        ("torch.OutOfMemoryError: Tried to allocate 1.50 GiB. GPU 2 has a total capacity of 79 GiB", "gpu_oom"),
+        ("RuntimeError: No CUDA GPUs are available", "infra"),
+        ("Unable to reset this GPU: GPU requires reset", "hardware"),
+        ("h2:3:4 [1] NCCL WARN Cuda failure 'unknown error'", "hardware"),
+        ("ray.exceptions.RayOutOfMemoryError: More than 95% of the memory on node w-3 is used", "host_oom"),
+        ("socket.gaierror: [Errno -2] Name or service not known", "network"),
+        ("*** SIGSEGV (@0x0) received by PID 41 (TID 0x7f) from PID 0; stack trace: ***", "crash"),
     ],
 )
 def test_log_lines_name_their_cause(line: str, category: str) -> None:
