@@ -572,7 +572,8 @@ _B: list[dict[str, Any]] = [
     {
         "id": "c10d.store",
         "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
-        r"|RendezvousConnectionError|RendezvousClosedError|Connection was likely closed|client socket has timed out"
+        r"|RendezvousConnectionError|RendezvousClosedError|RendezvousTimeoutError|Connection was likely closed"
+        r"|client socket has timed out|in store based barrier"
         r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
@@ -849,7 +850,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.store-gone",
         "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
         r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed"
-        r"|c10d key-value store|store->get\(|waitForInput",
+        r"|c10d key-value store|store->get\(|waitForInput|RendezvousTimeoutError|in store based barrier",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
     },

@@ -119,6 +119,18 @@ def test_primary_messages(message: str, category: str) -> None:
             "timeout",
         ),
         ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.", "store"),
+        # waiting in the store for ranks that never came: the echo of their failure, not a bug of this rank
+        (
+            "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+            "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)",
+            "store",
+        ),
+        ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: ", "store"),
+        (
+            "torch.distributed.DistBackendError: [5] is setting up NCCL communicator and retrieving ncclUniqueId from "
+            "[0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
+            "store",
+        ),
         ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 21582 got signal: 15", "teardown"),
         ("SignalException: Process 7 got signal: 15", "teardown"),
     ],
