@@ -602,7 +602,9 @@ _B: list[dict[str, Any]] = [
         "id": "nccl.watchdog-timeout",
         "message": r"Watchdog caught collective operation timeout"
         r"|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out"
-        r"|Heartbeat monitor timed out|watchdog (thread )?(got )?stuck",
+        r"|Heartbeat monitor timed out|watchdog (thread )?(got )?stuck"
+        # torch's monitored barrier naming the ranks that never arrived; gloo closing a pair on a timeout
+        r"|failed to pass monitoredBarrier|Application timeout caused pair closure",
         "secondary": "timeout",
         "why": "NCCL watchdog: collective timed out waiting for a peer",
     },
@@ -827,7 +829,8 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.watchdog-timeout",
         "log": r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
-        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out|Heartbeat monitor timed out",
+        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out|Heartbeat monitor timed out"
+        r"|failed to pass monitoredBarrier|Application timeout caused pair closure",
         "secondary": "timeout",
         "why": "timed out waiting for a peer in a collective",
     },

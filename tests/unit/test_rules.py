@@ -126,6 +126,8 @@ def test_primary_messages(message: str, category: str) -> None:
             "store",
         ),
         ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: ", "store"),
+        ("RuntimeError: Rank 3 failed to pass monitoredBarrier in 600000 ms", "timeout"),
+        ("RuntimeError: [../gloo/transport/tcp/pair.cc:598] Application timeout caused pair closure", "timeout"),
         (
             "torch.distributed.DistBackendError: [5] is setting up NCCL communicator and retrieving ncclUniqueId from "
             "[0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
