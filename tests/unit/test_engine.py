@@ -782,3 +782,39 @@ def test_a_node_pressure_eviction_names_the_resource_it_ran_short_of(reason: str
     ]
     v = decide(incident(peers[0], evicted, peers[1]))
     assert (v.pod, v.category) == ("w-1", category), v.evidence
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["gpu004: ", "10.1.2.3: ", "trainer/0 [1]:", "[2026-01-02T03:04:05.123456Z] 0a1b2c3d || "],
+)
+def test_launcher_host_prefixes_are_unwrapped(prefix: str) -> None:
+    """pdsh (DeepSpeed multi-node), TorchX and Determined prefix every line; the exception under the prefix
+    is still the member's own failure, not a bare exit code 1."""
+    tail = "\n".join(
+        f"{prefix}{line}"
+        for line in (
+            "Traceback (most recent call last):",
+            '  File "train.py", line 3, in <module>',
+            "KeyError: 'labels'",
+        )
+    )
+    facts = parse_log(tail, None)
+    assert facts.loose_exceptions == ("KeyError: 'labels'",)
+    f = assess(member("w0", exit_code=1, finished=T0, log=tail))
+    assert f.role == "primary" and f.category == "user_code" and not f.weak
+
+
+def test_an_exception_type_is_never_taken_for_a_host_prefix() -> None:
+    facts = parse_log("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error", None)
+    assert facts.loose_exceptions and facts.loose_exceptions[0].startswith("torch.distributed.DistBackendError")
+
+
+def test_a_shell_s_128_plus_n_exit_from_the_launcher_is_that_signal() -> None:
+    """srun (and shell-wrapped workers) report a SIGKILLed task as exit code 137: the task was killed, as
+    torchrun's 'exitcode: -9' says — not a plain exit code of the program."""
+    facts = parse_log("srun: error: gpu-node-3: task 0: Exited with exit code 137\n", None)
+    assert facts.agent_exitcode == -9
+    f = assess(member("w0", exit_code=1, finished=T0, log="srun: error: gpu-node-3: task 0: Exited with exit code 137"))
+    assert f.role == "primary" and f.category == "host_oom"
+    assert parse_log("srun: error: gpu-node-3: task 1: Exited with exit code 2\n", None).agent_exitcode == 2
