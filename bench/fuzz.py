@@ -22,6 +22,7 @@ crash-*. Each input is timed; the run prints the count, the slowest input and ho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -34,7 +35,8 @@ from typing import Any
 
 import atheris
 
-with atheris.instrument_imports(include=["podmortem"]):
+# --retime runs saved inputs on the code as it is, without the coverage instrumentation.
+with contextlib.nullcontext() if "--retime" in sys.argv else atheris.instrument_imports(include=["podmortem"]):
     from podmortem.core import engine, errorfile
     from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
     from podmortem.offline.bundle import BundleError, load_bundle
@@ -77,7 +79,9 @@ def _timed(fn: Any, data: bytes) -> None:
     STATE["slowest"] = max(STATE["slowest"], took)
     if took > SLOW:
         STATE["slow"] += 1
-        print(f"slow input ({took * 1000:.0f} ms): {data[:200]!r}", file=sys.stderr, flush=True)
+        kept = STATE["slow_dir"] / f"slow-{STATE['slow']:04d}"  # for --retime
+        kept.write_bytes(data)
+        print(f"slow input ({took * 1000:.0f} ms, kept as {kept}): {data[:200]!r}", file=sys.stderr, flush=True)
     if STATE["runs"] == STATE["total"]:
         _report()  # libFuzzer exits the process after the last run: no atexit
 
@@ -277,6 +281,7 @@ def run_target(target: str, runs: int) -> int:
     _seeds(target, seeds)
     _dictionary(work / "words.dict")
     STATE["target"], STATE["total"] = target, runs
+    STATE["slow_dir"] = work
     fn = TARGETS[target]
     engine.decide(Incident(JobRef("ns", "warm-up"), 1, (Member(pod="p", log_tail=SEED_LINES[0]),)))  # compiles rules
     atheris.Setup(
@@ -287,12 +292,35 @@ def run_target(target: str, runs: int) -> int:
     return 0
 
 
+def retime(target: str, paths: list[Path]) -> int:
+    """Each input run 5 times on the uninstrumented code: the best and the worst time."""
+    fn = TARGETS[target]
+    engine.decide(Incident(JobRef("ns", "warm-up"), 1, (Member(pod="p", log_tail=SEED_LINES[0]),)))
+    worst = 0.0
+    for path in paths:
+        data = path.read_bytes()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn(data)
+            times.append(time.perf_counter() - t0)
+        worst = max(worst, min(times))
+        print(f"{path.name}: {len(data)} bytes, best {min(times) * 1000:.1f} ms, worst {max(times) * 1000:.1f} ms")
+    print(f"retimed {len(paths)} input(s) uninstrumented: slowest best-of-5 {worst * 1000:.1f} ms")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", choices=sorted(TARGETS))
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--smoke", action="store_true", help="each target for 2,000 inputs, in child processes")
+    ap.add_argument("--retime", nargs="+", type=Path, help="time saved inputs (slow-*, crash-*) uninstrumented")
     args = ap.parse_args()
+    if args.retime:
+        if args.target is None:
+            ap.error("--retime needs --target")
+        return retime(args.target, args.retime)
     if args.smoke or args.target is None:
         runs = 2_000 if args.smoke else args.runs
         code = 0
