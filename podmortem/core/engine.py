@@ -732,7 +732,14 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             for f in findings
         ]
         timeouts = [f for f in findings if f.secondary == "timeout"]
-        root = _choose_hang(findings, timeouts, named)
+        if timeouts:
+            root = _choose_hang(findings, timeouts, named)
+        else:  # read in full, every log that timed out shows a failure of the pod's own (found by fuzzing)
+            failed = [f for f in findings if f.failed]
+            strong = [f for f in failed if f.role == "primary" and not f.weak]
+            weak = [f for f in failed if f.role == "primary" and f.weak]
+            if strong:
+                root = _choose_primary(strong + weak, named)
     if root is None and weak:
         root = _choose_primary(weak, named)
     if root is None:

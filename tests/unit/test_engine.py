@@ -637,6 +637,38 @@ def test_a_hostile_log_line_cannot_stall_the_engine() -> None:
     assert v.pod == "w-0"
 
 
+def test_a_timeout_whose_full_log_shows_its_own_failure_is_decided_not_a_crash() -> None:
+    # Found by bench/fuzz.py (bundle target): the only member that failed timed out in gloo by its error
+    # file, and reading its log in full (to look for a hung rank) turned it into a primary failure — no
+    # timeout was left for the hang attribution, and min() of nothing raised ValueError.
+    gloo_timeout = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+        "Timed out waiting 12000ms for recv operation to complete"
+    )
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/app/train.py", line 310, in main',
+            "ValueError: bad label 7 in batch 1234",
+            "E1121 14:59:20.123456 140 torch/distributed/elastic/multiprocessing/api.py:832] failed (exitcode: 1)",
+            "  " + gloo_timeout,
+        ]
+    )
+    member = Member(
+        pod="w-0",
+        rank=0,
+        error=ErrorRecord(message=gloo_timeout, exception_type="RuntimeError", timestamp=int(T0)),
+        termination=Termination(exit_code=1, reason="Error", finished_at=T0 + 1),
+        log_tail=log,
+    )
+    assert assess(member).secondary == "timeout" and assess(member, full_log=True).role == "primary"
+    alone = decide(Incident(JobRef("ml", "j"), 1, (member,)))  # raised ValueError
+    assert (alone.pod, alone.category) == ("w-0", "user_code")
+    # A peer still running is no hung rank to blame once the only member that waited failed on its own.
+    v = decide(Incident(JobRef("ml", "j"), 2, (member, Member(pod="w-1", rank=1, running=True))))
+    assert (v.pod, v.category) == ("w-0", "user_code")
+
+
 def test_an_uncertain_verdict_says_likely_and_names_the_runner_up() -> None:
     # Two own failures 0.3 s apart on unmeasured clocks: the order is a guess, and the verdict says so.
     def failed(pod: str, rank: int, message: str, end: float) -> Member:
