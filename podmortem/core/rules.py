@@ -522,9 +522,19 @@ _B: list[dict[str, Any]] = [
         "why": "a CUDA kernel hit an illegal instruction (a broken or miscompiled kernel)",
     },
     {
+        # SIGBUS is a mapped page with no backing: a full tmpfs (/dev/shm, where DataLoader workers and NCCL put
+        # their shared memory) or a memory-mapped file that shrank or whose mount went away — the environment,
+        # not a fault of the program (x86 does not fault on alignment). Before the native-crash signals.
+        "id": "launcher.sigbus",
+        "message": r"died with <Signals\.SIGBUS: 7>|Signal 7 \(SIGBUS\) received|returned non-zero exit status -7\b"
+        r"|\bSIGBUS\b|\bBus error\b",
+        "category": "infra",
+        "why": "a worker died of SIGBUS: shared memory (/dev/shm) or a memory-mapped file without backing storage",
+    },
+    {
         "id": "launcher.native-crash",
-        "message": r"died with <Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>|Signal (4|6|7|8|11) \(SIG\w+\) received"
-        r"|returned non-zero exit status -(4|6|7|8|11)\b",
+        "message": r"died with <Signals\.SIG(SEGV|ABRT|ILL|FPE): \d+>|Signal (4|6|8|11) \(SIG\w+\) received"
+        r"|returned non-zero exit status -(4|6|8|11)\b",
         "category": "crash",
         "why": "a worker process died of a native crash signal (the launcher's summary of it)",
     },
@@ -705,7 +715,9 @@ _B: list[dict[str, Any]] = [
         r"|GPU requires reset|row remap(ping)? failure|PCIe Bus Error: severity=(Uncorrected|Fatal)"
         r"|Cuda failure (\d+ )?'unknown error'|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
         # NCCL's NVLS transport (NVSwitch multicast) failing to set up: the node's fabric manager/NVSwitches.
-        r"|transport/nvls\.cc[^\n]{0,60}Cuda failure|NVLink SHARP",
+        r"|transport/nvls\.cc[^\n]{0,60}Cuda failure|NVLink SHARP"
+        # The CPU's machine-check: a memory or bus fault of the host (it may deliver SIGBUS to the process).
+        r"|\bmachine check\b|\[Hardware Error\]|Memory failure: 0x|hardware memory error",
         "category": "hardware",
         "why": "GPU fault (lost device, illegal address, launch failure, NVLink/NVSwitch/fabric error)",
     },
@@ -858,13 +870,21 @@ _B: list[dict[str, Any]] = [
         "why": "lost the c10d rendezvous store",
     },
     {
+        # SIGBUS (see launcher.sigbus): shared memory or a mapped file without backing storage, before the
+        # native-crash signs.
+        "id": "log.sigbus",
+        "log": r"\bSIGBUS\b|\bBus error\b|Signal 7 \(SIG|signal 7\b|returned non-zero exit status -7\b",
+        "category": "infra",
+        "why": "SIGBUS: shared memory (/dev/shm) or a memory-mapped file without backing storage",
+    },
+    {
         "id": "log.native-crash",
-        "log": r"Segmentation fault|(received|got|caught|by) signal:? ?(SIG)?(SEGV|ABRT|BUS|ILL|FPE)\b"
-        r"|\bSIG(SEGV|ABRT|BUS|ILL|FPE) received|signal \d+ \(SIG(SEGV|ABRT|BUS|ILL|FPE)\)|core dumped"
-        r"|\*\*\* SIG(SEGV|ABRT|BUS|ILL|FPE) \(@"
+        "log": r"Segmentation fault|(received|got|caught|by) signal:? ?(SIG)?(SEGV|ABRT|ILL|FPE)\b"
+        r"|\bSIG(SEGV|ABRT|ILL|FPE) received|signal \d+ \(SIG(SEGV|ABRT|ILL|FPE)\)|core dumped"
+        r"|\*\*\* SIG(SEGV|ABRT|ILL|FPE) \(@"
         r"|Fatal Python error|terminate called after throwing|Illegal instruction|\*\*\* Process received signal"
-        r"|Assertion `.{0,200}' failed|Bus error|<Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>"
-        r"|Signal (4|6|7|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|7|8|11)\b|double free"
+        r"|Assertion `.{0,200}' failed|<Signals\.SIG(SEGV|ABRT|ILL|FPE): \d+>"
+        r"|Signal (4|6|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|8|11)\b|double free"
         r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected"
         r"|an illegal instruction was encountered|cudaErrorIllegalInstruction",
         "category": "crash",
@@ -886,9 +906,23 @@ _B: list[dict[str, Any]] = [
     {"id": "exit.sigkill", "exit_code": [137], "secondary": "teardown", "why": "killed (SIGKILL) from outside"},
     {
         "id": "exit.crash",
-        "exit_code": [132, 134, 135, 136, 139],
+        "exit_code": [132, 134, 136, 139],
         "category": "crash",
-        "why": "native crash (SIGILL/SIGABRT/SIGBUS/SIGFPE/SIGSEGV)",
+        "why": "native crash (SIGILL/SIGABRT/SIGFPE/SIGSEGV)",
+    },
+    {
+        "id": "exit.sigbus",
+        "exit_code": [135],
+        "category": "infra",
+        "why": "SIGBUS: shared memory (/dev/shm) or a memory-mapped file without backing storage",
+    },
+    {
+        # The kubelet reports 128 for a container the runtime could not start (StartError, ContainerCannotRun:
+        # a missing mount, the NVIDIA prestart hook failing): the node's runtime, not the program.
+        "id": "exit.start-failed",
+        "exit_code": [128],
+        "category": "infra",
+        "why": "the container runtime could not start the container (exit code 128)",
     },
     {
         "id": "exit.code-2",
@@ -898,9 +932,9 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "exit.command",
-        "exit_code": [126, 127, 128],
+        "exit_code": [126, 127],
         "category": "user_code",
-        "why": "the container command is missing, not executable or exited with an invalid code",
+        "why": "the container command is missing or not executable",
     },
     {
         "id": "exit.user-retryable",
@@ -918,9 +952,15 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "signal.crash",
-        "signal": [4, 5, 6, 7, 8, 11, 31],
+        "signal": [4, 5, 6, 8, 11, 31],
         "category": "crash",
-        "why": "native crash (SIGSEGV/SIGABRT/SIGBUS/SIGFPE/SIGILL)",
+        "why": "native crash (SIGSEGV/SIGABRT/SIGFPE/SIGILL)",
+    },
+    {
+        "id": "signal.sigbus",
+        "signal": [7],
+        "category": "infra",
+        "why": "a worker died of SIGBUS: shared memory (/dev/shm) or a memory-mapped file without backing storage",
     },
     {
         "id": "signal.sigkill",

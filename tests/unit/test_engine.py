@@ -184,6 +184,22 @@ def test_native_crash_exit_code(code: int) -> None:
     check(v, "w-0", "crash", False)
 
 
+def test_a_sigbus_is_the_environment_not_a_native_crash() -> None:
+    """SIGBUS is a mapped page with no backing (a full /dev/shm, a mapped file gone): infra, retryable —
+    whether the container itself died of it (exit 135) or torchrun saw a worker die of it (exitcode: -7)."""
+    root = member("w-0", rank=0, exit_code=135, signal=7, finished=T0 + 2)
+    check(decide(incident(*cascade(root))), "w-0", "infra", True)
+    log = "E1124 10:00:00.100000 77 api.py:900] failed (exitcode: -7) local_rank: 1 (pid: 78) of binary: python\n"
+    f = assess(member("w-1", rank=1, exit_code=1, finished=T0, log=log))
+    assert (f.role, f.category) == ("primary", "infra")
+
+
+def test_exit_code_128_is_a_container_that_could_not_start() -> None:
+    """The kubelet reports 128 when the runtime could not start the container (a mount, the GPU hook)."""
+    f = assess(member("w-0", rank=0, exit_code=128, finished=T0))
+    assert (f.role, f.category, f.rule.is_retryable if f.rule else None) == ("primary", "infra", True)
+
+
 SEGV_LOG = """\
 [rank1] step 10 loss 1.2 acc 0.5 (0.2 s/step)
 Fatal Python error: Segmentation fault
@@ -742,7 +758,7 @@ def test_a_launcher_stopping_its_workers_is_a_teardown_unless_one_of_its_own_fai
             -11,
             "crash",
         ),
-        ("subprocess.CalledProcessError: Command 'python train.py' returned non-zero exit status -7.", -7, "crash"),
+        ("subprocess.CalledProcessError: Command 'python train.py' returned non-zero exit status -7.", -7, "infra"),
         (
             "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL",
             -9,

@@ -321,7 +321,11 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("Workers (tasks / actors) killed due to memory pressure (OOM), 0 workers crashed", "host_oom"),
         ("free(): invalid pointer", "crash"),
         ("*** stack smashing detected ***: terminated", "crash"),
-        ("E1124 12:00:01 torch/distributed/elastic: died with <Signals.SIGBUS: 7>.", "crash"),
+        # SIGBUS: a mapped page without backing storage (/dev/shm, a mapped file) — the environment
+        ("E1124 12:00:01 torch/distributed/elastic: died with <Signals.SIGBUS: 7>.", "infra"),
+        ("  traceback : Signal 7 (SIGBUS) received by PID 4242", "infra"),
+        ("/bin/sh: line 1:  77 Bus error               (core dumped) python train.py", "infra"),
+        ("mce: [Hardware Error]: Machine check events logged", "hardware"),
         # 2026-11-24: families seen in the new training excerpts (written here in our own words)
         ("gpu3:1201:1290 [3] transport/nvls.cc:161 NCCL WARN Cuda failure 1 'invalid argument'", "hardware"),
         ("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152", "hardware"),
