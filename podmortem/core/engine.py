@@ -111,6 +111,7 @@ class Finding:
     timeout_s: float | None = None  # collective timeout a secondary waited, when stated
     named_ips: tuple[str, ...] = ()  # peer addresses named by its secondary messages
     silent_ranks: tuple[int, ...] = ()
+    desync: tuple[tuple[int, int, str], ...] = ()  # its ranks timed out in different collectives
     global_rank: int | None = None
     evidence: tuple[str, ...] = ()
 
@@ -413,6 +414,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
         timeout_s=timeout,
         named_ips=tuple(dict.fromkeys(ips)),
         silent_ranks=log.silent_ranks,
+        desync=log.desync,
         global_rank=cand.global_rank,
         evidence=tuple(evidence),
     )
@@ -493,6 +495,9 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
         elif f.role == "secondary" and f.secondary == "timeout" and f.silent_ranks:
             ranks = ", ".join(str(r) for r in f.silent_ranks)
             out.append((3, f, f"rank(s) {ranks} never raised while sibling ranks timed out"))
+        elif f.role == "secondary" and f.secondary == "timeout" and f.desync:
+            works = ", ".join(f"rank {r} in {op} #{seq}" for r, seq, op in f.desync[:4])
+            out.append((3, f, f"its own ranks timed out in different collectives ({works}): they are out of step"))
         elif f.role == "secondary" and f.secondary == "teardown":
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
         elif f.role == "primary" and f.weak and f.source == "termination":

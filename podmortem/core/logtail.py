@@ -60,6 +60,12 @@ _AGENT_EXIT = re.compile(
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b"
 )
+# A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the rank, the collective's sequence
+# number and its kind. Ranks of one pod that time out in *different* collectives (another SeqNum or OpType)
+# are out of step: the desync is visible here, and the rank that fell behind is on this pod.
+_WATCHDOG_WORK = re.compile(
+    r"\[Rank (\d{1,6})\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d{1,12}), OpType=(\w{1,40})"
+)
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -95,6 +101,9 @@ class LogFacts:
     # exception line). torch picks its "first observed failure" by whole-second timestamps and the order
     # it polled its workers, so the worker that raised may be listed here and its victim as the root.
     other_failures: tuple[tuple[int | None, int | None, str], ...] = ()
+    # Ranks of this pod that timed out in different collectives: ((rank, SeqNum, OpType), ...) — empty unless
+    # at least two of them disagree.
+    desync: tuple[tuple[int, int, str], ...] = ()
 
     @property
     def silent_ranks(self) -> tuple[int, ...]:
@@ -167,6 +176,18 @@ def _agent_exit(text: str) -> int | None:
     value = int(code or ds or sub or srun)
     # A worker run through a shell reports a signal death as 128 + N (137: SIGKILL, 139: SIGSEGV).
     return -(value - 128) if 128 < value < 160 else value
+
+
+def collective_desync(text: str) -> tuple[tuple[int, int, str], ...]:
+    """The ranks' timed-out collectives when this log's ranks timed out in different ones (else ())."""
+    if "OpType=" not in text:
+        return ()
+    works: dict[int, tuple[int, str]] = {}
+    for m in _WATCHDOG_WORK.finditer(text):
+        works.setdefault(int(m.group(1)), (int(m.group(2)), m.group(3)))
+    if len(set(works.values())) < 2:
+        return ()
+    return tuple(sorted((rank, seq, op) for rank, (seq, op) in works.items()))
 
 
 def several_workers_failed(text: str) -> bool:
@@ -275,7 +296,9 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
                 loose.append(line)
     other_failures = tuple(_entry(o) for o in others)
     agent_code = _agent_exit(text)
+    desync = collective_desync(text)
     facts = LogFacts(
+        desync=desync,
         agent_exitcode=agent_code,
         first_failure_at=first_failure,
         teardown_at=teardown,
@@ -300,6 +323,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     if s_rank is not None:
         ranks.add(s_rank)
     return LogFacts(
+        desync=desync,
         agent_exitcode=agent_code,
         first_failure_at=first_failure,
         teardown_at=teardown,

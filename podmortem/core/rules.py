@@ -612,11 +612,20 @@ _B: list[dict[str, Any]] = [
         "id": "nccl.watchdog-timeout",
         "message": r"Watchdog caught collective operation timeout"
         r"|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out"
-        r"|Heartbeat monitor timed out|watchdog (thread )?(got )?stuck"
         # torch's monitored barrier naming the ranks that never arrived; gloo closing a pair on a timeout
         r"|failed to pass monitoredBarrier|Application timeout caused pair closure",
         "secondary": "timeout",
         "why": "NCCL watchdog: collective timed out waiting for a peer",
+    },
+    {
+        # After the timeouts: ProcessGroupNCCL's heartbeat monitor finding the process's own watchdog thread stuck
+        # (a CUDA/NCCL call that never returns) is this process stopping, not a peer it waited for. Weak: a
+        # victim's abort can block the same way, so any failure of its own elsewhere says more.
+        "id": "nccl.watchdog-stuck",
+        "message": r"watchdog (thread )?(got )?stuck|Heartbeat monitor timed out",
+        "category": "hang",
+        "weak": True,
+        "why": "its own NCCL watchdog got stuck: the process stopped making progress",
     },
     {
         "id": "nccl.aborted",
@@ -841,10 +850,18 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.watchdog-timeout",
         "log": r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
-        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out|Heartbeat monitor timed out"
+        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out"
         r"|failed to pass monitoredBarrier|Application timeout caused pair closure",
         "secondary": "timeout",
         "why": "timed out waiting for a peer in a collective",
+    },
+    {
+        # After the collective timeouts (see nccl.watchdog-stuck): the process's own watchdog stuck.
+        "id": "log.watchdog-stuck",
+        "log": r"watchdog (thread )?(got )?stuck|Heartbeat monitor timed out",
+        "category": "hang",
+        "weak": True,
+        "why": "its own NCCL watchdog got stuck: the process stopped making progress",
     },
     {
         "id": "log.peer-gone",

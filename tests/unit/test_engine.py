@@ -866,3 +866,44 @@ def test_a_shell_s_128_plus_n_exit_from_the_launcher_is_that_signal() -> None:
     f = assess(member("w0", exit_code=1, finished=T0, log="srun: error: gpu-node-3: task 0: Exited with exit code 137"))
     assert f.role == "primary" and f.category == "host_oom"
     assert parse_log("srun: error: gpu-node-3: task 1: Exited with exit code 2\n", None).agent_exitcode == 2
+
+
+def _watchdog(rank: int, seq: int, op: str) -> str:
+    return (
+        f"[rank{rank}]:[E1125 02:00:00.000000000 ProcessGroupNCCL.cpp:600] [Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for "
+        "600010 milliseconds before timing out."
+    )
+
+
+def test_a_pod_whose_own_ranks_timed_out_in_different_collectives_hosts_the_hang() -> None:
+    """Every pod times out; on one, its two ranks wait in different collectives (another sequence number or
+    kind): those ranks are out of step, so the rank that fell behind is there — not on a uniform pod."""
+    uniform = "\n".join(_watchdog(r, 500, "ALLREDUCE") for r in (0, 1))
+    split = "\n".join((_watchdog(2, 500, "ALLREDUCE"), _watchdog(3, 501, "BROADCAST")))
+    members = (
+        member("w-0", rank=0, exit_code=1, finished=T0, log=uniform),
+        member("w-1", rank=1, exit_code=1, finished=T0 + 1, log=split),
+        member(
+            "w-2", rank=2, exit_code=1, finished=T0, log=uniform.replace("rank0", "rank4").replace("Rank 0", "Rank 4")
+        ),
+    )
+    v = decide(incident(*members))
+    check(v, "w-1", "hang", True)
+    # The same collective everywhere says nothing about where the stuck rank is.
+    assert parse_log(uniform, None).desync == ()
+    assert [r for r, _, _ in parse_log(split, None).desync] == [2, 3]
+
+
+def test_a_stuck_watchdog_of_its_own_is_a_hang_but_a_timeout_beside_it_is_the_echo() -> None:
+    stuck = (
+        "[rank0]:[E1125 02:00:00.000 ProcessGroupNCCL.cpp:1400] [PG 0 Rank 0] ProcessGroupNCCL's watchdog got stuck "
+        "for 480 seconds without making progress in monitoring enqueued collectives."
+    )
+    f = assess(member("w-0", rank=0, exit_code=1, finished=T0, log=stuck))
+    assert (f.role, f.category, f.weak) == ("primary", "hang", True)
+    f = assess(member("w-0", rank=0, exit_code=1, finished=T0, log=_watchdog(0, 9, "ALLGATHER") + "\n" + stuck))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+    # Among victims that only timed out, the stuck one is the root.
+    others = [member(f"w-{i}", rank=i, exit_code=1, finished=T0, log=_watchdog(i, 9, "ALLGATHER")) for i in (1, 2)]
+    check(decide(incident(member("w-0", rank=0, exit_code=1, finished=T0, log=stuck), *others)), "w-0", "hang", True)
