@@ -637,10 +637,25 @@ _B: list[dict[str, Any]] = [
     # --- Network (interconnect) -----------------------------------------------------------------------
     {
         "id": "nccl.system-error",
-        "message": r"unhandled system error|ncclSystemError|NET/IB|ibv_\w+ failed"
-        r"|IBV_WC_\w+|transport retry counter exceeded|Got completion (from peer .*)?with error",
+        "message": r"NET/IB|ibv_\w+ failed"
+        r"|IBV_WC_\w+|transport retry counter exceeded|Got completion (from peer .*)?with error"
+        # The network named by the system: no usable interface for NCCL's bootstrap, its socket transport failing,
+        # UCX or a Mellanox NIC reporting an error, a NIC link down, errno's unreachable host/network.
+        r"|no socket interface found|No usable (network )?interface|NET/Socket[^\n]{0,80}\b(failed|error)\b"
+        r"|UCX +ERROR|\bmlx5\w*:[^\n]{0,80}\b(error|failed)\b|NIC Link is Down|\bE(HOST|NET)UNREACH\b"
+        r"|\[Errno (101|113)\]|No route to host|Network is unreachable|Software caused connection abort"
+        r"|NET/OFI[^\n]{0,160}\b(failed|error)\b",
         "category": "network",
         "why": "NCCL/IB system error on the interconnect",
+    },
+    {
+        # NCCL's generic system error, after the peer rules: a socket call failing on a peer that died reads the
+        # same, so it is believed only without a stronger failure elsewhere.
+        "id": "nccl.system-error-generic",
+        "message": r"unhandled system error|ncclSystemError",
+        "category": "network",
+        "weak": True,
+        "why": "NCCL system error (a socket or system call failed; a dying peer causes it too)",
     },
     {
         # NCCL refusing the job's own set-up (two ranks on one GPU, wrong arguments): the configuration, the
@@ -838,10 +853,16 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "log.ib",
-        "log": r"NCCL WARN NET/IB|transport retry counter exceeded|ibv_\w+ failed|IBV_WC_\w+|unhandled system error"
-        r"|ncclSystemError|No route to host|Network is unreachable"
-        # NCCL's bootstrap cannot open a socket to a peer's address (not a peer that went away).
-        r"|socketStartConnect: Connect to [^\n]{0,120} failed|Software caused connection abort"
+        "log": r"NCCL WARN NET/IB|transport retry counter exceeded|ibv_\w+ failed|IBV_WC_\w+"
+        # The network named by the system: no usable interface for NCCL's bootstrap, its socket transport failing,
+        # UCX or a Mellanox NIC reporting an error, a NIC link down, errno's unreachable host/network.
+        r"|no socket interface found|No usable (network )?interface|NET/Socket[^\n]{0,80}\b(failed|error)\b"
+        r"|UCX +ERROR|\bmlx5\w*:[^\n]{0,80}\b(error|failed)\b|NIC Link is Down|\bE(HOST|NET)UNREACH\b"
+        r"|\[Errno (101|113)\]|No route to host|Network is unreachable|Software caused connection abort"
+        # NCCL's bootstrap cannot open a socket to a peer's address (not a peer that went away), a work completion
+        # with an error on the NIC, gloo finding no address on the interface it was told to use.
+        r"|socketStartConnect: Connect to [^\n]{0,120} failed"
+        r"|got completion (from peer [^\n]{0,80})?with error|Unable to find address for:? ?\w+"
         # AWS's EFA plugin (aws-ofi-nccl / libfabric) failing on the interconnect.
         r"|NET/OFI[^\n]{0,160}\b(failed|error)\b",
         "category": "network",
@@ -868,9 +889,18 @@ _B: list[dict[str, Any]] = [
         "log": r"Connection closed by (peer|remote peer|localRank)|Connection reset by peer"
         r"|communicator (was|has been) aborted"
         r"|ProcessGroupNCCL is aborted|remote process exited or there was a network error|ncclRemoteError"
-        r"|peer .{0,40}closed (the )?connection",
+        r"|peer .{0,40}closed (the )?connection|Call to (send|recv)[^\n]{0,160}failed ?: ?Broken pipe",
         "secondary": "peer",
         "why": "lost its connection to a peer that had died",
+    },
+    {
+        # NCCL's generic system error, after the echoes: with the peer's socket closing as its "Last error" it is
+        # that echo (above); with an interconnect token, log.ib; alone, a weak network failure.
+        "id": "log.nccl-system-error",
+        "log": r"unhandled system error|ncclSystemError",
+        "category": "network",
+        "weak": True,
+        "why": "NCCL system error (a socket or system call failed; a dying peer causes it too)",
     },
     {
         "id": "log.ray-actor-died",

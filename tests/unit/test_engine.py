@@ -907,3 +907,24 @@ def test_a_stuck_watchdog_of_its_own_is_a_hang_but_a_timeout_beside_it_is_the_ec
     # Among victims that only timed out, the stuck one is the root.
     others = [member(f"w-{i}", rank=i, exit_code=1, finished=T0, log=_watchdog(i, 9, "ALLGATHER")) for i in (1, 2)]
     check(decide(incident(member("w-0", rank=0, exit_code=1, finished=T0, log=stuck), *others)), "w-0", "hang", True)
+
+
+def test_an_nccl_system_error_whose_last_error_is_the_peer_closing_is_an_echo() -> None:
+    """NCCL's 'unhandled system error' is a failed socket or system call: when its Last error is the peer's
+    socket closing, the peer died (an echo); alone it is a weak network failure; with an interconnect token, a
+    strong one. So a user bug's victims no longer out-time it as 'network'."""
+    head = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
+    echo = head + "\nLast error:\nsocketProgress: Connection closed by remote peer w-0<41820>"
+    f = assess(member("w-1", rank=1, exit_code=1, finished=T0, log=echo))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+    f = assess(member("w-1", rank=1, exit_code=1, finished=T0, log=head))
+    assert (f.role, f.category, f.weak) == ("primary", "network", True)
+    f = assess(
+        member(
+            "w-1", rank=1, exit_code=1, finished=T0, log=head + "\nLast error:\nNET/IB : Got completion with error 12"
+        )
+    )
+    assert (f.role, f.category, f.weak) == ("primary", "network", False)
+    root = member("w-0", rank=0, exit_code=1, finished=T0, log="[rank0]: KeyError: 'labels'")
+    victims = [member(f"w-{i}", rank=i, exit_code=1, finished=T0, log=echo if i == 1 else head) for i in (1, 2)]
+    check(decide(incident(root, *victims)), "w-0", "user_code", False)

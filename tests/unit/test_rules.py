@@ -46,11 +46,9 @@ def classify(message: str) -> tuple[str | None, str | None, bool]:
         ("RuntimeError: DataLoader worker (pid 21697) is killed by signal: Killed. ", "host_oom"),
         ("MemoryError: ", "host_oom"),
         ("RuntimeError: DataLoader worker (pid 9943) is killed by signal: Bus error. ", "infra"),
-        # NCCL / network
+        # NCCL / network: the interconnect named
         (
-            "torch.distributed.DistBackendError: NCCL error in: "
-            "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, "
-            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\nncclSystemError: ...",
+            "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error\nNET/IB : port error",
             "network",
         ),
         # environment
@@ -146,6 +144,12 @@ def test_weak_primaries() -> None:
     assert classify(
         "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process exited or there "
         "was a network error, NCCL version 2.21.5\nncclRemoteError: ..."
+    ) == ("network", None, True)
+    # NCCL's generic system error: a failed socket call, which a dying peer causes too.
+    assert classify(
+        "torch.distributed.DistBackendError: NCCL error in: "
+        "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\nncclSystemError: ..."
     ) == ("network", None, True)
     # A non-Python error file ({"message": "<text>"}) with no exception type.
     assert classify("segment writer gave up after 3 attempts") == ("user_code", None, True)
@@ -367,6 +371,13 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("ray.exceptions.RayOutOfMemoryError: More than 95% of the memory on node w-3 is used", "host_oom"),
         ("socket.gaierror: [Errno -2] Name or service not known", "network"),
         ("*** SIGSEGV (@0x0) received by PID 41 (TID 0x7f) from PID 0; stack trace: ***", "crash"),
+        # network named by the system (domain knowledge, our words)
+        ("n1:5:6 [0] NCCL INFO Bootstrap : no socket interface found", "network"),
+        ("[1698] UCX  ERROR ib_iface.c:120 ibv_poll_cq returned 5: transport error", "network"),
+        ("[ 9.1] mlx5_core 0000:3b:00.0: mlx5_cmd_out_err: CREATE_QP failed, status bad parameter", "network"),
+        ("kernel: ice 0000:17:00.0 ens1f0: NIC Link is Down", "network"),
+        ("OSError: [Errno 113] No route to host", "network"),
+        ("RuntimeError: [gloo/transport/tcp/device.cc:83] Unable to find address for: ib0", "network"),
     ],
 )
 def test_log_lines_name_their_cause(line: str, category: str) -> None:
