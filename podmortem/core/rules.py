@@ -457,7 +457,18 @@ _B: list[dict[str, Any]] = [
         "message": r"no CUDA-capable device|CUDA driver version is insufficient|NVIDIA driver on your system is too old"
         r"|Found no NVIDIA driver|CUDA error: initialization error|cudaErrorNoDevice"
         r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed|No CUDA GPUs are available"
-        r"|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE",
+        r"|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE"
+        # The node's driver stack and container runtime: NVML unable to start or at another version than the
+        # kernel module, the CUDA runtime refusing the driver (system mismatch, forward compatibility, a PTX newer
+        # than the driver), torch's "incorrectly set up environment", the NVIDIA container hook, a C library older
+        # than a binary needs.
+        r"|Failed to initialize NVML|Driver/library version mismatch|nvidia-container-cli"
+        r"|OCI runtime (create|exec) failed|error running hook"
+        r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+        r"|unsupported display driver / cuda driver combination|forward compatibility was attempted on non supported HW"
+        r"|cudaErrorCompatNotSupportedOnDevice|PTX was compiled with an unsupported toolchain"
+        r"|cudaErrorUnsupportedPtxVersion"
+        r"|incorrectly set up environment|version `GLIBC(XX)?_[\d.]{1,12}' not found",
         "category": "infra",
         "why": "no usable GPU or driver in the container",
     },
@@ -509,7 +520,12 @@ _B: list[dict[str, Any]] = [
         "message": r"No space left on device|Disk quota exceeded|Read-only file system"
         r"|Stale file handle|Input/output error|Transport endpoint is not connected|\[Errno (5|24|28|30|116|122)\]"
         r"|Too many open files|unable to (open|write to|mmap)[^\n]{0,40}(shared memory|</torch_|/dev/shm)"
-        r"|can't start new thread",
+        r"|can't start new thread"
+        # A network filesystem failing (EREMOTEIO, a corrupted one), Rust's io::ErrorKind for a full, read-only or
+        # over-quota disk (safetensors, tokenizers), errno by name.
+        r"|Remote I/O error|Structure needs cleaning|\[Errno (117|121)\]"
+        r"|kind: (StorageFull|QuotaExceeded|ReadOnlyFilesystem)"
+        r"|\bE(NOSPC|DQUOT|ROFS|STALE|REMOTEIO)\b",
         "category": "infra",
         "why": "storage failure (full, read-only, stale or broken mount)",
     },
@@ -541,19 +557,22 @@ _B: list[dict[str, Any]] = [
     {
         "id": "infra.hub",
         "message": r"HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
-        r"|(401|403|429) Client Error|Too Many Requests|GatedRepoError",
+        r"|(401|403|429) Client Error|Too Many Requests|GatedRepoError"
+        # The HTTP client's own failures reaching an endpoint (requests, urllib3): the endpoint or the way to it.
+        r"|requests\.exceptions\.(ConnectionError|ConnectTimeout|ReadTimeout|SSLError|ProxyError)"
+        r"|urllib3\.exceptions\.\w+Error|ReadTimeoutError|CERTIFICATE_VERIFY_FAILED",
         "category": "infra",
         "why": "a model hub or remote storage endpoint refused or could not be reached",
     },
     {
         "id": "infra.missing-file",
-        "message": r"No such file or directory|\[Errno 2\]",
+        "message": r"No such file or directory|\[Errno 2\]|\bENOENT\b|kind: NotFound",
         "category": "infra",
         "why": "a file or mount the job needs is missing",
     },
     {
         "id": "infra.permission",
-        "message": r"Permission denied|\[Errno 13\]|Operation not permitted",
+        "message": r"Permission denied|\[Errno 13\]|Operation not permitted|\bEACCES\b|kind: PermissionDenied",
         "category": "infra",
         "why": "permission denied on a file, mount or device",
     },
@@ -793,7 +812,11 @@ _B: list[dict[str, Any]] = [
         # The kubelet's node-pressure eviction for disk (its DisruptionTarget message names the resource).
         r"|low on resource: (ephemeral-storage|nodefs|imagefs)|ephemeral local storage usage exceeds"
         r"|exceeded its local ephemeral storage limit|\b(DiskPressure|PIDPressure)\b"
-        r"|\b(errno|os error)[ =:]{0,3}(28|30|116|122)\b|\bE(NOSPC|DQUOT|ROFS|STALE)\b",
+        # A network filesystem failing (EREMOTEIO, a corrupted one), Rust's io::ErrorKind for a full, read-only or
+        # over-quota disk (safetensors, tokenizers), errno by name.
+        r"|Remote I/O error|Structure needs cleaning|\[Errno (117|121)\]"
+        r"|kind: (StorageFull|QuotaExceeded|ReadOnlyFilesystem)"
+        r"|\b(errno|os error)[ =:]{0,3}(28|30|116|122)\b|\bE(NOSPC|DQUOT|ROFS|STALE|REMOTEIO)\b",
         "category": "infra",
         "why": "storage or shared memory exhausted or broken (disk full, /dev/shm too small, stale mount)",
     },
@@ -806,7 +829,23 @@ _B: list[dict[str, Any]] = [
         r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable|Failed to pull image"
         r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
         r"|Unable to attach or mount volumes|HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
-        r"|(401|403|429) Client Error|Too Many Requests|error while loading shared libraries",
+        r"|(401|403|429) Client Error|Too Many Requests|error while loading shared libraries"
+        # The node's driver stack and container runtime: NVML unable to start or at another version than the
+        # kernel module, the CUDA runtime refusing the driver (system mismatch, forward compatibility, a PTX newer
+        # than the driver), torch's "incorrectly set up environment", the NVIDIA container hook, a C library older
+        # than a binary needs.
+        r"|Failed to initialize NVML|Driver/library version mismatch|nvidia-container-cli"
+        r"|OCI runtime (create|exec) failed|error running hook"
+        r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+        r"|unsupported display driver / cuda driver combination|forward compatibility was attempted on non supported HW"
+        r"|cudaErrorCompatNotSupportedOnDevice|PTX was compiled with an unsupported toolchain"
+        r"|cudaErrorUnsupportedPtxVersion"
+        r"|incorrectly set up environment|version `GLIBC(XX)?_[\d.]{1,12}' not found"
+        r"|requests\.exceptions\.(ConnectionError|ConnectTimeout|ReadTimeout|SSLError|ProxyError)"
+        r"|urllib3\.exceptions\.\w+Error|ReadTimeoutError|CERTIFICATE_VERIFY_FAILED"
+        # Kubernetes could not place, start or give storage to the pod.
+        r"|FailedScheduling|Insufficient nvidia\.com/gpu|FailedAttachVolume|Multi-Attach error|FailedCreatePodSandBox"
+        r"|\b(StartError|ContainerCannotRun|RunContainerError)\b",
         "category": "infra",
         "why": "no usable GPU, driver or library in the container",
     },

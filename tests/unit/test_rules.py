@@ -81,6 +81,9 @@ def classify(message: str) -> tuple[str | None, str | None, bool]:
             "infra",
         ),
         ("huggingface_hub.utils._errors.HfHubHTTPError: 429 Client Error: Too Many Requests for url", "infra"),
+        ("RuntimeError: Failed to initialize NVML: Unknown Error", "infra"),
+        ("OSError: ENOENT: cannot open '/datasets/train-00001.arrow'", "infra"),
+        ("ssl.SSLError: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "infra"),
     ],
 )
 def test_primary_messages(message: str, category: str) -> None:
@@ -371,6 +374,16 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("ray.exceptions.RayOutOfMemoryError: More than 95% of the memory on node w-3 is used", "host_oom"),
         ("socket.gaierror: [Errno -2] Name or service not known", "network"),
         ("*** SIGSEGV (@0x0) received by PID 41 (TID 0x7f) from PID 0; stack trace: ***", "crash"),
+        # the environment: driver stack, container runtime, storage, endpoints, scheduling (domain knowledge, our words)
+        ("Failed to initialize NVML: Driver/library version mismatch", "infra"),
+        ("CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment", "infra"),
+        ("RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.", "infra"),
+        ("./train: /lib64/libc.so.6: version `GLIBC_2.34' not found (required by ./train)", "infra"),
+        ("OSError: [Errno 121] Remote I/O error: '/mnt/lustre/ckpt'", "infra"),
+        ('IoError(Os { code: 122, kind: QuotaExceeded, message: "Disk quota exceeded" })', "infra"),
+        ("requests.exceptions.ReadTimeout: HTTPSConnectionPool read timed out. (read timeout=10)", "infra"),
+        ("Warning  FailedScheduling  0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", "infra"),
+        ("Warning  FailedAttachVolume  Multi-Attach error for volume pvc-7", "infra"),
         # network named by the system (domain knowledge, our words)
         ("n1:5:6 [0] NCCL INFO Bootstrap : no socket interface found", "network"),
         ("[1698] UCX  ERROR ib_iface.c:120 ibv_poll_cq returned 5: transport error", "network"),
