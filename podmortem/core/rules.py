@@ -855,7 +855,13 @@ _B: list[dict[str, Any]] = [
         "id": "log.scheduler",
         "log": r"DUE TO (TIME LIMIT|PREEMPTION)|preemption notice"
         r"|spot (instance )?(interruption|termination)|PreemptionByScheduler|EvictionByEvictionAPI"
-        r"|TerminationByKubelet|maintenance event|termination is imminent|imminent node shutdown",
+        r"|TerminationByKubelet|maintenance event|termination is imminent|imminent node shutdown"
+        # Clouds' and clusters' words for reclaiming a healthy machine: AWS's spot interruption and rebalance
+        # notices (instance-action), Azure's scheduled Preempt event, the kubelet's graceful node shutdown, a
+        # node drained by an operator or the autoscaler, Slurm/Lightning requeueing the job.
+        r"|instance-action|rebalance recommendation|SpotInterruption|\"EventType\": ?\"Preempt\""
+        r"|graceful node shutdown|\bNodeShutdown\b|Evicting pod|evicted by (the )?(scheduler|cluster-autoscaler|kueue)"
+        r"|\bdrain(ing|ed)? (the )?node\b|auto-requeue|requeu(e|ing) (the )?job|JOB REQUEUE",
         "category": "preemption",
         "why": "the scheduler preempted the job or its time limit ran out",
     },
@@ -863,7 +869,9 @@ _B: list[dict[str, Any]] = [
         "id": "log.node-lost",
         "log": r"missed too many heartbeats|has been marked dead|node it was running on is dead|RAY_NODE_REMOVED"
         r"|\bNodeLost\b|\bNotReady\b|\bNODE_FAIL\b|node .{0,60} (is|was) dead|heartbeat.{0,40}(timed out|missed|lost)"
-        r"|lost contact with the node|node (was )?removed|\bnode has died|\bnode died\b",
+        r"|lost contact with the node|node (was )?removed|\bnode has died|\bnode died\b"
+        # Slurm ending a job because one of its nodes failed.
+        r"|DUE TO NODE FAIL",
         "category": "node_lost",
         "why": "a node stopped reporting (heartbeats missed, NotReady, node removed)",
     },
@@ -871,7 +879,7 @@ _B: list[dict[str, Any]] = [
         # The bare word, after the node-lost facts: Ray lists "preempted node" among the possible causes
         # of a node it marked dead, which is no statement that it was.
         "id": "log.preempted",
-        "log": r"\bpreempted\b",
+        "log": r"\bpreempt(ed|ion)\b",
         "category": "preemption",
         "why": "the job or its node was preempted",
     },

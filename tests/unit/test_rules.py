@@ -384,6 +384,14 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("requests.exceptions.ReadTimeout: HTTPSConnectionPool read timed out. (read timeout=10)", "infra"),
         ("Warning  FailedScheduling  0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", "infra"),
         ("Warning  FailedAttachVolume  Multi-Attach error for volume pvc-7", "infra"),
+        # reclaimed from outside, or the node gone (domain knowledge, our words)
+        ('{"Type": "terminate", "Action": "instance-action", "Time": "2026-11-25T01:00:00Z"}', "preemption"),
+        ('ScheduledEvents: {"EventId": "A1", "EventType": "Preempt", "ResourceType": "VirtualMachine"}', "preemption"),
+        ("Shutdown manager detected new shutdown event: graceful node shutdown in progress", "preemption"),
+        ("evicting pod ml/w-3 as part of a node drain", "preemption"),
+        ("[rank: 0] Received SIGUSR1: handling auto-requeue signal", "preemption"),
+        ("our job was preempted by a higher-priority workload", "preemption"),
+        ("slurmstepd: error: *** JOB 88 ON n12 CANCELLED AT 2026-11-25T01:00:00 DUE TO NODE FAILURE ***", "node_lost"),
         # network named by the system (domain knowledge, our words)
         ("n1:5:6 [0] NCCL INFO Bootstrap : no socket interface found", "network"),
         ("[1698] UCX  ERROR ib_iface.c:120 ibv_poll_cq returned 5: transport error", "network"),
