@@ -695,6 +695,17 @@ _B: list[dict[str, Any]] = [
     },
     # --- The program itself -----------------------------------------------------------------------------
     {
+        # The job's own set-up, the same on every retry: torch's collective checker naming ranks that issued
+        # different collectives (TORCH_DISTRIBUTED_DEBUG=DETAIL), a rank asking for a GPU the node does not have
+        # (more ranks per node than GPUs). Specific, so a token of another family in the same log does not win.
+        "id": "torch.job-setup",
+        "message": r"Detected mismatch between collectives|CollectiveFingerPrint|invalid device ordinal"
+        r"|cudaErrorInvalidDevice\b"
+        r"|CUDA_ERROR_INVALID_DEVICE\b",
+        "category": "user_code",
+        "why": "the job's set-up: ranks issued different collectives, or a rank asked for a GPU that does not exist",
+    },
+    {
         "id": "train.non-finite",
         "message": r"\bnan\b.*\bloss\b|\bloss\b.*\b(nan|inf|non-finite)\b|non-finite loss"
         r"|FloatingPointError|detect(ed)? (a )?NaN|contains? (NaN|inf)",
@@ -889,6 +900,14 @@ _B: list[dict[str, Any]] = [
         r"|Duplicate GPU detected",
         "category": "user_code",
         "why": "NCCL refused the job's configuration (invalid usage or argument, e.g. two ranks on one GPU)",
+    },
+    {
+        "id": "log.job-setup",
+        "log": r"Detected mismatch between collectives|CollectiveFingerPrint|invalid device ordinal"
+        r"|cudaErrorInvalidDevice\b"
+        r"|CUDA_ERROR_INVALID_DEVICE\b",
+        "category": "user_code",
+        "why": "the job's set-up: ranks issued different collectives, or a rank asked for a GPU that does not exist",
     },
     {
         "id": "log.name-resolution",

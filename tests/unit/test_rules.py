@@ -384,6 +384,9 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("requests.exceptions.ReadTimeout: HTTPSConnectionPool read timed out. (read timeout=10)", "infra"),
         ("Warning  FailedScheduling  0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", "infra"),
         ("Warning  FailedAttachVolume  Multi-Attach error for volume pvc-7", "infra"),
+        # the job's own set-up (domain knowledge, our words)
+        ("RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running ALLGATHER", "user_code"),
+        ("torch.AcceleratorError: CUDA error: invalid device ordinal", "user_code"),
         # reclaimed from outside, or the node gone (domain knowledge, our words)
         ('{"Type": "terminate", "Action": "instance-action", "Time": "2026-11-25T01:00:00Z"}', "preemption"),
         ('ScheduledEvents: {"EventId": "A1", "EventType": "Preempt", "ResourceType": "VirtualMachine"}', "preemption"),
