@@ -975,6 +975,16 @@ _B: list[dict[str, Any]] = [
         "why": "Ray: an actor it called has died (the death of another process)",
     },
     {
+        # After the actor's death as its caller sees it: the raylet's own report of a worker on this node dying
+        # of a system error (no Python exception: SIGKILL, most often the OOM killer, which Ray lists first).
+        # Weak, as a bare SIGKILL is.
+        "id": "log.ray-worker-system-error",
+        "log": r"Worker exit type: SYSTEM_ERROR|Worker unexpectedly exits with a connection error code",
+        "category": "host_oom",
+        "weak": True,
+        "why": "Ray: a worker on this node was killed by the system (most often the OOM killer)",
+    },
+    {
         "id": "log.store-gone",
         "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
         r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed"

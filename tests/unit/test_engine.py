@@ -928,3 +928,12 @@ def test_an_nccl_system_error_whose_last_error_is_the_peer_closing_is_an_echo() 
     root = member("w-0", rank=0, exit_code=1, finished=T0, log="[rank0]: KeyError: 'labels'")
     victims = [member(f"w-{i}", rank=i, exit_code=1, finished=T0, log=echo if i == 1 else head) for i in (1, 2)]
     check(decide(incident(root, *victims)), "w-0", "user_code", False)
+
+
+def test_the_raylet_reporting_a_worker_killed_by_the_system_is_a_weak_oom_but_its_caller_is_an_echo() -> None:
+    own = "(raylet) A worker died. Worker exit type: SYSTEM_ERROR Worker exit detail: the worker exited unexpectedly"
+    f = assess(member("w-0", rank=0, exit_code=1, finished=T0, log=own))
+    assert (f.role, f.category, f.weak) == ("primary", "host_oom", True)
+    caller = "ray.exceptions.ActorDiedError: The actor died unexpectedly. Worker exit type: SYSTEM_ERROR"
+    f = assess(member("w-1", rank=1, exit_code=1, finished=T0, log=caller))
+    assert (f.role, f.secondary) == ("secondary", "peer")
