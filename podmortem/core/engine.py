@@ -72,7 +72,10 @@ CONF_PRIMARY = 0.9  # earliest strong own failure (exception, OOM, signal, preem
 # Calibrated on the corpora (docs/engine.md, "Confidence"): how often each path was right (pod and
 # category) on the development corpus and the real-world training split together, smoothed
 # ((right + 1) / (n + 2)) and rounded to 0.05.
-CONF_PRIMARY_WEAK = 0.15  # earliest own failure is weak (bare exit code...): right 1 of 10 (2026-11-25)
+CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message): right 2 of 3 (2026-11-25, later)
+# ...is weak but says something of its own (an NCCL system error, a stuck watchdog, the raylet's system error): right
+# 13 of 13; kept below CONF_PRIMARY, as a victim can show the same words.
+CONF_PRIMARY_WEAK_MESSAGE = 0.8
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class: right 20 of 23
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
@@ -459,7 +462,10 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
-    confidence = CONF_PRIMARY_WEAK if root.weak else CONF_PRIMARY_GENERIC if rule.generic else CONF_PRIMARY
+    if root.weak:
+        confidence = CONF_PRIMARY_WEAK if root.source == "termination" else CONF_PRIMARY_WEAK_MESSAGE
+    else:
+        confidence = CONF_PRIMARY_GENERIC if rule.generic else CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
     if len(ordered) > 1:
         nxt = ordered[1]
