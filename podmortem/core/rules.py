@@ -440,7 +440,7 @@ _B: list[dict[str, Any]] = [
     {
         "id": "cuda.fault",
         "message": r"illegal memory access|illegal address"
-        r"|unspecified launch failure|cudaErrorLaunchFailure|misaligned address|hardware stack error"
+        r"|unspecified launch failure|cudaErrorLaunchFailure|hardware stack error"
         r"|GPU (has )?fallen off the bus|GPU is lost|uncorrectable NVLink|NVLink (error|fatal)"
         r"|CUDA error: unknown error|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA error: an illegal memory",
         "category": "hardware",
@@ -533,7 +533,10 @@ _B: list[dict[str, Any]] = [
         # The device met an instruction it cannot execute: a kernel built wrong or miscompiled, the same on
         # every retry (a native crash of the program, not a failing GPU).
         "id": "cuda.illegal-instruction",
-        "message": r"an illegal instruction was encountered|cudaErrorIllegalInstruction|CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        # A misaligned address is the same kind of fault: a kernel's load or store the hardware cannot do as
+        # written.
+        "message": r"an illegal instruction was encountered|cudaErrorIllegalInstruction|CUDA_ERROR_ILLEGAL_INSTRUCTION"
+        r"|misaligned address|cudaErrorMisalignedAddress|CUDA_ERROR_MISALIGNED_ADDRESS",
         "category": "crash",
         "why": "a CUDA kernel hit an illegal instruction (a broken or miscompiled kernel)",
     },
@@ -595,6 +598,16 @@ _B: list[dict[str, Any]] = [
         "id": "torch.sigterm",
         "message": r"SignalException: Process \d+ got signal|got signal: SIGTERM",
         "secondary": "teardown",
+    },
+    # The rendezvous server unable to bind its port (EADDRINUSE): another process on the node (a leftover of an
+    # earlier run, another job on a shared host) holds it — the node's state, and a retry once it is free, or on
+    # another port, succeeds. Not the store lost: before the store echo, whose "server socket has failed" it also
+    # prints.
+    {
+        "id": "c10d.address-in-use",
+        "message": r"Address already in use|\bEADDRINUSE\b|errno: 98\b",
+        "category": "infra",
+        "why": "the rendezvous port is already taken on the node (a leftover process or another job)",
     },
     # A message that names the c10d store ("store->get('0') got error: Connection reset by peer") is the store's
     # echo, before the peer rules that would match its socket error.
@@ -985,6 +998,12 @@ _B: list[dict[str, Any]] = [
         "why": "Ray: a worker on this node was killed by the system (most often the OOM killer)",
     },
     {
+        "id": "log.address-in-use",
+        "log": r"Address already in use|\bEADDRINUSE\b|errno: 98\b",
+        "category": "infra",
+        "why": "the rendezvous port is already taken on the node (a leftover process or another job)",
+    },
+    {
         "id": "log.store-gone",
         "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
         r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed"
@@ -1009,7 +1028,8 @@ _B: list[dict[str, Any]] = [
         r"|Assertion `.{0,200}' failed|<Signals\.SIG(SEGV|ABRT|ILL|FPE): \d+>"
         r"|Signal (4|6|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|8|11)\b|double free"
         r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected"
-        r"|an illegal instruction was encountered|cudaErrorIllegalInstruction",
+        r"|an illegal instruction was encountered|cudaErrorIllegalInstruction|misaligned address"
+        r"|cudaErrorMisalignedAddress",
         "category": "crash",
         "why": "a native crash (segfault, abort, bus error, illegal instruction)",
     },

@@ -937,3 +937,14 @@ def test_the_raylet_reporting_a_worker_killed_by_the_system_is_a_weak_oom_but_it
     caller = "ray.exceptions.ActorDiedError: The actor died unexpectedly. Worker exit type: SYSTEM_ERROR"
     f = assess(member("w-1", rank=1, exit_code=1, finished=T0, log=caller))
     assert (f.role, f.secondary) == ("secondary", "peer")
+
+
+def test_a_rendezvous_port_already_taken_is_the_node_s_state_not_the_store_lost() -> None:
+    msg = (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"
+    )
+    f = assess(member("w-0", rank=0, exit_code=1, finished=T0, log=msg))
+    assert (f.role, f.category) == ("primary", "infra")
+    f = assess(member("w-0", rank=0, msg=msg, ts=T0, exit_code=1))
+    assert (f.role, f.category) == ("primary", "infra")

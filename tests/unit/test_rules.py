@@ -387,6 +387,12 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         # the job's own set-up (domain knowledge, our words)
         ("RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running ALLGATHER", "user_code"),
         ("torch.AcceleratorError: CUDA error: invalid device ordinal", "user_code"),
+        (
+            "[W socket.cpp:400] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already "
+            "in use).",
+            "infra",
+        ),
+        ("RuntimeError: CUDA error: misaligned address", "crash"),
         # reclaimed from outside, or the node gone (domain knowledge, our words)
         ('{"Type": "terminate", "Action": "instance-action", "Time": "2026-11-25T01:00:00Z"}', "preemption"),
         ('ScheduledEvents: {"EventId": "A1", "EventType": "Preempt", "ResourceType": "VirtualMachine"}', "preemption"),
