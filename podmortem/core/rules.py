@@ -616,7 +616,10 @@ _B: list[dict[str, Any]] = [
         "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
         r"|RendezvousConnectionError|RendezvousClosedError|RendezvousTimeoutError|Connection was likely closed"
         r"|client socket has timed out|in store based barrier"
-        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
+        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput"
+        # The TCPStore client's older words for a store that stopped answering, and the elastic agent leaving a
+        # rendezvous that others closed.
+        r"|\bSocket Timeout\b|Stop_waiting response is expected|RendezvousGracefulExitError",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
     },
@@ -632,6 +635,14 @@ _B: list[dict[str, Any]] = [
         r"|Socket closed|ECONNRESET|EPIPE|Connection refused",
         "secondary": "peer",
         "why": "connection to a peer reset/broken",
+    },
+    {
+        # Horovod shutting down every rank after one rank's exception (it says so), Open MPI's daemon losing a
+        # remote node's daemon: the echo of another member's failure.
+        "id": "mpi.peer-gone",
+        "message": r"HorovodInternalError|Horovod has been shut down|lost communication with a remote daemon",
+        "secondary": "peer",
+        "why": "Horovod/MPI stopped because another rank or node failed",
     },
     {
         "id": "gloo.timeout",
@@ -968,7 +979,8 @@ _B: list[dict[str, Any]] = [
         "log": r"Connection closed by (peer|remote peer|localRank)|Connection reset by peer"
         r"|communicator (was|has been) aborted"
         r"|ProcessGroupNCCL is aborted|remote process exited or there was a network error|ncclRemoteError"
-        r"|peer .{0,40}closed (the )?connection|Call to (send|recv)[^\n]{0,160}failed ?: ?Broken pipe",
+        r"|peer .{0,40}closed (the )?connection|Call to (send|recv)[^\n]{0,160}failed ?: ?Broken pipe"
+        r"|HorovodInternalError|Horovod has been shut down|lost communication with a remote daemon",
         "secondary": "peer",
         "why": "lost its connection to a peer that had died",
     },
@@ -1007,7 +1019,8 @@ _B: list[dict[str, Any]] = [
         "id": "log.store-gone",
         "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
         r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed"
-        r"|c10d key-value store|store->get\(|waitForInput|RendezvousTimeoutError|in store based barrier",
+        r"|c10d key-value store|store->get\(|waitForInput|RendezvousTimeoutError|in store based barrier"
+        r"|\bSocket Timeout\b|Stop_waiting response is expected|RendezvousGracefulExitError",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
     },

@@ -136,6 +136,14 @@ def test_primary_messages(message: str, category: str) -> None:
         ),
         ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 21582 got signal: 15", "teardown"),
         ("SignalException: Process 7 got signal: 15", "teardown"),
+        # older TCPStore words, Horovod's and Open MPI's echoes (domain knowledge, our words)
+        ("RuntimeError: Socket Timeout", "store"),
+        ("RuntimeError: Stop_waiting response is expected", "store"),
+        (
+            "horovod.common.exceptions.HorovodInternalError: Horovod has been shut down. One of the ranks failed.",
+            "peer",
+        ),
+        ("ORTE has lost communication with a remote daemon.", "peer"),
     ],
 )
 def test_secondary_messages(message: str, kind: str) -> None:
