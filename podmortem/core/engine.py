@@ -752,7 +752,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             if strong:
                 root = _choose_primary(strong + weak, named)
     if root is None and weak:
-        root = _choose_primary(weak, named)
+        # Only weak own failures: one that says something of its own (an NCCL system error, a stuck watchdog)
+        # before a bare exit code, which any member that died of anything shows.
+        root = _choose_primary([f for f in weak if f.source != "termination"] or weak, named)
     if root is None:
         root = _choose_echo(failed, findings, named)
 

@@ -948,3 +948,13 @@ def test_a_rendezvous_port_already_taken_is_the_node_s_state_not_the_store_lost(
     assert (f.role, f.category) == ("primary", "infra")
     f = assess(member("w-0", rank=0, msg=msg, ts=T0, exit_code=1))
     assert (f.role, f.category) == ("primary", "infra")
+
+
+def test_among_weak_failures_one_with_words_of_its_own_beats_a_bare_exit_code() -> None:
+    """No strong failure anywhere: a member that says something of its own (NCCL's system error) is the root
+    before one that only exited 1 a second earlier — any member that died of anything shows a bare exit code."""
+    said = member(
+        "w-1", rank=1, exit_code=1, finished=T0 + 1, log="DistBackendError: NCCL error: unhandled system error"
+    )
+    bare = member("w-0", rank=0, exit_code=1, finished=T0, log="step 12 loss 2.1\n")
+    check(decide(incident(bare, said)), "w-1", "network", True)
