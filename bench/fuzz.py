@@ -249,6 +249,7 @@ def _seeds(target: str, directory: Path) -> None:
         (directory / f"line-{i}").write_bytes(line.encode())
     doc = {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "tb", "timestamp": "1e999"}}}
     (directory / "hostile").write_text(json.dumps(doc))
+    (directory / "deep").write_text('{"message":' * 700 + "[" * 1000)  # json recurses per level
 
 
 # Words of the formats (libFuzzer -dict): mutations that insert them reach far more of the parsers than
