@@ -6,7 +6,8 @@ engine — with atheris (coverage-guided, libFuzzer), and report crashes and slo
     python bench/fuzz.py --target engine --runs 250000
     python bench/fuzz.py --smoke          # every target briefly (CI)
 
-* errorfile: any bytes as an error file (`errorfile.parse_bytes`); it must return a record, never raise.
+* errorfile: any bytes as an error file (`errorfile.parse_bytes`), and split as the head and tail of an
+  error file over the 1 MiB limit (`errorfile._salvage`); each must return a record, never raise.
 * bundle: a one-pod bundle whose pod.json, log.txt and error.json are made of the input (mutated real
   samples from tests/ and the dev corpus); `load_bundle` may refuse it only with `BundleError`, and
   whatever it accepts `engine.decide` must decide.
@@ -92,6 +93,10 @@ def _timed(fn: Any, data: bytes) -> None:
 def fuzz_errorfile(data: bytes) -> None:
     record = errorfile.parse_bytes(data)
     assert isinstance(record, ErrorRecord)
+    # The same bytes as the head and tail an over-1-MiB file is salvaged from (split where a byte says).
+    cut = data[0] * len(data) // 256 if data else 0
+    salvaged = errorfile._salvage(data[:cut], data[cut:], errorfile.MAX_FILE_BYTES + len(data))
+    assert isinstance(salvaged, ErrorRecord)
 
 
 def _text(fdp: atheris.FuzzedDataProvider, lines: int = 6) -> str:
@@ -244,6 +249,7 @@ def _seeds(target: str, directory: Path) -> None:
         (directory / f"line-{i}").write_bytes(line.encode())
     doc = {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "tb", "timestamp": "1e999"}}}
     (directory / "hostile").write_text(json.dumps(doc))
+    (directory / "deep").write_text('{"message":' * 700 + "[" * 1000)  # json recurses per level
 
 
 # Words of the formats (libFuzzer -dict): mutations that insert them reach far more of the parsers than

@@ -20,7 +20,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("realworld.py", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
         # A few SIGKILLs: every cycle must end with one final verdict naming the root (exit 1 otherwise).
         ("chaos.py", ["--cycles", "4", "--seed", "7"], "exactly one final verdict naming the root: 4/4"),
+        ("chaos.py", ["--cycles", "4", "--seed", "7", "--mid-stream"], "naming the root: 4/4"),
         ("fuzz.py", ["--smoke"], "fuzz engine: 2000 inputs"),
+        ("late_events.py", ["--counts", "50,100", "--repeat", "1"], "members   100"),
         # The CLI as a process on a written bundle; exits 1 when it names the wrong root.
         ("analyze_speed.py", ["--pods", "60", "--repeat", "1", "--profile"], "podmortem analyze, 60 pods"),
         ("sidecar_rss.py", ["--writes", "5", "--idle", "1"], "idle CPU over 1 s"),

@@ -27,11 +27,12 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support.kube_emulator import NS, EmulatorHandle, eventually
+from support.kube_emulator import JOB as KUBE_JOB
+from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob, terminated
 
 JOB = "llm"
-PODS = [f"{JOB}-worker-{i}" for i in range(3)]
-ROOT = PODS[1]
+WORKERS = [f"{JOB}-worker-{i}" for i in range(3)]
+ROOT = WORKERS[1]
 GLOO_PEER = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455"
 TAKEOVER = 60.0  # bound for the 15 s lease to expire, the standby to take it and the sidecars to reconnect
 
@@ -138,8 +139,10 @@ class Replica:
 class Sidecar:
     """A real `podmortem sidecar` process for one pod; the test writes its error file and pod status."""
 
-    def __init__(self, pod: str, rank: int, target: int, tmp_path: Path) -> None:
-        self.pod = pod
+    def __init__(
+        self, pod: str, rank: int, target: int, tmp_path: Path, job: str = JOB, attempt: str = "0", uid: str = ""
+    ) -> None:
+        self.pod, self.uid = pod, uid or f"uid-{pod}"
         self.dir = tmp_path / pod
         self.dir.mkdir()
         self.error_file = self.dir / "error.json"
@@ -150,13 +153,13 @@ class Sidecar:
             os.environ,
             POD_NAME=pod,
             POD_NAMESPACE=NS,
-            POD_UID=f"uid-{pod}",
+            POD_UID=self.uid,
             TORCHELASTIC_ERROR_FILE=str(self.error_file),
             PODMORTEM_AGGREGATOR=f"127.0.0.1:{target}",
-            PODMORTEM_JOB_NAME=JOB,
+            PODMORTEM_JOB_NAME=job,
             PODMORTEM_JOB_KIND="PyTorchJob",
-            PODMORTEM_ATTEMPT="0",
-            PET_NNODES=str(len(PODS)),
+            PODMORTEM_ATTEMPT=attempt,
+            PET_NNODES=str(len(WORKERS)),
             PET_NODE_RANK=str(rank),
             PODMORTEM_POD_SOURCE="file",
             PODMORTEM_POD_STATUS_FILE=str(self.pod_file),
@@ -168,7 +171,7 @@ class Sidecar:
             )
 
     def write_pod(self, status: dict[str, Any]) -> None:
-        doc = {"metadata": {"name": self.pod, "namespace": NS, "uid": f"uid-{self.pod}"}, "status": status}
+        doc = {"metadata": {"name": self.pod, "namespace": NS, "uid": self.uid}, "status": status}
         tmp = self.pod_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(self.pod_file)
@@ -214,7 +217,9 @@ class Sidecar:
 
 
 @contextlib.asynccontextmanager
-async def cluster(kube_api: EmulatorHandle, tmp_path: Path) -> AsyncIterator[tuple[list[Replica], list[Sidecar]]]:
+async def cluster(
+    kube_api: EmulatorHandle, tmp_path: Path, job: str = JOB, attempt: str = "0", uids: dict[str, str] | None = None
+) -> AsyncIterator[tuple[list[Replica], list[Sidecar]]]:
     config = kube_api.kubeconfig(tmp_path / "kubeconfig", NS)
     replicas: list[Replica] = []
     sidecars: list[Sidecar] = []
@@ -226,7 +231,11 @@ async def cluster(kube_api: EmulatorHandle, tmp_path: Path) -> AsyncIterator[tup
         await eventually(lambda: "standing by" in replicas[1].log.read_text(), "a standby", limit=60)
         proxy = ServiceProxy([r.port for r in replicas])
         await proxy.start()
-        sidecars.extend(Sidecar(pod, rank, proxy.port, tmp_path) for rank, pod in enumerate(PODS))
+        pods = [f"{job}-worker-{i}" for i in range(len(WORKERS))]
+        uids = uids or {}
+        sidecars.extend(
+            Sidecar(pod, rank, proxy.port, tmp_path, job, attempt, uids.get(pod, "")) for rank, pod in enumerate(pods)
+        )
         for s in sidecars:
             await eventually(s.registered, f"{s.pod} registered", limit=60)
         yield replicas, sidecars
@@ -271,6 +280,41 @@ async def test_a_failover_mid_incident_loses_nothing(
         [doc] = standby.verdict_docs()
         assert doc["root_cause"] == {"pod": ROOT, "category": "user_code", "retryable": False}
         assert (doc["closed_by"], doc["final"], doc["revision"]) == ("quorum", True, 1)
-        assert doc["incident"]["reported"] == len(PODS)
+        assert doc["incident"]["reported"] == len(WORKERS)
         # The old leader published nothing of its own about this incident: exactly one verdict.
         assert leader.verdict_docs() == [], leader.verdict_docs()
+
+
+async def test_a_root_whose_sidecar_had_exited_is_still_named_after_a_failover(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # The normal order: the root's sidecar flushed and exited before the leader died, so no live sidecar
+    # holds its error file, and each replica keeps its own state file. The new leader learns of the
+    # root from the Kubernetes API instead: its pod watch sees the failed pod and reads its log.
+    seed_pytorchjob(kube_api, workers=3)
+    uids = {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in kube_api.list(PODS, NS)}
+    root_pod = f"{KUBE_JOB}-worker-1"
+    async with cluster(kube_api, tmp_path, KUBE_JOB, "", uids) as (replicas, sidecars):
+        leader, standby = replicas
+        root = next(s for s in sidecars if s.pod == root_pod)
+        victims = [s for s in sidecars if s is not root]
+        kube_api.set_log(
+            NS, root_pod, "pytorch", "Traceback (most recent call last):\nValueError: bad label 7 in batch 1234\n"
+        )
+        kube_api.change(PODS, NS, root_pod, terminated(1, finished="2026-11-21T15:06:10Z"))
+        root.fail("ValueError: bad label 7 in batch 1234", 1_795_273_570)
+        await eventually(root.failure_acked, "the root's failure acked")
+        assert await root.exit() == 0
+        leader.proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(leader.proc.wait, 60)
+        await eventually(lambda: standby.ready.exists(), "the standby leading", limit=TAKEOVER)
+        for n, s in enumerate(victims):
+            kube_api.change(PODS, NS, s.pod, terminated(1, finished=f"2026-11-21T15:06:1{2 + n}Z"))
+            s.fail(GLOO_PEER, 1_795_273_572 + n)
+            await eventually(s.failure_acked, f"{s.pod} acked", limit=TAKEOVER)
+            assert await s.exit() == 0
+        await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", limit=30)
+        await asyncio.sleep(1.0)
+        docs = standby.verdict_docs()
+        assert [d["root_cause"]["pod"] for d in docs] == [root_pod], docs
+        assert docs[0]["root_cause"]["category"] == "user_code", docs[0]["verdict"]

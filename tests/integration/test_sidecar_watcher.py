@@ -152,6 +152,17 @@ async def test_huge_garbage_file_is_reported_once_with_a_clear_reason(watching: 
     assert "over the 1048576-byte limit" in events[0].error_file.parse_error
 
 
+async def test_a_deeply_nested_file_is_reported_and_the_watch_goes_on(watching: Fixture) -> None:
+    # 5,000 bytes of '[' raised RecursionError out of the parser: the watcher task died with it, and the
+    # real sidecar process exited 1 (checked on the commit before the fix).
+    watching.path.parent.mkdir(parents=True)
+    watching.path.write_text("[" * 5000)
+    [event] = await watching.collected.until(1)
+    assert "nested too deeply" in event.error_file.parse_error
+    watching.path.write_text(json.dumps(record("ValueError: the real one")))
+    assert messages(await watching.collected.until(2))[1] == "ValueError: the real one"
+
+
 async def test_directory_removed_and_recreated(watching: Fixture) -> None:
     watching.path.parent.mkdir(parents=True)
     watching.path.write_text(json.dumps(record("ValueError: one")))

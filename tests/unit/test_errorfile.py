@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -264,3 +265,42 @@ def test_a_symlink_leaving_the_shared_volume_is_refused(tmp_path: Path) -> None:
     inside = read_error_file(volume / "link.json", within=volume)
     assert inside is not None and inside.message == "ValueError: inside"
     assert read_error_file(volume / "missing.json", within=volume) is None
+
+
+def test_json_nested_too_deeply_is_a_parse_error_not_a_crash(tmp_path: Path) -> None:
+    # json's decoder recurses once per level: 3,000 levels raised RecursionError out of the parser, which
+    # ended the sidecar's watcher (and its process) on one hostile file — in the whole file (under 1 MiB)
+    # and in the head or tail salvaged from a larger one.
+    for text in ("[" * 5000, '{"message":' * 3000, '{"message":' * 3000 + "1" + "}" * 3000):
+        record = read_error_file(write_text(tmp_path / "small.json", text))
+        assert record is not None and "nested too deeply" in record.parse_error
+    record = read_error_file(write_text(tmp_path / "big.json", "{" + '"message":{' * ((2 << 20) // 11)))
+    assert record is not None and f"over the {MAX_FILE_BYTES}-byte limit" in record.parse_error
+
+
+def test_salvaging_a_huge_hostile_file_is_linear(tmp_path: Path) -> None:
+    # Every '"message":' in the 64 KiB head and tail was decoded up to the end of its chunk: O(fields x
+    # chunk), 0.5 s of the sidecar's CPU for one 2 MiB file. Now up to the next field: a few ms.
+    for unit in ('"message":"\x01', '"timestamp":"\x01', '"message":[1,', '"message":'):
+        path = write_text(tmp_path / "e.json", "{" + unit * ((2 << 20) // len(unit)))
+        took = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            record = read_error_file(path)
+            took.append(time.perf_counter() - t0)
+        assert record is not None and (record.truncated or bool(record.parse_error))
+        assert min(took) < 0.1, f"{unit!r}: {min(took) * 1000:.0f} ms"  # 450-520 ms before (2 cores, loaded)
+
+
+def test_salvage_still_reads_fields_around_hostile_ones(tmp_path: Path) -> None:
+    head = '{"message": {"message": "ValueError: bad label", "junk": "\x01", "extraInfo": {"py_callstack": "tb'
+    tail = 'ValueError: bad label\\n", "timestamp": "1795271119"}, "errorCode": 7}}'
+    path = write_text(tmp_path / "e.json", head + "x" * (MAX_FILE_BYTES + 10) + tail)
+    record = read_error_file(path)
+    assert record is not None and record.message == "ValueError: bad label"
+    assert (record.timestamp, record.error_code, record.truncated) == (1795271119, 7, True)
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

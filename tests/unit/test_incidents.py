@@ -237,6 +237,22 @@ async def test_a_member_that_makes_the_engine_fail_is_set_aside_and_the_incident
     assert any("set aside" in e and "w-0" in e for e in verdict.evidence)
 
 
+async def test_the_stop_path_decides_an_open_incident_whose_member_makes_the_engine_fail() -> None:
+    # Shutdown with a member still silent: close_all decides what is open, and one member's hostile data
+    # (the engine raising) must not lose the verdict there either.
+    rec = Recorder()
+    book = IncidentBook(CountingDecide(fail_on="w-0"), rec, quorum_timeout=600, default_world_size=3)
+    keys = [register(book, f"w-{i}", i) for i in range(3)]
+    book.ingest(keys[0], error("RuntimeError: Connection closed by peer [1.2.3.4]:1", 100), from_sidecar=True)
+    book.ingest(keys[1], error("ValueError: bad label", 99), from_sidecar=True)
+    book.ingest(keys[1], ended(1, 101), from_sidecar=True)
+    assert rec.decisions == []  # 1/3 reported: still open
+    book.close_all()
+    [decision] = rec.decisions
+    assert (decision.verdict.pod, decision.verdict.category, decision.closed_by) == ("w-1", "user_code", "timeout")
+    assert any("set aside" in e and "w-0" in e for e in decision.verdict.evidence)
+
+
 def test_quorum_count_follows_each_member_without_recounting() -> None:
     book, _, _ = make_book(world=3, timeout=600)
     keys = [register(book, f"w-{i}", i) for i in range(3)]
