@@ -174,11 +174,21 @@ class Aggregator:
             log.error("root task %s ended while serving: stopping", ended.get_name())
         return ended
 
-    async def stop(self, grace: float | None = None, *, decide_open: bool = True) -> None:
+    async def stop(
+        self,
+        grace: float | None = None,
+        *,
+        decide_open: bool = True,
+        handover: Callable[[float], Awaitable[bool]] | None = None,
+    ) -> None:
         """The one stop path. Re-raises the failure of a root task that ended (first one) at its end.
 
         `decide_open=False` (leadership lost: another replica decides now) leaves open incidents
-        undecided instead of publishing them early beside the new leader."""
+        undecided instead of publishing them early beside the new leader. `handover(limit)` (a leader
+        stopping under leader election) is called once no stream is open: it gives the Lease up and says
+        whether another replica took it within `limit` seconds; if one did, open incidents are left to
+        it too (the sidecars give it every event again), so that an incident gets one verdict, not an
+        early one from here and another from the new leader; if none did, they are decided here."""
         grace = self.config.shutdown_grace if grace is None else grace
         deadline = asyncio.get_running_loop().time() + grace
         ended_early = {task for task in self._roots if task.done()}  # before anyone asked them to
@@ -189,6 +199,12 @@ class Aggregator:
         if self._kube_task is not None:
             await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
         await self.book.settle()  # decisions running in worker threads land first
+        if decide_open and handover is not None:
+            limit = max(deadline - asyncio.get_running_loop().time(), 0.0) / 2
+            if await handover(limit):
+                decide_open = False
+                if self.book.open_incidents():
+                    log.info("%d open incident(s) left to the new leader", len(self.book.open_incidents()))
         if decide_open:
             self.book.close_all()
         if self._worker is not None and not self._worker.done():
@@ -258,8 +274,19 @@ async def serve(
             log.info("stop requested: draining")
     finally:
         lost = ended is not None and not ended.cancelled() and _is_leadership_lost(ended.exception())
+        handover = None
+        if elector is not None and not lost:
+
+            async def handover(limit: float) -> bool:
+                assert elector is not None
+                if not elector.is_leader:
+                    return False
+                await elector.release()
+                return await elector.taken_over(min(limit, 3 * elector.timings.retry_period))
+
         try:
-            await aggregator.stop(decide_open=not lost)  # re-raises a root task's failure after the stop path
+            # Re-raises a root task's failure after the stop path.
+            await aggregator.stop(decide_open=not lost, handover=handover)
         finally:
             if elector is not None:
                 await elector.release()

@@ -52,6 +52,10 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_concurrent_streams", 2 * EXPECTED_BURST),
     ("grpc.server.max_pending_requests", 2 * EXPECTED_BURST),
     ("grpc.server.max_pending_requests_hard_limit", 4 * EXPECTED_BURST),
+    # A stream not yet taken up by the event loop is cancelled after this long (gRPC's default: 30 s). In
+    # a burst past one process's ceiling (16,384 pods at once on 2 cores: bench/ceiling.py) streams
+    # queue longer; cancelled, each sidecar would reconnect and send everything again, adding load.
+    ("grpc.server_max_unrequested_time_in_server", 300),
 ]
 
 

@@ -72,7 +72,7 @@ CONF_PRIMARY = 0.9  # earliest strong own failure (exception, OOM, signal, preem
 # Calibrated on the corpora (docs/engine.md, "Confidence"): how often each path was right (pod and
 # category) on the development corpus and the real-world training split together, smoothed
 # ((right + 1) / (n + 2)) and rounded to 0.05.
-CONF_PRIMARY_WEAK = 0.25  # earliest own failure is weak (bare exit code...): right 1 of 7
+CONF_PRIMARY_WEAK = 0.15  # earliest own failure is weak (bare exit code...): right 1 of 10 (2026-11-25)
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class: right 20 of 23
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
@@ -80,7 +80,7 @@ NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
 CONF_NAMED_BONUS = 0.05  # victims name the root's address as the dead peer
 CONF_MAX = 0.99
-CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.25, 1: 0.35}  # by how visibly stuck the chosen member is (2: right 2 of 10)
+CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chosen member is (2: right 2 of 8)
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
 CONF_HANG_UNLOCATED = 0.3  # nobody stands out: the member that waited first
 CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside
@@ -546,7 +546,7 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     ties = [c for c in cands if c[0] == score]
     confidence = CONF_HANG_BY_SCORE[score]
     if len(ties) > 1:
-        confidence -= CONF_HANG_TIE_PENALTY
+        confidence = max(CONF_MIN, confidence - CONF_HANG_TIE_PENALTY)
         ev.append(f"{len(ties)} members equally likely: {', '.join(c[1].member.pod for c in ties[:5])}")
     ev.append(f"{root.member.pod} {why}")
     head = "stopped making progress; its peers timed out waiting for it" + (f" ({waited:g} s)" if waited else "")
@@ -732,7 +732,14 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             for f in findings
         ]
         timeouts = [f for f in findings if f.secondary == "timeout"]
-        root = _choose_hang(findings, timeouts, named)
+        if timeouts:
+            root = _choose_hang(findings, timeouts, named)
+        else:  # read in full, every log that timed out shows a failure of the pod's own (found by fuzzing)
+            failed = [f for f in findings if f.failed]
+            strong = [f for f in failed if f.role == "primary" and not f.weak]
+            weak = [f for f in failed if f.role == "primary" and f.weak]
+            if strong:
+                root = _choose_primary(strong + weak, named)
     if root is None and weak:
         root = _choose_primary(weak, named)
     if root is None:

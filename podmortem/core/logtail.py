@@ -41,17 +41,24 @@ _AGENT_WRAPPERS = (
     "TrainingFailedError",
 )
 # Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
-# Ray ((RayTrainWorker pid=7315, ip=...)). The rank prefix [rankN]: is read separately (it names the rank).
+# Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",
+# "10.0.0.7: " — lower case with a digit, so that no exception type is taken for a host), TorchX
+# ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "). The rank prefix [rankN]: is read
+# separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
-    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:)\s?"
+    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
+    r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )
 # The agent's own word on a worker's end, in its glog line or its failure summary: "exitcode: -9".
 # DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old
 # torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
-# torch.multiprocessing.spawn "terminated with signal SIGKILL": the same fact in other words.
+# torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
+# 128 + N): the same fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,3})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
+    r"|: Exited with exit code (\d{1,3})\b"
 )
 SIGNAL_NAMES = {
     1: "SIGHUP",
@@ -151,13 +158,15 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn = m.groups()
+    code, ds, sub, died, spawn, srun = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    return int(code or ds or sub)
+    value = int(code or ds or sub or srun)
+    # A worker run through a shell reports a signal death as 128 + N (137: SIGKILL, 139: SIGSEGV).
+    return -(value - 128) if 128 < value < 160 else value
 
 
 def several_workers_failed(text: str) -> bool:

@@ -439,10 +439,10 @@ _B: list[dict[str, Any]] = [
     {"id": "gpu.xid", "message": r"\bXid\b|NVRM:", "category": "hardware", "why": "NVIDIA driver Xid error"},
     {
         "id": "cuda.fault",
-        "message": r"illegal memory access|an illegal instruction|illegal address"
+        "message": r"illegal memory access|illegal address"
         r"|unspecified launch failure|cudaErrorLaunchFailure|misaligned address|hardware stack error"
         r"|GPU (has )?fallen off the bus|GPU is lost|uncorrectable NVLink|NVLink (error|fatal)"
-        r"|CUDA error: unknown error|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA error: an illegal",
+        r"|CUDA error: unknown error|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA error: an illegal memory",
         "category": "hardware",
         "why": "GPU fault (illegal address / launch failure / lost device)",
     },
@@ -456,7 +456,8 @@ _B: list[dict[str, Any]] = [
         "id": "cuda.no-device",
         "message": r"no CUDA-capable device|CUDA driver version is insufficient|NVIDIA driver on your system is too old"
         r"|Found no NVIDIA driver|CUDA error: initialization error|cudaErrorNoDevice"
-        r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed",
+        r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed|No CUDA GPUs are available"
+        r"|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE",
         "category": "infra",
         "why": "no usable GPU or driver in the container",
     },
@@ -513,6 +514,14 @@ _B: list[dict[str, Any]] = [
         "why": "storage failure (full, read-only, stale or broken mount)",
     },
     {
+        # The device met an instruction it cannot execute: a kernel built wrong or miscompiled, the same on
+        # every retry (a native crash of the program, not a failing GPU).
+        "id": "cuda.illegal-instruction",
+        "message": r"an illegal instruction was encountered|cudaErrorIllegalInstruction|CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        "category": "crash",
+        "why": "a CUDA kernel hit an illegal instruction (a broken or miscompiled kernel)",
+    },
+    {
         "id": "launcher.native-crash",
         "message": r"died with <Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>|Signal (4|6|7|8|11) \(SIG\w+\) received"
         r"|returned non-zero exit status -(4|6|7|8|11)\b",
@@ -558,6 +567,17 @@ _B: list[dict[str, Any]] = [
         "message": r"SignalException: Process \d+ got signal|got signal: SIGTERM",
         "secondary": "teardown",
     },
+    # A message that names the c10d store ("store->get('0') got error: Connection reset by peer") is the store's
+    # echo, before the peer rules that would match its socket error.
+    {
+        "id": "c10d.store",
+        "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
+        r"|RendezvousConnectionError|RendezvousClosedError|RendezvousTimeoutError|Connection was likely closed"
+        r"|client socket has timed out|in store based barrier"
+        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
+        "secondary": "store",
+        "why": "lost the c10d rendezvous store",
+    },
     {
         "id": "gloo.peer-closed",
         "message": r"Connection closed by peer",
@@ -582,7 +602,9 @@ _B: list[dict[str, Any]] = [
         "id": "nccl.watchdog-timeout",
         "message": r"Watchdog caught collective operation timeout"
         r"|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out"
-        r"|Heartbeat monitor timed out|watchdog (thread )?(got )?stuck",
+        r"|Heartbeat monitor timed out|watchdog (thread )?(got )?stuck"
+        # torch's monitored barrier naming the ranks that never arrived; gloo closing a pair on a timeout
+        r"|failed to pass monitoredBarrier|Application timeout caused pair closure",
         "secondary": "timeout",
         "why": "NCCL watchdog: collective timed out waiting for a peer",
     },
@@ -593,14 +615,6 @@ _B: list[dict[str, Any]] = [
         "secondary": "peer",
         "why": "NCCL communicator aborted after a peer failed",
     },
-    {
-        "id": "c10d.store",
-        "message": r"DistNetworkError|DistStoreError|Failed to recv, got 0 bytes|TCPStore"
-        r"|RendezvousConnectionError|RendezvousClosedError|Connection was likely closed|client socket has timed out"
-        r"|The server socket has failed|c10d key-value store|store->get\(|wait timeout after \d+ ?ms|waitForInput",
-        "secondary": "store",
-        "why": "lost the c10d rendezvous store",
-    },
     # --- Network (interconnect) -----------------------------------------------------------------------
     {
         "id": "nccl.system-error",
@@ -608,6 +622,15 @@ _B: list[dict[str, Any]] = [
         r"|IBV_WC_\w+|transport retry counter exceeded|Got completion (from peer .*)?with error",
         "category": "network",
         "why": "NCCL/IB system error on the interconnect",
+    },
+    {
+        # NCCL refusing the job's own set-up (two ranks on one GPU, wrong arguments): the configuration, the
+        # same on every retry — before the generic "NCCL error" a dying peer can cause.
+        "id": "nccl.invalid-usage",
+        "message": r"ncclInvalidUsage|ncclInvalidArgument|invalid (usage|argument) \(run with NCCL_DEBUG"
+        r"|Duplicate GPU detected",
+        "category": "user_code",
+        "why": "NCCL refused the job's configuration (invalid usage or argument, e.g. two ranks on one GPU)",
     },
     {
         "id": "nccl.remote-error",
@@ -672,9 +695,15 @@ _B: list[dict[str, Any]] = [
     {
         "id": "log.gpu-lost",
         "log": r"GPU is lost|fallen off the bus|Unable to determine the device handle|unspecified launch failure"
-        r"|illegal memory access|CUDA error: an illegal|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"
+        r"|illegal memory access|CUDA error: an illegal memory|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"
         r"|uncorrectable NVLink|NVLink (error|fatal|failure)|fabric ?manager|NVSwitch (fatal|error)"
         r"|CUDA error: unknown error|hardware stack error"
+        # The GPU System Processor not answering the driver (Xid 119/120), or its memory subsystem failing.
+        r"|\bGSP (RPC )?timeout|Timeout waiting for RPC from GSP|Memory Subsystem Error"
+        # A GPU that needs a reset, failing row remapping, an uncorrected PCIe error, NCCL's word for a device
+        # error, the launch-failure error by its code name.
+        r"|GPU requires reset|row remap(ping)? failure|PCIe Bus Error: severity=(Uncorrected|Fatal)"
+        r"|Cuda failure (\d+ )?'unknown error'|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
         # NCCL's NVLS transport (NVSwitch multicast) failing to set up: the node's fabric manager/NVSwitches.
         r"|transport/nvls\.cc[^\n]{0,60}Cuda failure|NVLink SHARP",
         "category": "hardware",
@@ -684,7 +713,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.cuda-oom",
         "log": r"CUDA out of memory|OutOfMemoryError: CUDA|CUDA error: out of memory|HIP out of memory"
         r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|NCCL error.{0,80}\bout of memory"
-        r"|Cuda failure (\d+ )?'out of memory'",
+        r"|Cuda failure (\d+ )?'out of memory'|CUDNN_STATUS_ALLOC_FAILED|Tried to allocate [\d.]+ ?[KMGT]iB",
         "category": "gpu_oom",
         "why": "GPU memory exhausted",
     },
@@ -703,13 +732,18 @@ _B: list[dict[str, Any]] = [
     },
     {
         "id": "log.host-oom",
-        "log": r"Out of memory: Kill(ed)? process|\boom-kill:|invoked oom-killer|oom_reaper|Killed process \d+"
+        "log": r"Out of memory: Kill(ed)? process|\boom-kill\b|invoked oom-killer|oom_reaper|Killed process \d+"
+        r"|out-of-memory handler|\bline \d+: +\d+ Killed\b"
         r"|\bOOMKilled\b|low on resource: memory|running low on memory|memory usage threshold"
         r"|exceeded (its |the )?(request(ed)? |limit(ed)? )?memory|memory cgroup out of memory"
         r"|DataLoader worker \(pid[^)]{0,40}\) is killed by signal: Killed|std::bad_alloc"
-        r"|Cannot allocate memory|task \d+: Killed|^\s*Killed\s*$|oom_kill_process|Unable to allocate [\d.]+ ?[KMGT]i?B"
+        r"|Cannot allocate memory|task \d+: Killed|(?:^|[\s\]|])Killed\s*$|oom_kill_process"
+        r"|Unable to allocate [\d.]+ ?[KMGT]i?B"
         r"|<Signals\.SIGKILL: 9>|Signal 9 \(SIGKILL\) received|returned non-zero exit status -9\b"
-        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError",
+        r"|killed due to memory pressure|ray\.exceptions\.OutOfMemoryError|RayOutOfMemoryError"
+        r"|DefaultCPUAllocator: (can't allocate memory|not enough memory)"
+        # A node condition the kubelet reports when it evicts for memory.
+        r"|\bMemoryPressure\b",
         "category": "host_oom",
         "why": "host memory exhausted: the kernel OOM killer or the container memory limit",
     },
@@ -722,7 +756,8 @@ _B: list[dict[str, Any]] = [
         r"|can't start new thread"
         # The kubelet's node-pressure eviction for disk (its DisruptionTarget message names the resource).
         r"|low on resource: (ephemeral-storage|nodefs|imagefs)|ephemeral local storage usage exceeds"
-        r"|exceeded its local ephemeral storage limit",
+        r"|exceeded its local ephemeral storage limit|\b(DiskPressure|PIDPressure)\b"
+        r"|\b(errno|os error)[ =:]{0,3}(28|30|116|122)\b|\bE(NOSPC|DQUOT|ROFS|STALE)\b",
         "category": "infra",
         "why": "storage or shared memory exhausted or broken (disk full, /dev/shm too small, stale mount)",
     },
@@ -731,10 +766,11 @@ _B: list[dict[str, Any]] = [
         "log": r"cannot open shared object file|libcuda\.so|CUDA driver version is insufficient"
         r"|driver on your system is too old"
         r"|no CUDA-capable device|Found no NVIDIA driver|NVIDIA-SMI has failed|ErrImagePull|ImagePullBackOff"
+        r"|No CUDA GPUs are available|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE"
         r"|CUDA error: initialization error|cudaErrorNoDevice|busy or unavailable|Failed to pull image"
         r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
         r"|Unable to attach or mount volumes|HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
-        r"|(401|403|429) Client Error|Too Many Requests",
+        r"|(401|403|429) Client Error|Too Many Requests|error while loading shared libraries",
         "category": "infra",
         "why": "no usable GPU, driver or library in the container",
     },
@@ -744,7 +780,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.scheduler",
         "log": r"DUE TO (TIME LIMIT|PREEMPTION)|preemption notice"
         r"|spot (instance )?(interruption|termination)|PreemptionByScheduler|EvictionByEvictionAPI"
-        r"|TerminationByKubelet|maintenance event",
+        r"|TerminationByKubelet|maintenance event|termination is imminent|imminent node shutdown",
         "category": "preemption",
         "why": "the scheduler preempted the job or its time limit ran out",
     },
@@ -765,9 +801,17 @@ _B: list[dict[str, Any]] = [
         "why": "the job or its node was preempted",
     },
     {
+        "id": "log.nccl-invalid-usage",
+        "log": r"ncclInvalidUsage|ncclInvalidArgument|invalid (usage|argument) \(run with NCCL_DEBUG"
+        r"|Duplicate GPU detected",
+        "category": "user_code",
+        "why": "NCCL refused the job's configuration (invalid usage or argument, e.g. two ranks on one GPU)",
+    },
+    {
         "id": "log.name-resolution",
         "log": r"Temporary failure in name resolution|Name or service not known|nodename nor servname"
-        r"|getaddrinfo failed|No address associated with hostname|Could not resolve host",
+        r"|getaddrinfo failed|No address associated with hostname|Could not resolve host|Name does not resolve"
+        r"|nslookup: can't resolve|socket\.gaierror",
         "category": "network",
         "why": "the master's or a peer's host name does not resolve (DNS)",
     },
@@ -776,14 +820,17 @@ _B: list[dict[str, Any]] = [
         "log": r"NCCL WARN NET/IB|transport retry counter exceeded|ibv_\w+ failed|IBV_WC_\w+|unhandled system error"
         r"|ncclSystemError|No route to host|Network is unreachable"
         # NCCL's bootstrap cannot open a socket to a peer's address (not a peer that went away).
-        r"|socketStartConnect: Connect to [^\n]{0,120} failed|Software caused connection abort",
+        r"|socketStartConnect: Connect to [^\n]{0,120} failed|Software caused connection abort"
+        # AWS's EFA plugin (aws-ofi-nccl / libfabric) failing on the interconnect.
+        r"|NET/OFI[^\n]{0,160}\b(failed|error)\b",
         "category": "network",
         "why": "interconnect failure (InfiniBand/RoCE/socket system error)",
     },
     {
         "id": "log.watchdog-timeout",
         "log": r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
-        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out|Heartbeat monitor timed out",
+        r"|Timed out waiting \d+ ?ms|Some NCCL operations have failed or timed out|Heartbeat monitor timed out"
+        r"|failed to pass monitoredBarrier|Application timeout caused pair closure",
         "secondary": "timeout",
         "why": "timed out waiting for a peer in a collective",
     },
@@ -806,7 +853,7 @@ _B: list[dict[str, Any]] = [
         "id": "log.store-gone",
         "log": r"DistNetworkError|DistStoreError|RendezvousConnectionError|RendezvousClosedError"
         r"|Failed to recv, got 0 bytes|TCPStore.{0,80}(failed|error|timeout)|The server socket has failed"
-        r"|c10d key-value store|store->get\(|waitForInput",
+        r"|c10d key-value store|store->get\(|waitForInput|RendezvousTimeoutError|in store based barrier",
         "secondary": "store",
         "why": "lost the c10d rendezvous store",
     },
@@ -814,10 +861,12 @@ _B: list[dict[str, Any]] = [
         "id": "log.native-crash",
         "log": r"Segmentation fault|(received|got|caught|by) signal:? ?(SIG)?(SEGV|ABRT|BUS|ILL|FPE)\b"
         r"|\bSIG(SEGV|ABRT|BUS|ILL|FPE) received|signal \d+ \(SIG(SEGV|ABRT|BUS|ILL|FPE)\)|core dumped"
+        r"|\*\*\* SIG(SEGV|ABRT|BUS|ILL|FPE) \(@"
         r"|Fatal Python error|terminate called after throwing|Illegal instruction|\*\*\* Process received signal"
         r"|Assertion `.{0,200}' failed|Bus error|<Signals\.SIG(SEGV|ABRT|BUS|ILL|FPE): \d+>"
         r"|Signal (4|6|7|8|11) \(SIG\w+\) received|returned non-zero exit status -(4|6|7|8|11)\b|double free"
-        r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected",
+        r"|free\(\): invalid|corrupted (size|double-linked)|malloc\(\): |stack smashing detected"
+        r"|an illegal instruction was encountered|cudaErrorIllegalInstruction",
         "category": "crash",
         "why": "a native crash (segfault, abort, bus error, illegal instruction)",
     },

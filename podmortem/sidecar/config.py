@@ -61,6 +61,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podmortem import settings
+from podmortem.settings import Setting
+
 POD_SOURCES = ("file", "api", "none")
 # Keeps a LogTail event far below gRPC's 4 MiB message limit.
 MAX_LOG_TAIL_BYTES = 1 << 20
@@ -108,50 +111,41 @@ class Settings:
         return self.pod_uid or f"{self.namespace}/{self.pod_name}"
 
 
-@dataclass(frozen=True)
-class _Setting:
-    field: str
-    flag: str
-    env: str
-    help: str
-    required: bool = False
-
-
-_SETTINGS: tuple[_Setting, ...] = (
-    _Setting("pod_name", "--pod-name", "POD_NAME", "this pod's name", required=True),
-    _Setting("namespace", "--namespace", "POD_NAMESPACE", "this pod's namespace", required=True),
-    _Setting("pod_uid", "--pod-uid", "POD_UID", "this pod's uid"),
-    _Setting("node_name", "--node-name", "NODE_NAME", "the node the pod runs on"),
-    _Setting("pod_ip", "--pod-ip", "POD_IP", "the pod's IP address"),
-    _Setting("error_file", "--error-file", "TORCHELASTIC_ERROR_FILE", "the TorchElastic error file", required=True),
-    _Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC address host:port", required=True),
-    _Setting("job_name", "--job-name", "PODMORTEM_JOB_NAME", "the job the pod belongs to"),
-    _Setting("job_kind", "--job-kind", "PODMORTEM_JOB_KIND", "the job's kind (PyTorchJob, Job, JobSet, TrainJob)"),
-    _Setting("job_uid", "--job-uid", "PODMORTEM_JOB_UID", "the job's uid"),
-    _Setting("replica_type", "--replica-type", "PODMORTEM_REPLICA_TYPE", "replica type, e.g. master or worker"),
-    _Setting("replica_index", "--replica-index", "PODMORTEM_REPLICA_INDEX", "index within the replica type"),
-    _Setting("rank", "--rank", "PET_NODE_RANK", "torchrun node rank"),
-    _Setting("world_size", "--world-size", "PET_NNODES", "number of pods (torchrun nodes), N or min:max"),
-    _Setting("attempt", "--attempt", "PODMORTEM_ATTEMPT", "the job's attempt (restart count / generation)"),
-    _Setting("pod_source", "--pod-source", "PODMORTEM_POD_SOURCE", "where the pod status comes from"),
-    _Setting("pod_status_file", "--pod-status-file", "PODMORTEM_POD_STATUS_FILE", "local runs: pod JSON file"),
-    _Setting("log_file", "--log-file", "PODMORTEM_LOG_FILE", "local runs: the training container's log"),
-    _Setting("log_tail_bytes", "--log-tail-bytes", "PODMORTEM_LOG_TAIL_BYTES", "bytes of log tail to send"),
-    _Setting("container", "--container", "PODMORTEM_CONTAINER", "the training container's name"),
-    _Setting("settle_seconds", "--settle-seconds", "PODMORTEM_SETTLE_SECONDS", "unparsable-file settle period"),
-    _Setting("flush_timeout", "--flush-timeout", "PODMORTEM_FLUSH_TIMEOUT", "seconds to wait for acks at exit"),
-    _Setting(
+_SETTINGS: tuple[Setting, ...] = (
+    Setting("pod_name", "--pod-name", "POD_NAME", "this pod's name", required=True),
+    Setting("namespace", "--namespace", "POD_NAMESPACE", "this pod's namespace", required=True),
+    Setting("pod_uid", "--pod-uid", "POD_UID", "this pod's uid"),
+    Setting("node_name", "--node-name", "NODE_NAME", "the node the pod runs on"),
+    Setting("pod_ip", "--pod-ip", "POD_IP", "the pod's IP address"),
+    Setting("error_file", "--error-file", "TORCHELASTIC_ERROR_FILE", "the TorchElastic error file", required=True),
+    Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC address host:port", required=True),
+    Setting("job_name", "--job-name", "PODMORTEM_JOB_NAME", "the job the pod belongs to"),
+    Setting("job_kind", "--job-kind", "PODMORTEM_JOB_KIND", "the job's kind (PyTorchJob, Job, JobSet, TrainJob)"),
+    Setting("job_uid", "--job-uid", "PODMORTEM_JOB_UID", "the job's uid"),
+    Setting("replica_type", "--replica-type", "PODMORTEM_REPLICA_TYPE", "replica type, e.g. master or worker"),
+    Setting("replica_index", "--replica-index", "PODMORTEM_REPLICA_INDEX", "index within the replica type"),
+    Setting("rank", "--rank", "PET_NODE_RANK", "torchrun node rank"),
+    Setting("world_size", "--world-size", "PET_NNODES", "number of pods (torchrun nodes), N or min:max"),
+    Setting("attempt", "--attempt", "PODMORTEM_ATTEMPT", "the job's attempt (restart count / generation)"),
+    Setting("pod_source", "--pod-source", "PODMORTEM_POD_SOURCE", "where the pod status comes from"),
+    Setting("pod_status_file", "--pod-status-file", "PODMORTEM_POD_STATUS_FILE", "local runs: pod JSON file"),
+    Setting("log_file", "--log-file", "PODMORTEM_LOG_FILE", "local runs: the training container's log"),
+    Setting("log_tail_bytes", "--log-tail-bytes", "PODMORTEM_LOG_TAIL_BYTES", "bytes of log tail to send"),
+    Setting("container", "--container", "PODMORTEM_CONTAINER", "the training container's name"),
+    Setting("settle_seconds", "--settle-seconds", "PODMORTEM_SETTLE_SECONDS", "unparsable-file settle period"),
+    Setting("flush_timeout", "--flush-timeout", "PODMORTEM_FLUSH_TIMEOUT", "seconds to wait for acks at exit"),
+    Setting(
         "clock_probe_interval",
         "--clock-probe-interval",
         "PODMORTEM_CLOCK_PROBE_INTERVAL",
         "seconds between clock probes",
     ),
-    _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
-    _Setting("token_file", "--token-file", "PODMORTEM_TOKEN_FILE", "this pod's projected token for the aggregator"),
-    _Setting("tls_ca", "--tls-ca", "PODMORTEM_TLS_CA", "PEM CA bundle: TLS to the aggregator"),
-    _Setting("tls_ca_pem", "--tls-ca-pem", "PODMORTEM_TLS_CA_PEM", "the CA bundle as PEM text (TLS)"),
-    _Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "api pod source outside a pod: kubeconfig file(s)"),
-    _Setting("kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use"),
+    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
+    Setting("token_file", "--token-file", "PODMORTEM_TOKEN_FILE", "this pod's projected token for the aggregator"),
+    Setting("tls_ca", "--tls-ca", "PODMORTEM_TLS_CA", "PEM CA bundle: TLS to the aggregator"),
+    Setting("tls_ca_pem", "--tls-ca-pem", "PODMORTEM_TLS_CA_PEM", "the CA bundle as PEM text (TLS)"),
+    Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "api pod source outside a pod: kubeconfig file(s)"),
+    Setting("kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use"),
 )
 # Where the injection webhook mounts the pod's projected token (audience podmortem).
 DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
@@ -163,10 +157,8 @@ _PATH_FIELDS = {"error_file", "pod_status_file", "log_file", "token_file", "tls_
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per setting. Defaults are None so that an absent flag falls back to the environment."""
-    group = parser.add_argument_group("sidecar settings (each flag overrides its environment variable)")
-    for s in _SETTINGS:
-        group.add_argument(s.flag, dest=s.field, default=None, metavar=s.env, help=f"{s.help} [env {s.env}]")
+    """Add one flag per setting (an absent flag falls back to the environment)."""
+    settings.add_arguments(parser, _SETTINGS, "sidecar settings")
 
 
 def _parse_world_size(text: str) -> int | None:
@@ -197,19 +189,17 @@ def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = No
     """Build the settings: a flag given on the command line wins over its environment variable."""
     values: dict[str, Any] = {}
     problems: list[str] = []
+    given = settings.read(_SETTINGS, env, ns)
     for s in _SETTINGS:
-        flag_value = getattr(ns, s.field, None) if ns is not None else None
-        raw = flag_value if flag_value is not None else env.get(s.env)
-        if raw is not None:
-            raw = str(raw).strip()
+        raw = given.get(s.dest)
         if not raw:
             if s.required:
-                problems.append(f"{s.env} (or {s.flag}) is required: {s.help}")
+                problems.append(f"{s.name} is required: {s.help}")
             continue
         try:
-            values[s.field] = _convert(s.field, raw)
+            values[s.dest] = _convert(s.dest, raw)
         except ValueError as exc:
-            problems.append(f"{s.env} (or {s.flag}) = {raw!r} is not valid: {exc}")
+            problems.append(f"{s.name} = {raw!r} is not valid: {exc}")
     level = str(values.get("log_level", "INFO")).upper()
     if not isinstance(logging.getLevelName(level), int):
         problems.append(f"PODMORTEM_LOG_LEVEL (or --log-level) = {level!r} is not a logging level")

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from podmortem import settings
+from podmortem.settings import Setting
 from podmortem.webhook.mutation import Injection
 
 
@@ -63,62 +65,54 @@ class WebhookConfig:
     sidecar_tls_ca: Path | None = None  # read into `injection.tls_ca_pem` at start-up
 
 
-@dataclass(frozen=True)
-class _Setting:
-    dest: str
-    flag: str
-    env: str
-    help: str
-
-
 # Server settings, then the injection's (dest = an `Injection` field).
-_SERVER: tuple[_Setting, ...] = (
-    _Setting("listen", "--listen", "PODMORTEM_WEBHOOK_LISTEN", "HTTPS address host:port (default 0.0.0.0:8443)"),
-    _Setting("tls_cert", "--tls-cert", "PODMORTEM_WEBHOOK_TLS_CERT", "PEM serving certificate (required)"),
-    _Setting("tls_key", "--tls-key", "PODMORTEM_WEBHOOK_TLS_KEY", "PEM private key (required)"),
-    _Setting(
+_SERVER: tuple[Setting, ...] = (
+    Setting("listen", "--listen", "PODMORTEM_WEBHOOK_LISTEN", "HTTPS address host:port (default 0.0.0.0:8443)"),
+    Setting("tls_cert", "--tls-cert", "PODMORTEM_WEBHOOK_TLS_CERT", "PEM serving certificate (required)"),
+    Setting("tls_key", "--tls-key", "PODMORTEM_WEBHOOK_TLS_KEY", "PEM private key (required)"),
+    Setting(
         "metrics_listen",
         "--metrics-listen",
         "PODMORTEM_WEBHOOK_METRICS_LISTEN",
         "plain-HTTP /metrics address; '' disables (default 0.0.0.0:9091)",
     ),
-    _Setting(
+    Setting(
         "shutdown_grace",
         "--shutdown-grace",
         "PODMORTEM_WEBHOOK_SHUTDOWN_GRACE",
         "seconds to finish open requests on SIGTERM (default 5)",
     ),
-    _Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level (default INFO)"),
+    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level (default INFO)"),
 )
-_INJECTION: tuple[_Setting, ...] = (
-    _Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC host:port the sidecars dial"),
-    _Setting("image", "--sidecar-image", "PODMORTEM_SIDECAR_IMAGE", "the sidecar's container image"),
-    _Setting(
+_INJECTION: tuple[Setting, ...] = (
+    Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC host:port the sidecars dial"),
+    Setting("image", "--sidecar-image", "PODMORTEM_SIDECAR_IMAGE", "the sidecar's container image"),
+    Setting(
         "image_pull_policy",
         "--sidecar-image-pull-policy",
         "PODMORTEM_SIDECAR_IMAGE_PULL_POLICY",
         "Always, IfNotPresent or Never",
     ),
-    _Setting(
+    Setting(
         "native_sidecars",
         "--native-sidecars",
         "PODMORTEM_NATIVE_SIDECARS",
         "true: init container with restartPolicy Always (Kubernetes >= 1.29); false: regular container",
     ),
-    _Setting("cpu_request", "--sidecar-cpu-request", "PODMORTEM_SIDECAR_CPU_REQUEST", "sidecar CPU request"),
-    _Setting("memory_request", "--sidecar-memory-request", "PODMORTEM_SIDECAR_MEMORY_REQUEST", "memory request"),
-    _Setting("cpu_limit", "--sidecar-cpu-limit", "PODMORTEM_SIDECAR_CPU_LIMIT", "sidecar CPU limit; '' for none"),
-    _Setting("memory_limit", "--sidecar-memory-limit", "PODMORTEM_SIDECAR_MEMORY_LIMIT", "sidecar memory limit"),
-    _Setting("run_as_user", "--sidecar-run-as-user", "PODMORTEM_SIDECAR_RUN_AS_USER", "the sidecar's uid and gid"),
-    _Setting("error_dir", "--error-dir", "PODMORTEM_ERROR_DIR", "shared volume mount path for the error file"),
-    _Setting("token_audience", "--token-audience", "PODMORTEM_TOKEN_AUDIENCE", "projected token audience"),
-    _Setting(
+    Setting("cpu_request", "--sidecar-cpu-request", "PODMORTEM_SIDECAR_CPU_REQUEST", "sidecar CPU request"),
+    Setting("memory_request", "--sidecar-memory-request", "PODMORTEM_SIDECAR_MEMORY_REQUEST", "memory request"),
+    Setting("cpu_limit", "--sidecar-cpu-limit", "PODMORTEM_SIDECAR_CPU_LIMIT", "sidecar CPU limit; '' for none"),
+    Setting("memory_limit", "--sidecar-memory-limit", "PODMORTEM_SIDECAR_MEMORY_LIMIT", "sidecar memory limit"),
+    Setting("run_as_user", "--sidecar-run-as-user", "PODMORTEM_SIDECAR_RUN_AS_USER", "the sidecar's uid and gid"),
+    Setting("error_dir", "--error-dir", "PODMORTEM_ERROR_DIR", "shared volume mount path for the error file"),
+    Setting("token_audience", "--token-audience", "PODMORTEM_TOKEN_AUDIENCE", "projected token audience"),
+    Setting(
         "tls_ca_pem",
         "--sidecar-tls-ca",
         "PODMORTEM_SIDECAR_TLS_CA",
         "PEM file: the CA of the aggregator's gRPC certificate, handed to each sidecar (TLS)",
     ),
-    _Setting(
+    Setting(
         "token_expiration_seconds",
         "--token-expiration",
         "PODMORTEM_TOKEN_EXPIRATION",
@@ -132,10 +126,8 @@ _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting; defaults are None so that an absent flag falls back to the environment."""
-    group = parser.add_argument_group("webhook settings (each flag overrides its environment variable)")
-    for s in SETTINGS:
-        group.add_argument(s.flag, dest=s.dest, default=None, metavar=s.env, help=f"{s.help} [env {s.env}]")
+    """One flag per setting (an absent flag falls back to the environment)."""
+    settings.add_arguments(parser, SETTINGS, "webhook settings")
 
 
 def _address(value: str) -> bool:
@@ -144,17 +136,11 @@ def _address(value: str) -> bool:
 
 
 def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig:
-    raw: dict[str, str] = {}
-    for s in SETTINGS:
-        flag = getattr(ns, s.dest, None) if ns is not None else None
-        value = flag if flag is not None else env.get(s.env)
-        if value is not None:
-            raw[s.dest] = str(value).strip()
+    raw = settings.read(SETTINGS, env, ns)
     problems: list[str] = []
 
     def name(dest: str) -> str:
-        s = next(x for x in SETTINGS if x.dest == dest)
-        return f"{s.env} (or {s.flag})"
+        return next(x for x in SETTINGS if x.dest == dest).name
 
     for dest in ("tls_cert", "tls_key"):
         if not raw.get(dest):

@@ -1,6 +1,8 @@
-"""A JobSet with two replicated Jobs and two pods per child Job: real sidecars (told no job name) and the
-aggregator's pod watch must file the failure as ONE incident — the JobSet's, attempt "0" — with the
-right global ranks (which only the JobSet's spec gives: 2 pods per child Job)."""
+"""A JobSet with two replicated Jobs (one child Job of `leader`, two of `workers`) and two pods per
+child Job: real sidecars (told no job name) and the aggregator's pod watch must file the failure as ONE
+incident — the JobSet's, attempt "0" — with the right global ranks (which only the JobSet's spec gives:
+2 pods per child Job, replicated Jobs in spec order), and name the root although the kubelets report
+the victims first, a second earlier, with error files of the same second."""
 
 from __future__ import annotations
 
@@ -54,9 +56,12 @@ async def sidecars(api: EmulatorHandle, pods: list[str], port: int, tmp_path: Pa
 async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
     kube_api: EmulatorHandle, tmp_path: Path
 ) -> None:
-    _, seeded = seed_jobset(kube_api, "llm", [("workers", 2, 2)])
-    pods = [p["metadata"]["name"] for p in seeded]  # in global rank order: job 0 pods 0-1, job 1 pods 0-1
-    root = pods[2]  # child Job 1, completion index 0: global rank 2 (not 1, its child Job's index)
+    _, seeded = seed_jobset(kube_api, "llm", [("leader", 1, 2), ("workers", 2, 2)])
+    # In global rank order: leader-0 pods 0-1, workers-0 pods 0-1, workers-1 pods 0-1.
+    pods = [p["metadata"]["name"] for p in seeded]
+    # workers-1 (job-global-index 2, job-index 1), completion index 0: global rank 4 — not 0 (its
+    # completion index), 1 (its job index) or 2 (its child Job's global index).
+    root = pods[4]
     settings = KubeSettings(
         enabled=True, kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)), namespaces=(NS,),
         publish=frozenset(),
@@ -69,15 +74,16 @@ async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
     await agg.start()
     try:
         async with sidecars(kube_api, pods, agg.port, tmp_path):
-            await eventually(lambda: agg.metrics.connected._value.get() == 4, "four sidecars registered", limit=60)
-            (tmp_path / root).mkdir(exist_ok=True)
-            (tmp_path / root / "error.json").write_text(error_doc("ValueError: label 7 out of range", 1795300000))
-            kube_api.change(PODS, NS, root, terminated(1))
+            await eventually(lambda: agg.metrics.connected._value.get() == 6, "six sidecars registered", limit=60)
+            # Adversarial kubelet timing: the victims' ends are reported first and read a second earlier.
             for pod in pods:
                 if pod != root:
                     (tmp_path / pod).mkdir(exist_ok=True)
-                    (tmp_path / pod / "error.json").write_text(error_doc(GLOO_PEER, 1795300001))
-                    kube_api.change(PODS, NS, pod, terminated(1))
+                    (tmp_path / pod / "error.json").write_text(error_doc(GLOO_PEER, 1795300000))
+                    kube_api.change(PODS, NS, pod, terminated(1, finished="2026-11-21T15:06:09Z"))
+            (tmp_path / root).mkdir(exist_ok=True)
+            (tmp_path / root / "error.json").write_text(error_doc("ValueError: label 7 out of range", 1795300000))
+            kube_api.change(PODS, NS, root, terminated(1, finished="2026-11-21T15:06:10Z"))
             await eventually(lambda: any(verdicts.glob("*.json")), "a verdict", limit=60)
             keys = list(agg.book._jobs)
             incident = agg.book.incident((NS, "llm", "0"))

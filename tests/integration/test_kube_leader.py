@@ -81,6 +81,32 @@ async def test_a_released_lease_is_taken_at_once(kube_api: EmulatorHandle, kube:
     assert holder(kube_api) == "b"
 
 
+async def test_a_lease_released_while_renewing_is_not_taken_back(kube_api: EmulatorHandle, kube: Kube) -> None:
+    # The holder's renewals (every 0.1 s) still run when it releases (a leader handing over on SIGTERM
+    # before its root tasks stop): they must not take the released Lease back, or the standby waits
+    # for the whole lease (600 s here) instead of taking it at once.
+    timings = LeaseTimings(lease_duration=600.0, renew_deadline=10.0, retry_period=0.1)
+    a, b = elector(kube, "a", timings), elector(kube, "b", timings)
+    assert await a.acquire()
+    async with holding(a) as renewing:
+        await asyncio.sleep(0.3)  # a few renewals
+        await a.release()
+        await asyncio.sleep(0.3)  # a's renewals, had they gone on, would have taken it back by now
+        assert holder(kube_api) == ""
+        stop_b = asyncio.Event()
+        assert await asyncio.wait_for(b.acquire(stop_b), 10)
+        assert await a.taken_over(5)
+        assert holder(kube_api) == "b"
+        assert renewing.done() and renewing.exception() is None  # released: it stopped renewing
+
+
+async def test_nobody_taking_a_released_lease_over_is_told(kube_api: EmulatorHandle, kube: Kube) -> None:
+    a = elector(kube, "a", SLOW_EXPIRY)
+    assert await a.acquire()
+    await a.release()
+    assert not await a.taken_over(0.3)
+
+
 async def test_of_two_racing_candidates_exactly_one_leads(kube_api: EmulatorHandle, kube: Kube) -> None:
     candidates = [elector(kube, f"c{i}", SLOW_EXPIRY) for i in range(4)]
     stop = asyncio.Event()

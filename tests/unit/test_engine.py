@@ -637,6 +637,38 @@ def test_a_hostile_log_line_cannot_stall_the_engine() -> None:
     assert v.pod == "w-0"
 
 
+def test_a_timeout_whose_full_log_shows_its_own_failure_is_decided_not_a_crash() -> None:
+    # Found by bench/fuzz.py (bundle target): the only member that failed timed out in gloo by its error
+    # file, and reading its log in full (to look for a hung rank) turned it into a primary failure — no
+    # timeout was left for the hang attribution, and min() of nothing raised ValueError.
+    gloo_timeout = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+        "Timed out waiting 12000ms for recv operation to complete"
+    )
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/app/train.py", line 310, in main',
+            "ValueError: bad label 7 in batch 1234",
+            "E1121 14:59:20.123456 140 torch/distributed/elastic/multiprocessing/api.py:832] failed (exitcode: 1)",
+            "  " + gloo_timeout,
+        ]
+    )
+    member = Member(
+        pod="w-0",
+        rank=0,
+        error=ErrorRecord(message=gloo_timeout, exception_type="RuntimeError", timestamp=int(T0)),
+        termination=Termination(exit_code=1, reason="Error", finished_at=T0 + 1),
+        log_tail=log,
+    )
+    assert assess(member).secondary == "timeout" and assess(member, full_log=True).role == "primary"
+    alone = decide(Incident(JobRef("ml", "j"), 1, (member,)))  # raised ValueError
+    assert (alone.pod, alone.category) == ("w-0", "user_code")
+    # A peer still running is no hung rank to blame once the only member that waited failed on its own.
+    v = decide(Incident(JobRef("ml", "j"), 2, (member, Member(pod="w-1", rank=1, running=True))))
+    assert (v.pod, v.category) == ("w-0", "user_code")
+
+
 def test_an_uncertain_verdict_says_likely_and_names_the_runner_up() -> None:
     # Two own failures 0.3 s apart on unmeasured clocks: the order is a guess, and the verdict says so.
     def failed(pod: str, rank: int, message: str, end: float) -> Member:
@@ -782,3 +814,39 @@ def test_a_node_pressure_eviction_names_the_resource_it_ran_short_of(reason: str
     ]
     v = decide(incident(peers[0], evicted, peers[1]))
     assert (v.pod, v.category) == ("w-1", category), v.evidence
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["gpu004: ", "10.1.2.3: ", "trainer/0 [1]:", "[2026-01-02T03:04:05.123456Z] 0a1b2c3d || "],
+)
+def test_launcher_host_prefixes_are_unwrapped(prefix: str) -> None:
+    """pdsh (DeepSpeed multi-node), TorchX and Determined prefix every line; the exception under the prefix
+    is still the member's own failure, not a bare exit code 1."""
+    tail = "\n".join(
+        f"{prefix}{line}"
+        for line in (
+            "Traceback (most recent call last):",
+            '  File "train.py", line 3, in <module>',
+            "KeyError: 'labels'",
+        )
+    )
+    facts = parse_log(tail, None)
+    assert facts.loose_exceptions == ("KeyError: 'labels'",)
+    f = assess(member("w0", exit_code=1, finished=T0, log=tail))
+    assert f.role == "primary" and f.category == "user_code" and not f.weak
+
+
+def test_an_exception_type_is_never_taken_for_a_host_prefix() -> None:
+    facts = parse_log("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error", None)
+    assert facts.loose_exceptions and facts.loose_exceptions[0].startswith("torch.distributed.DistBackendError")
+
+
+def test_a_shell_s_128_plus_n_exit_from_the_launcher_is_that_signal() -> None:
+    """srun (and shell-wrapped workers) report a SIGKILLed task as exit code 137: the task was killed, as
+    torchrun's 'exitcode: -9' says — not a plain exit code of the program."""
+    facts = parse_log("srun: error: gpu-node-3: task 0: Exited with exit code 137\n", None)
+    assert facts.agent_exitcode == -9
+    f = assess(member("w0", exit_code=1, finished=T0, log="srun: error: gpu-node-3: task 0: Exited with exit code 137"))
+    assert f.role == "primary" and f.category == "host_oom"
+    assert parse_log("srun: error: gpu-node-3: task 1: Exited with exit code 2\n", None).agent_exitcode == 2

@@ -31,6 +31,13 @@ def classify(message: str) -> tuple[str | None, str | None, bool]:
             "hardware",
         ),
         ("RuntimeError: CUDA error: device-side assert triggered", "user_code"),
+        # NCCL refusing the job's own set-up is the configuration, not a network fault
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid usage (run with "
+            "NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
+            "user_code",
+        ),
+        ("RuntimeError: CUDA error: an illegal instruction was encountered", "crash"),
         ("RuntimeError: Found no NVIDIA driver on your system.", "infra"),
         # GPU and host memory
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu_oom"),
@@ -112,6 +119,20 @@ def test_primary_messages(message: str, category: str) -> None:
             "timeout",
         ),
         ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.", "store"),
+        # waiting in the store for ranks that never came: the echo of their failure, not a bug of this rank
+        (
+            "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+            "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)",
+            "store",
+        ),
+        ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: ", "store"),
+        ("RuntimeError: Rank 3 failed to pass monitoredBarrier in 600000 ms", "timeout"),
+        ("RuntimeError: [../gloo/transport/tcp/pair.cc:598] Application timeout caused pair closure", "timeout"),
+        (
+            "torch.distributed.DistBackendError: [5] is setting up NCCL communicator and retrieving ncclUniqueId from "
+            "[0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
+            "store",
+        ),
         ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 21582 got signal: 15", "teardown"),
         ("SignalException: Process 7 got signal: 15", "teardown"),
     ],
@@ -311,6 +332,37 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ),
         ("The NVIDIA driver on your system is too old (found version 11020).", "infra"),
         ("    super().__init__(torch._C.PyTorchFileWriter(str(name)))", "infra"),
+        # 2026-11-25: families seen in the newest training excerpts (our own words)
+        (
+            "n3:11:12 [2] init.cc:500 NCCL WARN Duplicate GPU detected : rank 2 and rank 1 both on CUDA device 3000",
+            "user_code",
+        ),
+        ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "user_code"),
+        (
+            "slurmstepd: error: Detected 2 oom-kill event(s) in StepId=77.0. Some processes may have been killed",
+            "host_oom",
+        ),
+        ("/var/spool/slurmd/job7/slurm_script: line 9:  4242 Killed                  python train.py", "host_oom"),
+        ("[  12.3] NVRM: GPU3 _kgspLogRpcTimeout: ********** GSP Timeout **********", "hardware"),
+        ("2025/01/01 10:00:00 Metadata server says termination is imminent", "preemption"),
+        ("nslookup: can't resolve 'job-master-0': Name does not resolve", "network"),
+        ("RuntimeError: CUDA error: an illegal instruction was encountered", "crash"),
+        # general families (our own words): the shell's Killed after a progress bar, node pressure, errno forms,
+        # the dynamic loader, AWS's EFA plugin
+        ("epoch 3:  41%|####      | 410/1000 [02:11<03:09,  3.11it/s]Killed", "host_oom"),
+        ("Warning  Evicted  pod/w-1  The node had condition: [DiskPressure].", "infra"),
+        ("Warning  Evicted  pod/w-2  The node had condition: [MemoryPressure].", "host_oom"),
+        ("failed to write shard: os error 28", "infra"),
+        ("write checkpoint: ENOSPC", "infra"),
+        ("python: error while loading shared libraries: libnccl.so.2: cannot open", "infra"),
+        ("h1:7:9 [0] NCCL WARN NET/OFI Request completed with error. RC: -5", "network"),
+        ("torch.OutOfMemoryError: Tried to allocate 1.50 GiB. GPU 2 has a total capacity of 79 GiB", "gpu_oom"),
+        ("RuntimeError: No CUDA GPUs are available", "infra"),
+        ("Unable to reset this GPU: GPU requires reset", "hardware"),
+        ("h2:3:4 [1] NCCL WARN Cuda failure 'unknown error'", "hardware"),
+        ("ray.exceptions.RayOutOfMemoryError: More than 95% of the memory on node w-3 is used", "host_oom"),
+        ("socket.gaierror: [Errno -2] Name or service not known", "network"),
+        ("*** SIGSEGV (@0x0) received by PID 41 (TID 0x7f) from PID 0; stack trace: ***", "crash"),
     ],
 )
 def test_log_lines_name_their_cause(line: str, category: str) -> None:

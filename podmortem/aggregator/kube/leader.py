@@ -81,6 +81,10 @@ class LeaderElector:
         self._observed_at = 0.0  # when it last changed, on our monotonic clock
         self.is_leader = False
         self.transitions = 0  # leaderships won by this process, for tests and logs
+        # Once released, `hold` renews no more (it would take the released Lease straight back), and a
+        # renewal in flight finishes before the release reads the Lease.
+        self._released = False
+        self._round = asyncio.Lock()
 
     @property
     def path(self) -> str:
@@ -89,6 +93,7 @@ class LeaderElector:
     async def acquire(self, stop: asyncio.Event | None = None) -> bool:
         """Wait until this process holds the Lease (True), or until `stop` is set (False)."""
         stop = stop or asyncio.Event()
+        self._released = False
         logged = False
         while not stop.is_set():
             if await self._try_acquire_or_renew():
@@ -104,14 +109,19 @@ class LeaderElector:
         return False
 
     async def hold(self) -> None:
-        """Renew the Lease until cancelled; raise `LeadershipLost` when it cannot be renewed in time."""
+        """Renew the Lease until cancelled or released; raise `LeadershipLost` when it cannot be renewed in time."""
         last_renewed = self._monotonic()
         while True:
             await asyncio.sleep(self.timings.retry_period)
+            if self._released:
+                return
             left = self.timings.renew_deadline - (self._monotonic() - last_renewed)
             try:
                 async with asyncio.timeout(max(left, 0.001)):  # a slow API server must not stretch it
-                    renewed = await self._try_acquire_or_renew()
+                    async with self._round:
+                        if self._released:
+                            return
+                        renewed = await self._try_acquire_or_renew()
             except TimeoutError:
                 renewed = False
             if renewed:
@@ -127,6 +137,11 @@ class LeaderElector:
         if not self.is_leader:
             return
         self.is_leader = False
+        self._released = True
+        async with self._round:
+            await self._release()
+
+    async def _release(self) -> None:
         try:
             lease = await self.kube.get(self.path)
             spec = lease.get("spec") or {}
@@ -138,6 +153,25 @@ class LeaderElector:
             log.info("leader election: %s released lease %s/%s", self.identity, self.namespace, self.name)
         except KubeError as exc:
             log.warning("leader election: could not release lease %s/%s: %s", self.namespace, self.name, exc)
+
+    async def taken_over(self, limit: float) -> bool:
+        """After `release`: has another replica taken the Lease within `limit` seconds? (A standby tries
+        every retry period.) False when nobody did — or the API server could not be asked."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + limit
+        while True:
+            try:
+                lease = await self.kube.get(self.path)
+            except KubeError as exc:
+                log.warning("leader election: cannot read lease %s/%s: %s", self.namespace, self.name, exc)
+                return False
+            holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+            if holder and holder != self.identity:
+                log.info("leader election: %s took lease %s/%s over", holder, self.namespace, self.name)
+                return True
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(min(self.timings.retry_period / 4, max(end - loop.time(), 0.0)))
 
     # -- one round -------------------------------------------------------------------------------
 
