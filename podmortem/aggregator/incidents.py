@@ -120,20 +120,36 @@ def retained(event: pb.Event, keep: int = RETAINED_TAIL_CHARS) -> pb.Event:
     when that lies earlier. Thousands of members x 64 KiB tails held until the incident is decided were
     most of the aggregator's memory in a burst; the decision needs the end of the log (torch's failure
     summary, the last tracebacks) and the lines that name a cause, not the training chatter before."""
-    text = event.log_tail.text
-    if len(text) <= keep:
+    text, cut = retained_text(event.log_tail.text, keep)
+    if not cut:
         return event
+    kept = pb.Event()
+    kept.CopyFrom(event)
+    kept.log_tail.text = text
+    kept.log_tail.truncated = True
+    return kept
+
+
+def retained_text(text: str, keep: int = RETAINED_TAIL_CHARS) -> tuple[str, bool]:
+    """`retained` on the text itself: (what is kept, whether anything was cut)."""
+    if len(text) <= keep:
+        return text, False
     tail = text[-keep:]
     cut = tail.find("\n")
     tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
     # The line a rule names, looked for only in the part not kept (the rest is in `tail` anyway).
     hit = logtail.first_log_line(text[: len(text) - len(tail)])
     head = f"{hit}\n" if hit else ""
-    kept = pb.Event()
-    kept.CopyFrom(event)
-    kept.log_tail.text = f"{head}[... {len(text) - len(tail) - len(head)} characters of the log not kept ...]\n{tail}"
-    kept.log_tail.truncated = True
-    return kept
+    return f"{head}[... {len(text) - len(tail) - len(head)} characters of the log not kept ...]\n{tail}", True
+
+
+def _without_text(event: pb.Event, truncated: bool) -> pb.Event:
+    """A log-tail event as the book stores it: every field but the text. Built field by field, not copied
+    and cleared: a copy's arena keeps the 64 KiB it copied (peak RSS 122 -> 166 MiB at W=1,024)."""
+    stripped = pb.Event(id=event.id, monotonic_ns=event.monotonic_ns, log_tail=pb.LogTail(truncated=truncated))
+    if event.HasField("wall_time"):
+        stripped.wall_time.CopyFrom(event.wall_time)
+    return stripped
 
 
 def is_terminal(member: Member) -> bool:
@@ -162,9 +178,24 @@ class _MemberState:
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
     _folded: Member | None = field(default=None, repr=False)
+    _folded_through: tuple[int, int] | None = field(default=None, repr=False)  # newest event folded
 
     def changed(self) -> None:
         self._folded = None
+
+    def added(self, event: pb.Event) -> None:
+        """One more event in `events`: folded onto the kept fold when it comes last in the fold's order
+        (the pod's wall time; a tie goes after, as the stable sort puts it), else the fold is redone when
+        next needed. A burst's member gets its events in order: one `apply_event` each, not a re-fold of
+        all of them on every ingest (a fifth of `ingest`)."""
+        m, when = self._folded, (event.wall_time.seconds, event.wall_time.nanos)
+        if m is None or (self._folded_through is not None and when < self._folded_through):
+            self._folded = None
+            return
+        m = apply_event(m, event, self.clock_offset)
+        if self.log_text is not None and m.log_tail is not self.log_text:
+            m = evolve(m, log_tail=self.log_text)
+        self._folded, self._folded_through = m, when
 
     def reported(self) -> bool:
         """Terminal for quorum. While its sidecar is connected, only the sidecar's own report of the end
@@ -175,7 +206,7 @@ class _MemberState:
     def member(self) -> Member:
         if self._folded is not None:
             return self._folded
-        m = dataclasses.replace(self.identity, clock_offset=self.clock_offset, clock_round_trip=self.clock_round_trip)
+        m = evolve(self.identity, clock_offset=self.clock_offset, clock_round_trip=self.clock_round_trip)
         # In the pod's own order, not arrival order: events resent after a reconnect arrive late.
         ordered = sorted(self.events.values(), key=lambda e: (e.wall_time.seconds, e.wall_time.nanos))
         for event in ordered:
@@ -183,6 +214,7 @@ class _MemberState:
         if self.log_text is not None:
             m = evolve(m, log_tail=self.log_text)
         self._folded = m
+        self._folded_through = (ordered[-1].wall_time.seconds, ordered[-1].wall_time.nanos) if ordered else None
         return m
 
 
@@ -328,20 +360,22 @@ class IncidentBook:
                 self._check_quorum(state)
             return False
         kind = event.WhichOneof("payload")
-        event = bounded(event)
         log_text: str | None = None
         if kind == "log_tail":  # only the newest tail matters: keep one, its text once (see `log_text`)
             for old in [i for i, e in member.events.items() if e.WhichOneof("payload") == "log_tail"]:
                 del member.events[old]
-            log_text = compact_text(event.log_tail.text)
-            stripped = pb.Event()
-            stripped.CopyFrom(event)
-            stripped.log_tail.text = ""
-            event = stripped
-        elif kind == "error_file":  # versions of one file: the first (when it failed) and the newest
+                member.changed()
+            # `retained` on the str, read from the message once: not set into a copy and read back out.
+            text, cut = retained_text(event.log_tail.text)
+            log_text = compact_text(text)
+            event = _without_text(event, truncated=event.log_tail.truncated or cut)
+        else:
+            event = bounded(event)
+        if kind == "error_file":  # versions of one file: the first (when it failed) and the newest
             versions = [i for i, e in member.events.items() if e.WhichOneof("payload") == "error_file"]
             for old in versions[1:]:
                 del member.events[old]
+                member.changed()
         if len(member.events) >= MAX_MEMBER_EVENTS:
             if not member.flooded:
                 member.flooded = True
@@ -355,10 +389,11 @@ class IncidentBook:
         member.events[event.id] = event
         if log_text is not None:
             member.log_text = log_text
-        member.changed()
+        member.added(event)
         self._recount(state, member)
         if self._metrics and kind:
-            self._metrics.events.labels(kind=kind).inc()
+            counter = self._metrics.events_by_kind.get(kind)
+            (counter if counter is not None else self._metrics.events.labels(kind=kind)).inc()
         if state.opened_at is None and is_failure(event):
             if self._open_count >= self.max_open:
                 if not state.refused:

@@ -157,8 +157,8 @@ class Metrics:
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         for category in (*CATEGORIES, NO_CATEGORY):
             self.verdicts_by_category.labels(category=category)
-        for kind in EVENT_KINDS:
-            self.events.labels(kind=kind)
+        # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
+        self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
 
     def observe_decision(self, decision: Decision) -> None:
         category = decision.verdict.category or NO_CATEGORY

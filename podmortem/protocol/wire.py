@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-import re
 import time
 from collections.abc import Callable
 from typing import Any, Literal, overload
@@ -202,7 +201,11 @@ def events_from_snapshot(snap: PodSnapshot, previous: PodSnapshot | None = None)
     return out
 
 
-_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+# In UTF-8 a character outside the BMP is 4 bytes whose first is F0-F4 (no other character's bytes are):
+# each is replaced by splitting at that byte, in C, instead of a regular expression over every character.
+_ASTRAL_LEADS = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
+_DROPPED = ("\ufe0f", "\ufe0e", "\u200d")  # variation selectors, zero-width joiner
+_DROPPED_UTF8 = frozenset(c.encode() for c in _DROPPED)
 
 
 def compact_text(text: str) -> str:
@@ -210,13 +213,28 @@ def compact_text(text: str) -> str:
     makes CPython store the whole string at 4 bytes per character — 256 KiB for a 64 KiB tail, a GiB for a
     4,096-pod burst — and the variation selector that follows an emoji (U+FE0F) still 2 bytes. Such
     characters become "?" and the selectors and the zero-width joiner go: an ASCII tail stays 1 byte a
-    character (no rule reads emoji). Other text (non-Latin scripts, box drawing) is kept as it is."""
+    character (no rule reads emoji). Other text (non-Latin scripts, box drawing) is kept as it is.
+
+    The astral characters are replaced in the UTF-8 bytes (split at their first byte and joined, in C)
+    and the selectors removed from the narrower str that gives: ~130 -> ~25 us for a 16 Ki-character tail
+    holding gloo's line, which every member of a burst sends (`re.sub` looked at every character)."""
     if text.isascii():
         return text
-    if len(text.encode("utf-16-le", "surrogatepass")) != 2 * len(text):  # (runs in C, unlike max(text))
-        text = _ASTRAL.sub("?", text)
-    # str.replace, not a regular expression: a tenth of the time on a 16 Ki-character tail.
-    return text.replace("\ufe0f", "").replace("\ufe0e", "").replace("\u200d", "")
+    data = text.encode("utf-8", "surrogatepass")  # (a lone surrogate stays one, as the str had it)
+    astral = False
+    for lead in _ASTRAL_LEADS:
+        if lead in data:
+            parts = data.split(lead)
+            # An emoji's selector or joiner right after it goes with it (the rest below): the str decoded
+            # is then usually ASCII again, and the search below free.
+            data = b"?".join([parts[0], *(p[6:] if p[3:6] in _DROPPED_UTF8 else p[3:] for p in parts[1:])])
+            astral = True
+    if astral:
+        text = data.decode("utf-8", "surrogatepass")
+    for dropped in _DROPPED:
+        if not text.isascii() and dropped in text:
+            text = text.replace(dropped, "")
+    return text
 
 
 def member_from_snapshot(snap: PodSnapshot) -> Member:

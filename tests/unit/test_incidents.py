@@ -319,3 +319,54 @@ async def test_the_newest_log_tail_is_the_one_folded_and_survives_later_events()
     assert incident is not None
     assert incident.members[0].log_tail == "ValueError: newest ?\n"
     assert len(rec.decisions) == 1 and rec.decisions[0].verdict.category == "user_code"
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed", "mixed"])
+async def test_a_member_folded_event_by_event_is_the_member_folded_at_once(order: str) -> None:
+    """Ingest folds a new event onto the kept fold when it is the newest; the member must be exactly the
+    fold of all its events in the pods' order (reversed or mixed arrival: redone), log tail included."""
+    book, _, _ = make_book(world=1)
+    key = register(book, "job-worker-0", 0)
+    events = [
+        error("RuntimeError: first", int(T0), wall=T0 + 0.1),
+        make_event(pb.LogTail(text="step 1\n" + "x" * 20_000 + "\nGLHF! 🏖️ done", truncated=True), wall=T0 + 0.2),
+        error("RuntimeError: second", int(T0), wall=T0 + 0.3),
+        make_event(pb.LogTail(text="newer tail 🏖️", truncated=False), wall=T0 + 0.4),
+        ended(1, T0 + 0.4),  # wall T0 + 0.6
+        make_event(
+            pb.PodCondition(type="DisruptionTarget", status="True", reason="PreemptionByScheduler"), wall=T0 + 0.5
+        ),
+    ]
+    if order == "reversed":
+        events.reverse()
+    elif order == "mixed":
+        events = [events[i] for i in (0, 2, 1, 5, 3, 4)]
+    book.set_clock(key, 0.25, 0.001)
+    state = book._jobs[key.job].members[key.pod]
+    for event in events:
+        book.ingest(key, event, from_sidecar=True)
+        incremental = state.member()
+        state.changed()
+        assert incremental == state.member()  # the same as folding every kept event again
+    # The newest tail to arrive is the one kept (by arrival, as before), compacted.
+    assert state.member().log_tail == ("newer tail ?" if order != "reversed" else state.log_text)
+    folded_error = state.member().error
+    assert folded_error is not None and folded_error.message == "RuntimeError: second"
+
+
+def test_a_stored_log_tail_event_keeps_every_field_but_its_text() -> None:
+    """The book stores a log tail's event rebuilt field by field (a copy would keep the text's memory):
+    a field added to Event must be added there too, or it is lost."""
+    from podmortem.aggregator.incidents import _without_text
+
+    assert [f.name for f in pb.Event.DESCRIPTOR.fields] == [
+        "id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail"
+    ]  # fmt: skip
+    assert [f.name for f in pb.LogTail.DESCRIPTOR.fields] == ["text", "truncated"]
+    event = make_event(pb.LogTail(text="x" * 1000, truncated=False), "id-1", wall=T0 + 0.25, monotonic_ns=7)
+    stripped = _without_text(event, truncated=True)
+    expected = pb.Event()
+    expected.CopyFrom(event)
+    expected.log_tail.text = ""
+    expected.log_tail.truncated = True
+    assert stripped == expected

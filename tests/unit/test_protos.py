@@ -4,6 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
+from hypothesis import strategies as st
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -44,3 +47,20 @@ def test_a_log_tail_is_folded_compactly() -> None:
     assert compact_text("plain ascii") == "plain ascii" and compact_text("") == ""
     # Text in other scripts is kept as it is (2 bytes a character is its price).
     assert compact_text("错误: 显存不足 │ ok") == "错误: 显存不足 │ ok"
+
+
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(
+    st.text(
+        st.one_of(
+            st.characters(),  # anything, lone surrogates included
+            st.sampled_from(["🏖", "\ufe0f", "\ufe0e", "\u200d", "\U0010ffff", "\U00020000", "é", "\ud83c"]),
+        )
+    )
+)
+def test_compact_text_is_the_character_rule(text: str) -> None:
+    """compact_text works on UTF-8 bytes; the result is the rule it states, applied to characters."""
+    from podmortem.protocol.wire import compact_text
+
+    expected = "".join("?" if ord(c) > 0xFFFF else "" if c in "\ufe0f\ufe0e\u200d" else c for c in text)
+    assert compact_text(text) == expected
