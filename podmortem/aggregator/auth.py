@@ -69,8 +69,8 @@ def _expiry(token: str) -> float | None:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         exp = claims.get("exp") if isinstance(claims, dict) else None
         return float(exp) if isinstance(exp, int | float) else None
-    except (IndexError, ValueError, binascii.Error, UnicodeDecodeError):
-        return None
+    except (IndexError, ValueError, binascii.Error, UnicodeDecodeError, RecursionError):
+        return None  # not ours to judge: the TokenReview refuses what is not a token
 
 
 class TokenReviewer:

@@ -98,6 +98,8 @@ class LocalFilePodSource:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             # Probably half written: the next change completes it. Said once per distinct problem.
             return self._problem(f"{self.path} is not valid JSON (yet): {exc}", level=logging.DEBUG)
+        except RecursionError:  # json recurses once per level of nesting
+            return self._problem(f"{self.path} is JSON nested too deeply to be a Pod object")
         if not isinstance(pod, dict):
             return self._problem(f"{self.path} does not hold a JSON object")
         if remember:

@@ -96,7 +96,9 @@ class WebhookServer:
         try:
             body = await request.json(loads=json.loads)
             answer, result = mutation.review(body, self.config.injection)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            if isinstance(exc, RecursionError):  # json recurses once per level of nesting
+                exc = ValueError("JSON nested too deeply")
             self.metrics.reviews.labels(outcome=BAD_REQUEST).inc()
             log.warning("bad admission request from %s: %s", request.remote, exc)
             return web.json_response({"error": f"not an admission.k8s.io/v1 AdmissionReview: {exc}"}, status=400)

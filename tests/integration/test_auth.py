@@ -114,6 +114,9 @@ async def test_a_pods_own_token_lets_it_speak_for_itself(
     [
         ("no token", "UNAUTHENTICATED", "no_token"),
         ("unknown token", "UNAUTHENTICATED", "rejected"),
+        # Its claims are read (for the expiry) before the review: json recursed once per level and
+        # RecursionError ended the stream as UNKNOWN, neither refused nor counted.
+        ("a token whose claims nest 2,000 deep", "UNAUTHENTICATED", "rejected"),
         ("expired token", "UNAUTHENTICATED", "expired"),
         ("another pod's token", "PERMISSION_DENIED", "other_pod"),
         ("a pod outside the watched namespaces", "PERMISSION_DENIED", "namespace"),
@@ -126,6 +129,8 @@ async def test_streams_that_may_not_speak_are_refused_and_counted(
     namespace, pod = NS, POD
     if case == "no token":
         token = None
+    elif case == "a token whose claims nest 2,000 deep":
+        token = "eyJhbGciOiJSUzI1NiJ9." + base64.urlsafe_b64encode(b"[" * 2000).decode().rstrip("=") + ".c2ln"
     elif case == "expired token":
         assert token is not None
         kube_api.bind_token(token := jwt(time.time() - 60), NS, POD)

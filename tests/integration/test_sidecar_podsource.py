@@ -185,6 +185,17 @@ async def test_local_file_source_ignores_non_objects(tmp_path: Path, caplog: pyt
     assert "does not hold a JSON object" in caplog.text
 
 
+async def test_local_file_source_refuses_json_nested_too_deeply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # json recurses once per level: a pod file of 5,000 '[' raised RecursionError out of the source.
+    path = tmp_path / "pod.json"
+    path.write_text("[" * 5000)
+    source = LocalFilePodSource(path)
+    assert await source.read() is None
+    assert "nested too deeply" in caplog.text
+
+
 class MemorySource:
     """A drop-in PodSource (what podwatch.py implements against the API)."""
 

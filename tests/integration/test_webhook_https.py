@@ -164,7 +164,9 @@ async def test_bad_requests_get_400_and_are_counted(ca: trustme.CA, webhook: Web
     assert status == 400 and "AdmissionReview" in answer["error"]
     status, answer = await post(ca, webhook.port, {"apiVersion": "admission.k8s.io/v1", "request": {}})
     assert status == 400 and "uid" in answer["error"]
-    assert count(webhook, server.BAD_REQUEST) == 2
+    status, answer = await post(ca, webhook.port, b"[" * 5000)  # json recurses per level: was a 500
+    assert status == 400 and "nested too deeply" in answer["error"]
+    assert count(webhook, server.BAD_REQUEST) == 3
 
 
 async def test_health_and_metrics(ca: trustme.CA, webhook: WebhookServer) -> None:
