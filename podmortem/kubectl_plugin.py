@@ -47,10 +47,11 @@ def render(obj: dict[str, Any]) -> str | None:
     if VERDICT not in annotations and SUMMARY not in annotations:
         return None
     meta = obj.get("metadata") or {}
-    try:
-        doc: dict[str, Any] = json.loads(annotations.get(VERDICT, "{}"))
-    except ValueError:
-        doc = {}
+    try:  # anyone who may edit the object may have edited the annotation: show what can be read
+        loaded = json.loads(annotations.get(VERDICT, "{}"))
+    except (ValueError, RecursionError):
+        loaded = {}
+    doc: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
     lines = [
         _field("Name", meta.get("name")),
         _field("Namespace", meta.get("namespace")),

@@ -389,6 +389,8 @@ def load_rules(path: str | Path, defaults: RuleSet | None = None) -> RuleSet:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RulesError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise RulesError(f"{p}: not valid JSON (nested too deeply)") from None
     operator, replace = ruleset_from_dict(doc, source=str(p), operator=True)
     if replace:
         return operator

@@ -98,6 +98,13 @@ def test_render_without_a_verdict_is_none() -> None:
     assert text is not None and "Verdict:        s" in text
 
 
+@pytest.mark.parametrize("verdict", ["[" * 100_000, "[1, 2]", '"text"', "{broken"])
+def test_render_of_an_edited_verdict_annotation_shows_the_summary(verdict: str) -> None:
+    annotations = {"podmortem.io/summary": "s", "podmortem.io/verdict": verdict}
+    text = kubectl_plugin.render({"kind": "Job", "metadata": {"annotations": annotations}})
+    assert text is not None and "Verdict:        s" in text
+
+
 async def test_a_jobset_pod_leads_through_its_child_job_to_the_jobset(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     _, pods = seed_jobset(kube_api, "llm", [("workers", 2, 2)])
     kube = make_kube(kube_api, tmp_path)

@@ -258,6 +258,7 @@ def test_replace_defaults(tmp_path: Path) -> None:
     ("doc", "expected"),
     [
         ("{not json", "not valid JSON"),
+        ("[" * 100_000, "nested too deeply"),
         ([1, 2], "top level must be a JSON object"),
         ({"rules": {}}, "'rules' must be a list"),
         ({"rulez": []}, "unknown top-level key"),
