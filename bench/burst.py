@@ -19,6 +19,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -88,44 +89,68 @@ async def serve_echo(ready: Path) -> None:
 # -- load generators ------------------------------------------------------------------------------
 
 
-async def one_pod(stub: Any, pod: int, world: int, tail: str) -> float:
-    """A sidecar's life at failure time: register, error file, log tail, termination; each acked."""
-    reg = pb.Register(
-        job=pb.JobRef(namespace="bench", name="burst"), pod=f"w-{pod}", world_size_hint=world, attempt="0"
-    )
+# What a sidecar retries (podmortem/sidecar/stream.py): the stream ended before its work was done.
+RETRIED = (
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)  # fmt: skip
+
+
+async def one_pod(stub: Any, pod: int, world: int, tail: str, job: str = "burst") -> tuple[float, int]:
+    """A sidecar's life at failure time: register, error file, log tail, termination; each acked. Like a
+    sidecar, it opens the stream again (backoff with jitter) and sends everything again when the stream
+    is ended before all is acknowledged; the aggregator deduplicates by event id. Returns when the last
+    ack came and how many times it reconnected."""
+    name = f"w-{pod}" if job == "burst" else f"{job}-w-{pod}"
+    reg = pb.Register(job=pb.JobRef(namespace="bench", name=job), pod=name, world_size_hint=world, attempt="0")
     reg.rank = pod
     message = "ValueError: bad label 7" if pod == 0 else GLOO
+    key = f"{job}/{pod}"
     events = [
-        make_event(error_to_pb(ErrorRecord(message, message.split(":")[0], timestamp=T0 + (pod > 0))), f"{pod}/e"),
-        make_event(pb.LogTail(text=tail, truncated=True), f"{pod}/log"),
-        make_event(termination_to_pb(Termination(exit_code=1, reason="Error", finished_at=T0 + 2.0)), f"{pod}/t"),
+        make_event(error_to_pb(ErrorRecord(message, message.split(":")[0], timestamp=T0 + (pod > 0))), f"{key}/e"),
+        make_event(pb.LogTail(text=tail, truncated=True), f"{key}/log"),
+        make_event(termination_to_pb(Termination(exit_code=1, reason="Error", finished_at=T0 + 2.0)), f"{key}/t"),
     ]
-    call = stub.Report(wait_for_ready=True)
-    await call.write(pb.SidecarMessage(register=reg))
-    await call.read()
-    for event in events:
-        await call.write(pb.SidecarMessage(event=event))
-        await call.read()
-    await call.done_writing()
-    while await call.read() is not grpc.aio.EOF:
-        pass
-    return time.time()
+    for attempt in range(20):
+        try:
+            call = stub.Report(wait_for_ready=True)
+            await call.write(pb.SidecarMessage(register=reg))
+            await call.read()
+            for event in events:
+                await call.write(pb.SidecarMessage(event=event))
+                await call.read()
+            await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
+                pass
+            return time.time(), attempt
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in RETRIED:
+                raise
+            await asyncio.sleep(min(0.5 * 2**attempt, 10.0) * random.uniform(0.5, 1.0))
+    raise RuntimeError(f"{name}: not acknowledged after 20 attempts")
 
 
-async def generate(target: str, pods: Sequence[int], world: int, tail_kib: int, go_at: float) -> float:
+async def generate(
+    target: str, members: Sequence[tuple[str, int]], world: int, tail_kib: int, go_at: float
+) -> tuple[float, int]:
+    """Every (job, pod) of `members` as one stream, 64 streams a connection; the last ack's time and the
+    reconnects."""
     tail = log_tail(tail_kib)
-    channels = [grpc.aio.insecure_channel(target) for _ in range(0, len(pods), STREAMS_PER_CHANNEL)]
+    channels = [grpc.aio.insecure_channel(target) for _ in range(0, len(members), STREAMS_PER_CHANNEL)]
     stubs = [pb_grpc.CollectorStub(c) for c in channels]  # type: ignore[no-untyped-call]
     await asyncio.sleep(max(go_at - time.time(), 0))
-    done = await asyncio.gather(*(one_pod(stubs[i // STREAMS_PER_CHANNEL], p, world, tail) for i, p in enumerate(pods)))
+    done = await asyncio.gather(
+        *(one_pod(stubs[i // STREAMS_PER_CHANNEL], p, world, tail, job) for i, (job, p) in enumerate(members))
+    )
     for c in channels:
         await c.close()
-    return max(done)
+    return max(t for t, _ in done), sum(n for _, n in done)
 
 
-def _generator(target: str, pods: list[int], world: int, tail_kib: int, go_at: float, out: Any) -> None:
+def generator(target: str, members: list[tuple[str, int]], world: int, tail_kib: int, go_at: float, out: Any) -> None:
+    """A load-generator process: puts (last ack, reconnects), or a message if it failed."""
     try:
-        out.put(asyncio.run(generate(target, pods, world, tail_kib, go_at)))
+        out.put(asyncio.run(generate(target, members, world, tail_kib, go_at)))
     except BaseException as exc:
         out.put(f"generator failed: {exc!r}")
         raise
@@ -175,15 +200,16 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool 
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
         go_at = time.time() + 3.0  # generators import and connect first; the burst starts together
-        shards = [list(range(pods))[i::generators] for i in range(generators)]
-        procs = [ctx.Process(target=_generator, args=(target, s, pods, tail_kib, go_at, results)) for s in shards]
+        members = [("burst", p) for p in range(pods)]
+        shares = [members[i::generators] for i in range(generators)]
+        procs = [ctx.Process(target=generator, args=(target, s, pods, tail_kib, go_at, results)) for s in shares]
         for p in procs:
             p.start()
         finished = [results.get(timeout=900) for _ in procs]
         failed = [f for f in finished if isinstance(f, str)]
         if failed:
             raise SystemExit(failed[0])
-        last_ack = max(finished)
+        last_ack = max(t for t, _ in finished)
         for p in procs:
             p.join()
         verdict_at = last_ack

@@ -8,81 +8,25 @@ a log tail of real torchrun lines and a termination, as `bench/burst.py` does fo
 aggregator (`podmortem aggregator`, its own process) decides K incidents. Load generators are separate
 processes speaking the sidecar's protocol over real gRPC on 127.0.0.1. Printed per shape: the burst's
 length, last event acknowledged -> last of the K verdict files written, aggregator CPU (and events per
-CPU-second), peak RSS from /proc, and whether every job's verdict named its own root. The figures say
+CPU-second), peak RSS from /proc, whether every job's verdict named its own root, and how many streams
+had to be opened again (as a sidecar does, with backoff: past the ceiling, gRPC cancels streams the
+server's event loop has not taken up within 30 s). The figures say
 when one aggregator is enough and when to shard (docs/benchmarks.md, "When to shard").
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import grpc
-import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import GLOO, STREAMS_PER_CHANNEL, T0, cpu_seconds, log_tail, peak_rss_mib, start
-
-from podmortem.core.model import ErrorRecord, Termination
-from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
-from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
-
-
-async def one_pod(stub: Any, job: int, pod: int, world: int, tail: str) -> float:
-    """A sidecar's life at failure time: register, error file, log tail, termination; each acked."""
-    reg = pb.Register(
-        job=pb.JobRef(namespace="bench", name=f"job-{job}"), pod=f"job-{job}-w-{pod}", world_size_hint=world,
-        attempt="0",
-    )  # fmt: skip
-    reg.rank = pod
-    message = "ValueError: bad label 7" if pod == 0 else GLOO
-    key = f"{job}/{pod}"
-    events = [
-        make_event(error_to_pb(ErrorRecord(message, message.split(":")[0], timestamp=T0 + (pod > 0))), f"{key}/e"),
-        make_event(pb.LogTail(text=tail, truncated=True), f"{key}/log"),
-        make_event(termination_to_pb(Termination(exit_code=1, reason="Error", finished_at=T0 + 2.0)), f"{key}/t"),
-    ]
-    call = stub.Report(wait_for_ready=True)
-    await call.write(pb.SidecarMessage(register=reg))
-    await call.read()
-    for event in events:
-        await call.write(pb.SidecarMessage(event=event))
-        await call.read()
-    await call.done_writing()
-    while await call.read() is not grpc.aio.EOF:
-        pass
-    return time.time()
-
-
-async def generate(target: str, members: Sequence[tuple[int, int]], world: int, tail_kib: int, go_at: float) -> float:
-    tail = log_tail(tail_kib)
-    channels = [grpc.aio.insecure_channel(target) for _ in range(0, len(members), STREAMS_PER_CHANNEL)]
-    stubs = [pb_grpc.CollectorStub(c) for c in channels]  # type: ignore[no-untyped-call]
-    await asyncio.sleep(max(go_at - time.time(), 0))
-    done = await asyncio.gather(
-        *(one_pod(stubs[i // STREAMS_PER_CHANNEL], j, p, world, tail) for i, (j, p) in enumerate(members))
-    )
-    for c in channels:
-        await c.close()
-    return max(done)
-
-
-def _generator(target: str, members: list[tuple[int, int]], world: int, tail_kib: int, go_at: float, out: Any) -> None:
-    try:
-        out.put(asyncio.run(generate(target, members, world, tail_kib, go_at)))
-    except BaseException as exc:
-        out.put(f"generator failed: {exc!r}")
-        raise
+from burst import cpu_seconds, generator, peak_rss_mib, start
 
 
 def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str, float]:
@@ -100,16 +44,17 @@ def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str
         results = ctx.Queue()
         go_at = time.time() + 3.0 + jobs * world / 4000  # generators import and open their channels first
         # Pod-major order: every job's pods arrive interleaved, as when a whole cluster's jobs fail together.
-        members = [(j, p) for p in range(world) for j in range(jobs)]
+        members = [(f"job-{j}", p) for p in range(world) for j in range(jobs)]
         shares = [members[i::generators] for i in range(generators)]
-        procs = [ctx.Process(target=_generator, args=(target, s, world, tail_kib, go_at, results)) for s in shares]
+        procs = [ctx.Process(target=generator, args=(target, s, world, tail_kib, go_at, results)) for s in shares]
         for p in procs:
             p.start()
         finished = [results.get(timeout=1800) for _ in procs]
         failed = [f for f in finished if isinstance(f, str)]
         if failed:
             raise SystemExit(failed[0])
-        last_ack = max(finished)
+        last_ack = max(t for t, _ in finished)
+        reconnects = sum(n for _, n in finished)
         for p in procs:
             p.join()
         deadline = time.time() + 300
@@ -135,6 +80,7 @@ def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str
             "events_per_cpu_s": events / max(cpu, 1e-9),
             "peak_rss_mib": peak_rss_mib(proc.pid),
             "right": right,
+            "reconnects": reconnects,
         }
     finally:
         proc.terminate()
@@ -159,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{jobs:>4} jobs x {world:>5} pods = {jobs * world:>6}  burst {r['burst_s']:6.2f} s  "
             f"last ack -> last verdict {r['verdict_after_last_ack_s']:6.3f} s  aggregator CPU {r['cpu_s']:6.2f} s "
             f"({r['events_per_cpu_s']:.0f} events/CPU-s)  peak RSS {r['peak_rss_mib']:.0f} MiB  "
-            f"verdicts right {int(r['right'])}/{jobs}",
+            f"verdicts right {int(r['right'])}/{jobs}  reconnects {int(r['reconnects'])}",
             flush=True,
         )
     return 1 if wrong else 0
