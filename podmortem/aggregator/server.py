@@ -55,10 +55,7 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     # A stream not yet taken up by the event loop is cancelled after this long (gRPC's default: 30 s). In
     # a burst past one process's ceiling (16,384 pods at once on 2 cores: bench/ceiling.py) streams
     # queue longer; cancelled, each sidecar would reconnect and send everything again, adding load.
-    # 120 s, not more: at 300 s every burst cost ~15-25 % more aggregator CPU (bench/burst.py W=1,024:
-    # 1.41-1.81 s against 1.18-1.36 s at 30, 31 and 120 s; 4x4,096 in bench/ceiling.py 23.8 against
-    # 20.3-21.3 s, 4/4 verdicts right at both), a cliff between 120 and 300 s, cause not known.
-    ("grpc.server_max_unrequested_time_in_server", 120),
+    ("grpc.server_max_unrequested_time_in_server", 300),
 ]
 
 
