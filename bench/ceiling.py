@@ -30,7 +30,7 @@ import grpc
 import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import GLOO, STREAMS_PER_CHANNEL, T0, cpu_seconds, log_tail, peak_rss_mib, start
+from burst import GLOO, STREAMS_PER_CHANNEL, T0, corpus_note, cpu_seconds, log_tail, peak_rss_mib, start
 
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     shapes = [(3, 4)] if ns.smoke else [tuple(int(x) for x in s.split("x")) for s in ns.shapes.split(",") if s]
     tail = 4 if ns.smoke else ns.tail_kib
-    print(f"ceiling: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, tails {tail} KiB")
+    print(f"ceiling: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, tails {tail} KiB ({corpus_note()})")
     wrong = 0
     for jobs, world in shapes:
         r = run_shape(jobs, world, tail, ns.generators)
