@@ -43,6 +43,13 @@ STREAMS_PER_CHANNEL = 64
 T0 = 1_800_000_000
 
 
+def corpus_note() -> str:
+    """Where the tails' lines come from, for the header: without the corpus they are one plain ASCII line,
+    far cheaper to ingest, and figures are not comparable with runs that had it."""
+    logs = len(sorted(CORPUS.glob("*/pods/*/log.txt"))[:20])
+    return f"lines from {logs} corpus logs" if logs else f"NO CORPUS at {CORPUS}: one plain line repeated"
+
+
 def log_tail(kib: int) -> str:
     """Real torchrun log lines of healthy training (the corpus logs minus their failure lines: a burst
     measures the load, and every pod's tail quoting some other incident's failure would blur the
@@ -259,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     tail = 4 if ns.smoke else ns.tail_kib
     load = os.getloadavg()[0]
     print(
-        f"burst: {os.cpu_count()} cores, load {load:.1f}, tails {tail} KiB, {ns.generators} generator process(es)"
-        + (", durable state" if ns.state_dir else "")
+        f"burst: {os.cpu_count()} cores, load {load:.1f}, tails {tail} KiB ({corpus_note()}), "
+        f"{ns.generators} generator process(es)" + (", durable state" if ns.state_dir else "")
     )
     for w in sizes:
         runs = [run_once(w, tail, ns.generators, echo=False, state=ns.state_dir) for _ in range(max(1, ns.rounds))]

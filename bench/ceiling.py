@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import cpu_seconds, generator, peak_rss_mib, start
+from burst import corpus_note, cpu_seconds, generator, peak_rss_mib, start
 
 
 def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str, float]:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     shapes = [(3, 4)] if ns.smoke else [tuple(int(x) for x in s.split("x")) for s in ns.shapes.split(",") if s]
     tail = 4 if ns.smoke else ns.tail_kib
-    print(f"ceiling: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, tails {tail} KiB")
+    print(f"ceiling: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, tails {tail} KiB ({corpus_note()})")
     wrong = 0
     for jobs, world in shapes:
         r = run_shape(jobs, world, tail, ns.generators)

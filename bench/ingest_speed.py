@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from burst import GLOO, T0, log_tail
+from burst import GLOO, T0, corpus_note, log_tail
 from prometheus_client import CollectorRegistry
 
 from podmortem.aggregator.incidents import IncidentBook
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrong root: {root!r}", file=sys.stderr)
         return 1
     print(
-        f"ingest W={ns.pods} ({ns.tail_kib} KiB tails), register + 3 events a member, decided at quorum: "
+        f"ingest W={ns.pods} ({ns.tail_kib} KiB tails, {corpus_note()}), register + 3 events a member, "
+        "decided at quorum: "
         f"best {best:.3f} s CPU of {ns.repeat} = {best / ns.pods * 1e6:.0f} us a member"
     )
     if ns.profile:

@@ -52,11 +52,12 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_concurrent_streams", 2 * EXPECTED_BURST),
     ("grpc.server.max_pending_requests", 2 * EXPECTED_BURST),
     ("grpc.server.max_pending_requests_hard_limit", 4 * EXPECTED_BURST),
+    # A stream the event loop has not taken up within this long is cancelled (gRPC's default: 30 s). In a
+    # burst past one process's ceiling (bench/ceiling.py) streams queue longer; cancelled, each sidecar
+    # would reconnect (a new TLS handshake and token check) and send everything again, adding load.
+    # 300 s, 120 s and gRPC's default measured the same CPU at W=1,024 (docs/benchmarks.md).
+    ("grpc.server_max_unrequested_time_in_server", 300),
 ]
-# grpc.server_max_unrequested_time_in_server stays at gRPC's 30 s: a stream the event loop has not taken
-# up by then (a burst past one process's ceiling, bench/ceiling.py) is cancelled before any of its work
-# is done, and its sidecar reconnects with backoff. Raised to 300 s, a 16,384-pod burst finished without
-# reconnects, but every burst cost ~40 % more CPU (W=1,024, measured alternated; docs/benchmarks.md).
 
 
 def _required(reg: pb.Register) -> list[str]:

@@ -27,6 +27,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("analyze_speed.py", ["--pods", "60", "--repeat", "1", "--profile"], "podmortem analyze, 60 pods"),
         ("sidecar_rss.py", ["--writes", "5", "--idle", "1"], "idle CPU over 1 s"),
         ("engine_speed.py", ["--members", "200", "--repeat", "1"], "200"),
+        # The book's share of a burst, in process; exits 1 when the verdict names someone else.
+        ("ingest_speed.py", ["--pods", "16", "--tail-kib", "4", "--repeat", "1", "--profile"], "ingest W=16"),
     ],
 )
 def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str) -> None:
