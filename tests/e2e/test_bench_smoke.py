@@ -17,6 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("burst.py", ["--smoke", "--echo"], "ratio"),
         # Several jobs failing at once; exits 1 when a job's verdict names someone else.
         ("ceiling.py", ["--smoke"], "verdicts right 3/3"),
+        ("stream_rss.py", ["--smoke"], "KiB per open stream"),
         ("realworld.py", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
         # A few SIGKILLs: every cycle must end with one final verdict naming the root (exit 1 otherwise).
         ("chaos.py", ["--cycles", "4", "--seed", "7"], "exactly one final verdict naming the root: 4/4"),
