@@ -401,6 +401,20 @@ def load_rules(path: str | Path, defaults: RuleSet | None = None) -> RuleSet:
 # The built-in rules. Messages are those torch, CUDA, NCCL, gloo and the kernel really print; the order
 # matters (specific before generic: a device-side assert is a CUDA error but a bug in the program).
 
+# The node's driver stack and container runtime, in errors and in logs alike: NVML unable to start or at
+# another version than the kernel module, the CUDA runtime refusing the driver (system mismatch, forward
+# compatibility, a PTX newer than the driver), torch's "incorrectly set up environment", the NVIDIA container
+# hook, a C library older than a binary needs.
+_DRIVER_STACK = (
+    r"|Failed to initialize NVML|Driver/library version mismatch|nvidia-container-cli"
+    r"|OCI runtime (create|exec) failed|error running hook"
+    r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+    r"|unsupported display driver / cuda driver combination|forward compatibility was attempted on non supported HW"
+    r"|cudaErrorCompatNotSupportedOnDevice|PTX was compiled with an unsupported toolchain"
+    r"|cudaErrorUnsupportedPtxVersion"
+    r"|incorrectly set up environment|version `GLIBC(XX)?_[\d.]{1,12}' not found"
+)
+
 _B: list[dict[str, Any]] = [
     # --- GPU memory ------------------------------------------------------------------------------
     {
@@ -459,18 +473,7 @@ _B: list[dict[str, Any]] = [
         "message": r"no CUDA-capable device|CUDA driver version is insufficient|NVIDIA driver on your system is too old"
         r"|Found no NVIDIA driver|CUDA error: initialization error|cudaErrorNoDevice"
         r"|CUDA-capable device\(s\) is/are busy or unavailable|NVIDIA-SMI has failed|No CUDA GPUs are available"
-        r"|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE"
-        # The node's driver stack and container runtime: NVML unable to start or at another version than the
-        # kernel module, the CUDA runtime refusing the driver (system mismatch, forward compatibility, a PTX newer
-        # than the driver), torch's "incorrectly set up environment", the NVIDIA container hook, a C library older
-        # than a binary needs.
-        r"|Failed to initialize NVML|Driver/library version mismatch|nvidia-container-cli"
-        r"|OCI runtime (create|exec) failed|error running hook"
-        r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
-        r"|unsupported display driver / cuda driver combination|forward compatibility was attempted on non supported HW"
-        r"|cudaErrorCompatNotSupportedOnDevice|PTX was compiled with an unsupported toolchain"
-        r"|cudaErrorUnsupportedPtxVersion"
-        r"|incorrectly set up environment|version `GLIBC(XX)?_[\d.]{1,12}' not found",
+        r"|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE" + _DRIVER_STACK,
         "category": "infra",
         "why": "no usable GPU or driver in the container",
     },
@@ -867,22 +870,11 @@ _B: list[dict[str, Any]] = [
         r"|pull access denied|manifest unknown|CreateContainerConfigError|FailedMount|MountVolume\.SetUp failed"
         r"|Unable to attach or mount volumes|HTTPSConnectionPool|Max retries exceeded with url|LocalEntryNotFoundError"
         r"|(401|403|429) Client Error|Too Many Requests|error while loading shared libraries"
-        # The node's driver stack and container runtime: NVML unable to start or at another version than the
-        # kernel module, the CUDA runtime refusing the driver (system mismatch, forward compatibility, a PTX newer
-        # than the driver), torch's "incorrectly set up environment", the NVIDIA container hook, a C library older
-        # than a binary needs.
-        r"|Failed to initialize NVML|Driver/library version mismatch|nvidia-container-cli"
-        r"|OCI runtime (create|exec) failed|error running hook"
-        r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
-        r"|unsupported display driver / cuda driver combination|forward compatibility was attempted on non supported HW"
-        r"|cudaErrorCompatNotSupportedOnDevice|PTX was compiled with an unsupported toolchain"
-        r"|cudaErrorUnsupportedPtxVersion"
-        r"|incorrectly set up environment|version `GLIBC(XX)?_[\d.]{1,12}' not found"
         r"|requests\.exceptions\.(ConnectionError|ConnectTimeout|ReadTimeout|SSLError|ProxyError)"
         r"|urllib3\.exceptions\.\w+Error|ReadTimeoutError|CERTIFICATE_VERIFY_FAILED"
         # Kubernetes could not place, start or give storage to the pod.
         r"|FailedScheduling|Insufficient nvidia\.com/gpu|FailedAttachVolume|Multi-Attach error|FailedCreatePodSandBox"
-        r"|\b(StartError|ContainerCannotRun|RunContainerError)\b",
+        r"|\b(StartError|ContainerCannotRun|RunContainerError)\b" + _DRIVER_STACK,
         "category": "infra",
         "why": "no usable GPU, driver or library in the container",
     },
