@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 from podmortem import __version__
-from podmortem.argformat import HelpFormatter
 from podmortem.local.faults import FAULTS
+from podmortem.settings import HelpFormatter
 
 
 class _Command(Protocol):

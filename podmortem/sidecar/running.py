@@ -32,10 +32,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 import podmortem
-from podmortem.argformat import HelpFormatter
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.workloads import attempt_of, workload_from_labels
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.settings import HelpFormatter
 from podmortem.sidecar import config
 from podmortem.sidecar.config import ConfigError, Settings
 from podmortem.sidecar.outbox import Outbox

@@ -54,10 +54,10 @@ def test_aggregator_rejects_bad_settings_without_traceback(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("columns", [60, 160])
 def test_help_is_wrapped_to_the_terminal_width(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The help formatter finds the width without shutil (podmortem.argformat), where shutil would: COLUMNS."""
+    """The help formatter finds the width without shutil (podmortem.settings), where shutil would: COLUMNS."""
     import argparse
 
-    from podmortem.argformat import HelpFormatter
+    from podmortem.settings import HelpFormatter
 
     monkeypatch.setenv("COLUMNS", str(columns))
     parser = argparse.ArgumentParser(prog="p", formatter_class=HelpFormatter)
@@ -67,10 +67,10 @@ def test_help_is_wrapped_to_the_terminal_width(columns: int, monkeypatch: pytest
 
 
 def test_help_width_without_columns_or_terminal_is_80(monkeypatch: pytest.MonkeyPatch) -> None:
-    from podmortem.argformat import terminal_columns
+    from podmortem.settings import terminal_columns
 
     monkeypatch.delenv("COLUMNS", raising=False)
-    code = "from podmortem.argformat import terminal_columns; print(terminal_columns())"
+    code = "from podmortem.settings import terminal_columns; print(terminal_columns())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "80"  # stdout is a pipe here
     monkeypatch.setenv("COLUMNS", "junk")

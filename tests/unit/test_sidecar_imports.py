@@ -50,7 +50,7 @@ def test_no_ctypes_util_and_what_it_pulls() -> None:
 )
 def test_parsing_the_command_line_does_not_import_shutil(entry: str) -> None:
     """argparse's own formatter imports shutil (and bz2, lzma) for the terminal width on every
-    add_argument: ~0.7 MiB of every sidecar (podmortem.argformat.HelpFormatter finds it without)."""
+    add_argument: ~0.7 MiB of every sidecar (podmortem.settings.HelpFormatter finds it without)."""
     code = f"import sys\ntry:\n    {entry}\nexcept SystemExit:\n    pass\nprint('shutil' in sys.modules)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
