@@ -17,6 +17,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("burst.py", ["--smoke", "--echo"], "ratio"),
         # Several jobs failing at once; exits 1 when a job's verdict names someone else.
         ("ceiling.py", ["--smoke"], "verdicts right 3/3"),
+        # One real torchrun job in the kubelet's order; exits 1 on a wrong verdict.
+        ("fault_to_verdict.py", ["--only", "sigkill", "--pods", "2", "--kubelet-order"], "quorum"),
         ("stream_rss.py", ["--smoke"], "KiB per open stream"),
         ("realworld.py", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
         # A few SIGKILLs: every cycle must end with one final verdict naming the root (exit 1 otherwise).
