@@ -689,6 +689,13 @@ def _summary(root: _Root, confidence: float) -> str:
     return f"{line1}\n{advice}"
 
 
+def _own_failures(failed: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """The primaries among failed members: (strong, weak). Weak ones are believed only without a strong one."""
+    strong = [f for f in failed if f.role == "primary" and not f.weak]
+    weak = [f for f in failed if f.role == "primary" and f.weak]
+    return strong, weak
+
+
 def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     """The root cause of an incident (pure; see the module docstring)."""
     ruleset = rules or DEFAULT_RULES
@@ -728,8 +735,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         ]
         failed = [f for f in findings if f.failed]
 
-    strong = [f for f in failed if f.role == "primary" and not f.weak]
-    weak = [f for f in failed if f.role == "primary" and f.weak]
+    strong, weak = _own_failures(failed)
     root: _Root | None = None
     if strong:
         root = _choose_primary(strong + weak, named)
@@ -747,8 +753,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             root = _choose_hang(findings, timeouts, named)
         else:  # read in full, every log that timed out shows a failure of the pod's own (found by fuzzing)
             failed = [f for f in findings if f.failed]
-            strong = [f for f in failed if f.role == "primary" and not f.weak]
-            weak = [f for f in failed if f.role == "primary" and f.weak]
+            strong, weak = _own_failures(failed)
             if strong:
                 root = _choose_primary(strong + weak, named)
     if root is None and weak:
