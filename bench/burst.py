@@ -171,11 +171,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mib(pid: int) -> float:
+def status_kib(pid: int, key: str) -> int:
+    """A kB figure of /proc/PID/status (VmRSS, VmHWM, ...); 0 when absent."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1])
+    return 0
+
+
+def peak_rss_mib(pid: int) -> float:
+    return status_kib(pid, "VmHWM") / 1024
+
+
+def aggregator_command(ready: Path, verdicts: Path) -> list[str]:
+    """A real `podmortem aggregator` process on a free loopback port, as the benchmarks run it: no metrics
+    port, verdict files in `verdicts`, a quorum timeout long enough that only quorum decides."""
+    return [
+        sys.executable, "-m", "podmortem.cli", "aggregator", "--listen", "127.0.0.1:0", "--metrics-listen", "",
+        "--ready-file", str(ready), "--verdict-dir", str(verdicts), "--quorum-timeout", "600",
+        "--log-level", "WARNING",
+    ]  # fmt: skip
 
 
 def start(cmd: list[str], ready: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -194,11 +209,7 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool 
     if echo:
         cmd = [sys.executable, __file__, "--serve-echo", str(ready)]
     else:
-        cmd = [
-            sys.executable, "-m", "podmortem.cli", "aggregator", "--listen", "127.0.0.1:0", "--metrics-listen", "",
-            "--ready-file", str(ready), "--verdict-dir", str(verdicts), "--quorum-timeout", "600",
-            "--log-level", "WARNING",
-        ]  # fmt: skip
+        cmd = aggregator_command(ready, verdicts)
         if state:
             cmd += ["--state-dir", str(work / "state")]  # every event committed to SQLite before its ack
     proc, target = start(cmd, ready)

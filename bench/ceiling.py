@@ -26,18 +26,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import corpus_note, cpu_seconds, generator, peak_rss_mib, start
+from burst import aggregator_command, corpus_note, cpu_seconds, generator, peak_rss_mib, start
 
 
 def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="podmortem-ceiling-"))
     ready, verdicts = work / "ready", work / "verdicts"
-    cmd = [
-        sys.executable, "-m", "podmortem.cli", "aggregator", "--listen", "127.0.0.1:0", "--metrics-listen", "",
-        "--ready-file", str(ready), "--verdict-dir", str(verdicts), "--quorum-timeout", "600",
-        "--log-level", "WARNING",
-    ]  # fmt: skip
-    proc, target = start(cmd, ready)
+    proc, target = start(aggregator_command(ready, verdicts), ready)
     try:
         cpu0 = cpu_seconds(proc.pid)
         ctx = multiprocessing.get_context("spawn")

@@ -26,17 +26,10 @@ import grpc
 import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import STREAMS_PER_CHANNEL, start
+from burst import STREAMS_PER_CHANNEL, aggregator_command, start, status_kib
 
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 async def hold(target: str, n: int, opened: Any, release: Any) -> None:
@@ -68,7 +61,7 @@ def measure(cmd: list[str], ready: Path, n: int) -> tuple[float, float]:
     proc, target = start(cmd, ready)
     try:
         time.sleep(1.0)
-        before = rss_kib(proc.pid)
+        before = status_kib(proc.pid, "VmRSS")
         ctx = multiprocessing.get_context("spawn")
         opened, release = ctx.Event(), ctx.Event()
         holder = ctx.Process(target=_holder, args=(target, n, opened, release))
@@ -76,7 +69,7 @@ def measure(cmd: list[str], ready: Path, n: int) -> tuple[float, float]:
         if not opened.wait(300):
             raise SystemExit("the streams did not all register within 300 s")
         time.sleep(2.0)  # settle
-        after = rss_kib(proc.pid)
+        after = status_kib(proc.pid, "VmRSS")
         release.set()
         holder.join(60)
         return before / 1024, (after - before) / n
@@ -99,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "echo":
             cmd = [sys.executable, burst, "--serve-echo", str(ready)]
         else:
-            cmd = [
-                sys.executable, "-m", "podmortem.cli", "aggregator", "--listen", "127.0.0.1:0",
-                "--metrics-listen", "", "--ready-file", str(ready), "--verdict-dir", str(work / "verdicts"),
-                "--quorum-timeout", "600", "--log-level", "WARNING",
-            ]  # fmt: skip
+            cmd = aggregator_command(ready, work / "verdicts")
         base, per_stream = measure(cmd, ready, n)
         print(f"{name:<10} RSS {base:6.1f} MiB before, {per_stream:6.1f} KiB per open stream", flush=True)
     return 0
