@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from podmortem.aggregator.refusals import AuthRefused
 from podmortem.k8s.errors import KubeError
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -36,14 +37,6 @@ SA_PREFIX = "system:serviceaccount:"
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only by the process that runs with --kube
     from podmortem.aggregator.kube.client import Kube
-
-
-class AuthError(Exception):
-    """A stream that may not speak: `code` is the gRPC status name, `reason` a short metric label."""
-
-    def __init__(self, code: str, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason = code, reason
 
 
 @dataclass(frozen=True)
@@ -77,22 +70,24 @@ class TokenReviewer:
     def __init__(self, kube: Kube, clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
         self.clock = clock
-        self._cache: dict[str, Identity | AuthError] = {}
+        self._cache: dict[str, Identity | AuthRefused] = {}
         self._until: dict[str, float] = {}
 
     async def identify(self, token: str | None) -> Identity:
         if not token:
-            raise AuthError("UNAUTHENTICATED", "no_token", "no bearer token: the sidecar must present its pod's token")
+            raise AuthRefused(
+                "no_token", code="UNAUTHENTICATED", message="no bearer token: the sidecar must present its pod's token"
+            )
         now = self.clock()
         hit = self._cache.get(token)
         if hit is not None and self._until.get(token, 0.0) > now:
-            if isinstance(hit, AuthError):
+            if isinstance(hit, AuthRefused):
                 raise hit
             return hit
-        result: Identity | AuthError
+        result: Identity | AuthRefused
         try:
             result = await self._review(token, now)
-        except AuthError as exc:
+        except AuthRefused as exc:
             result = exc
         if len(self._cache) >= MAX_CACHED_TOKENS:
             self._cache.clear()
@@ -100,14 +95,14 @@ class TokenReviewer:
         self._cache[token] = result
         exp = _expiry(token)
         self._until[token] = min(now + MAX_CACHE_SECONDS, exp if exp is not None else now + MAX_CACHE_SECONDS)
-        if isinstance(result, AuthError):
+        if isinstance(result, AuthRefused):
             raise result
         return result
 
     async def _review(self, token: str, now: float) -> Identity:
         exp = _expiry(token)
         if exp is not None and exp <= now:
-            raise AuthError("UNAUTHENTICATED", "expired", "the token has expired")
+            raise AuthRefused("expired", code="UNAUTHENTICATED", message="the token has expired")
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -116,31 +111,37 @@ class TokenReviewer:
         try:
             review = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
         except KubeError as exc:  # the API server could not say: refuse now, the sidecar retries
-            raise AuthError("UNAVAILABLE", "review_failed", f"cannot review the token: {exc}") from None
+            raise AuthRefused("review_failed", code="UNAVAILABLE", message=f"cannot review the token: {exc}") from None
         status = review.get("status") or {}
         if not status.get("authenticated"):
-            raise AuthError(
-                "UNAUTHENTICATED", "rejected", f"token rejected: {status.get('error') or 'not authenticated'}"
+            raise AuthRefused(
+                "rejected",
+                code="UNAUTHENTICATED",
+                message=f"token rejected: {status.get('error') or 'not authenticated'}",
             )
         user = status.get("user") or {}
         username = str(user.get("username") or "")
         extra = user.get("extra") or {}
         pods, uids = extra.get(POD_NAME) or [], extra.get(POD_UID) or []
         if not username.startswith(SA_PREFIX) or not pods:
-            raise AuthError(
-                "PERMISSION_DENIED", "not_pod_bound", "the token is not a service-account token bound to a pod"
+            raise AuthRefused(
+                "not_pod_bound",
+                code="PERMISSION_DENIED",
+                message="the token is not a service-account token bound to a pod",
             )
         namespace = username[len(SA_PREFIX) :].split(":", 1)[0]
         return Identity(namespace, str(pods[0]), str(uids[0]) if uids else "", exp or now + MAX_CACHE_SECONDS)
 
 
 def authorize(identity: Identity, reg: pb.Register, namespaces: Collection[str] = ()) -> None:
-    """May this identity speak for the pod it registers? Raises AuthError (PERMISSION_DENIED) if not."""
+    """May this identity speak for the pod it registers? Raises AuthRefused (PERMISSION_DENIED) if not."""
     if reg.job.namespace != identity.namespace or reg.pod != identity.pod:
-        raise AuthError(
-            "PERMISSION_DENIED",
+        raise AuthRefused(
             "other_pod",
-            f"the token is bound to {identity.namespace}/{identity.pod}, not {reg.job.namespace}/{reg.pod}",
+            code="PERMISSION_DENIED",
+            message=f"the token is bound to {identity.namespace}/{identity.pod}, not {reg.job.namespace}/{reg.pod}",
         )
     if namespaces and identity.namespace not in namespaces:
-        raise AuthError("PERMISSION_DENIED", "namespace", f"namespace {identity.namespace} is not watched")
+        raise AuthRefused(
+            "namespace", code="PERMISSION_DENIED", message=f"namespace {identity.namespace} is not watched"
+        )

@@ -171,6 +171,9 @@ class _MemberState:
     sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
     counted: bool = False  # included in its job's running `reported` count
     flooded: bool = False  # reached MAX_MEMBER_EVENTS (counted once)
+    # Its job membership was verified against the API: seen by the pod watch, or registered by a
+    # stream whose token and pod object were checked (aggregator.kube.membership). Never unset.
+    verified: bool = False
     # The newest log tail's text, kept once as a compact str: its event in `events` is stored without
     # it (held twice, in the protobuf event and in the folded member, a 4,096-pod burst peaked at 543
     # MiB; once, at 244 MiB — bench/burst.py, docs/benchmarks.md).
@@ -278,9 +281,10 @@ class IncidentBook:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def register(self, reg: pb.Register) -> MemberKey:
+    def register(self, reg: pb.Register, verified: bool = False) -> MemberKey:
         """A sidecar says who it is (again after every reconnect). Raises `LimitExceeded` for a job that
-        would pass its member limit, or a namespace beyond the number tracked."""
+        would pass its member limit, or a namespace beyond the number tracked. `verified`: the
+        registration's job and position were checked against the API (see `is_verified`)."""
         job = JobRef(reg.job.namespace, reg.job.name, reg.job.kind, reg.job.uid)
         known = self._jobs.get(job_key(job, reg.attempt))
         if known is None and job.namespace not in self._namespaces and len(self._namespaces) >= self.max_namespaces:
@@ -304,6 +308,7 @@ class IncidentBook:
             hint = min(reg.world_size_hint, MAX_WORLD_SIZE)  # 2**31-1 must not hold a verdict for ever
             state.world_size_hint = max(state.world_size_hint or 0, hint)
         member = state.members[reg.pod]
+        member.verified = member.verified or verified
         member.streams += 1
         self._recount(state, member)
         return MemberKey(job_key(job, reg.attempt), reg.pod)
@@ -321,8 +326,18 @@ class IncidentBook:
         """A member known from elsewhere than its sidecar (the aggregator's pod watch)."""
         state = self._job(job, attempt)
         self._merge_identity(state, identity)
-        self._recount(state, state.members[identity.pod])
+        member = state.members[identity.pod]
+        member.verified = True  # the pod watch resolved it from the pod object
+        self._recount(state, member)
         return MemberKey(job_key(job, attempt), identity.pod)
+
+    def is_verified(self, key: MemberKey) -> bool:
+        """Was this member's job membership verified against the API? True for a pod the aggregator's
+        pod watch resolved into this job, or a sidecar whose token is bound to a pod whose object says
+        it belongs here; False for a member known only from an unauthenticated stream (`--auth none`)
+        or from a state file written before verification. Only verified members may be acted on."""
+        member = self._member(key)
+        return member is not None and member.verified
 
     def lacks_log(self, key: MemberKey) -> bool:
         """Is this member without a sidecar now and without any log tail? (so the pod watch reads one)"""

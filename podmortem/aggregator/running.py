@@ -44,6 +44,7 @@ from podmortem.core.model import Incident, Verdict
 
 if TYPE_CHECKING:
     from podmortem.aggregator.kube.leader import LeaderElector
+    from podmortem.aggregator.kube.membership import MembershipVerifier
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +99,26 @@ class Aggregator:
             metrics=self.metrics,
         )
         authenticator = None
-        if config.auth == "tokenreview" and self._kube is not None:
+        self._review_kube: Kube | None = None
+        self.membership: MembershipVerifier | None = None
+        if config.auth == "tokenreview" and self.kube_settings is not None:
             from podmortem.aggregator.auth import TokenReviewer
+            from podmortem.aggregator.kube.membership import MembershipVerifier
 
-            authenticator = TokenReviewer(self._kube, clock)
+            # Token reviews and the pod reads that verify membership have a client (a rate limit) of
+            # their own: a flood of streams never delays the publishers' writes.
+            self._review_kube = Kube.from_settings(self.kube_settings)
+            authenticator = TokenReviewer(self._review_kube, clock)
+            self.membership = MembershipVerifier(self._review_kube)
         namespaces = self.kube_settings.namespaces if self.kube_settings is not None else ()
         self.service = CollectorService(
-            self.book, self.metrics, clock, authenticator=authenticator, namespaces=namespaces or (), store=self.store
+            self.book,
+            self.metrics,
+            clock,
+            authenticator=authenticator,
+            namespaces=namespaces or (),
+            store=self.store,
+            membership=self.membership.verify if self.membership is not None else None,
         )
         self.port = 0
         self.metrics_port = 0
@@ -146,7 +160,14 @@ class Aggregator:
             from podmortem.aggregator.kube.podwatch import run_kubernetes
 
             self._kube_task = asyncio.create_task(
-                run_kubernetes(self.book, self.kube_settings, self._kube_stop, self._kube), name="pod-watch"
+                run_kubernetes(
+                    self.book,
+                    self.kube_settings,
+                    self._kube_stop,
+                    self._kube,
+                    index=self.membership.index if self.membership is not None else None,
+                ),
+                name="pod-watch",
             )
             self._roots.append(self._kube_task)
         for i, factory in enumerate(self._extra):
@@ -229,8 +250,9 @@ class Aggregator:
                 if error is not None:
                     log.error("root task %s failed", task.get_name(), exc_info=error)
                     failures.append(error)
-        if self._kube is not None:
-            self._kube.close()
+        for client in (self._kube, self._review_kube):
+            if client is not None:
+                client.close()
         if self.store is not None:
             self.store.close()
         if self._httpd is not None:
@@ -323,13 +345,13 @@ def run(ns: argparse.Namespace) -> int:
     except (ValueError, rules.RulesError) as exc:
         print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.state_dir:
         try:
             StateStore(config.state_dir).close()  # fail fast: an unusable directory is a setting's error
         except StateError as exc:
             print(f"podmortem aggregator: {exc}", file=sys.stderr)
             return 2
-    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(config, kube_settings))
     except Exception as exc:

@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
-from podmortem.aggregator.incidents import IncidentBook, LimitExceeded
+from podmortem.aggregator.auth import Identity, TokenReviewer, authorize, bearer
+from podmortem.aggregator.incidents import IncidentBook, LimitExceeded, MemberKey
 from podmortem.aggregator.metrics import Metrics
-from podmortem.aggregator.state import StateStore
+from podmortem.aggregator.refusals import Exhausted, StreamRefused, TooSlow, Unavailable
+from podmortem.aggregator.state import StateError, StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 from podmortem.protocol.wire import to_ts
@@ -88,6 +88,10 @@ class _TokenBucket:
         return True
 
 
+# Membership: the registration as the API states it, or AuthRefused (aggregator.kube.membership).
+VerifyMembership = Callable[[Identity, pb.Register], Awaitable[pb.Register]]
+
+
 class CollectorService(pb_grpc.CollectorServicer):
     def __init__(
         self,
@@ -101,6 +105,7 @@ class CollectorService(pb_grpc.CollectorServicer):
         store: StateStore | None = None,
         event_rate: float = EVENT_RATE,
         event_burst: int = EVENT_BURST,
+        membership: VerifyMembership | None = None,
     ) -> None:
         self.event_rate, self.event_burst = event_rate, event_burst
         self.book = book
@@ -109,69 +114,74 @@ class CollectorService(pb_grpc.CollectorServicer):
         self.clock = clock
         self.aggregator_id = aggregator_id or uuid.uuid4().hex
         self.authenticator = authenticator  # None: --auth none (local runs, or the operator's explicit choice)
+        # With an authenticator and a membership check, a registration's job and position come from
+        # the API and its member is marked verified in the book; without, members are unverified.
+        self.membership = membership
         self.standby = False  # a replica without the Lease refuses streams (UNAVAILABLE) until it leads
         self.namespaces = frozenset(namespaces)
         self.register_deadline = register_deadline
 
-    async def _reject(self, context: grpc.aio.ServicerContext, error: AuthError) -> None:
+    async def _reject(self, context: grpc.aio.ServicerContext, error: StreamRefused) -> None:
         if self.metrics:
             self.metrics.rejected.labels(reason=error.reason).inc()
         log.warning("stream refused (%s): %s", error.reason, error)
         await context.abort(getattr(grpc.StatusCode, error.code), str(error))
 
-    async def _state_failed(self, context: grpc.aio.ServicerContext, exc: sqlite3.Error) -> None:
-        """The state file refused a write (disk full, I/O error): do not ack what is not durable. The
-        sidecar keeps the event and sends it again after its backoff."""
-        await self._reject(context, AuthError("UNAVAILABLE", "state_write", f"the state file refused a write: {exc}"))
-
-    async def Report(
+    async def _admit(
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.AggregatorMessage]:
+    ) -> tuple[MemberKey, pb.Register] | None:
+        """Identify the stream, read its registration and enter it in the book (and the state file).
+        None when the stream ended before registering; StreamRefused when it may not go on."""
         identity: Identity | None = None
         if self.standby:
             # A replica that does not hold the Lease: the sidecar retries (backoff), the Service
             # sends it to the Ready replica, the leader (podmortem.aggregator.kube.leader).
-            await self._reject(context, AuthError("UNAVAILABLE", "standby", "a standby replica: not the leader"))
+            raise Unavailable("standby", "a standby replica: not the leader")
         if self.authenticator is not None:
-            try:
-                identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
-            except AuthError as exc:
-                await self._reject(context, exc)
+            identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
         try:
             async with asyncio.timeout(self.register_deadline):
                 first = await anext(aiter(request_iterator), None)
         except TimeoutError:
-            await self._reject(
-                context, AuthError("DEADLINE_EXCEEDED", "register_deadline", "no 'register' within the deadline")
-            )
+            raise TooSlow("register_deadline", "no 'register' within the deadline") from None
         if first is None:
-            return
+            return None
         if first.WhichOneof("body") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be 'register'")
-        missing = _required(first.register)
+        reg = first.register
+        missing = _required(reg)
         if missing:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: missing " + ", ".join(missing))
+        verified = False
         if identity is not None:
-            try:
-                authorize(identity, first.register, self.namespaces)
-            except AuthError as exc:
-                await self._reject(context, exc)
+            authorize(identity, reg, self.namespaces)
+            if self.membership is not None:
+                reg = await self.membership(identity, reg)
+                verified = True
         try:
-            key = self.book.register(first.register)
+            key = self.book.register(reg, verified=verified)
         except LimitExceeded as exc:
-            await self._reject(context, AuthError("RESOURCE_EXHAUSTED", exc.limit, str(exc)))
+            raise Exhausted(exc.limit, str(exc)) from None
         if self.store is not None:
             try:
-                self.store.register(key, first.register)
-            except sqlite3.Error as exc:
+                await self.store.register(key, reg, verified=verified)
+            except StateError as exc:
                 self.book.disconnected(key)
-                await self._state_failed(context, exc)
-        log.info(
-            "sidecar %s/%s registered (session %s)",
-            first.register.job.namespace,
-            first.register.pod,
-            first.register.session_id or "-",
-        )
+                raise Unavailable("state_write", f"the state file refused a write: {exc}") from None
+        return key, reg
+
+    async def Report(
+        self, request_iterator: AsyncIterator[pb.SidecarMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AggregatorMessage]:
+        try:
+            admitted = await self._admit(request_iterator, context)
+        except StreamRefused as exc:
+            await self._reject(context, exc)
+            return
+        if admitted is None:
+            return
+        key, reg = admitted
+        log.info("sidecar %s/%s registered (session %s)", reg.job.namespace, reg.pod, reg.session_id or "-")
         if self.metrics:
             self.metrics.connected.inc()
         try:
@@ -179,25 +189,27 @@ class CollectorService(pb_grpc.CollectorServicer):
             bucket = _TokenBucket(self.event_rate, self.event_burst)
             async for msg in request_iterator:
                 body = msg.WhichOneof("body")
-                if body == "event" and not bucket.take():
-                    if self.metrics:
-                        self.metrics.limit_hits.labels(limit="event_rate").inc()
-                    await self._reject(
-                        context,
-                        AuthError(
-                            "RESOURCE_EXHAUSTED",
-                            "event_rate",
-                            f"over {self.event_rate:g} events/s (burst {self.event_burst}): the stream is ended; "
-                            "events not acknowledged are sent again",
-                        ),
-                    )
                 if body == "event":
+                    if not bucket.take():
+                        if self.metrics:
+                            self.metrics.limit_hits.labels(limit="event_rate").inc()
+                        await self._reject(
+                            context,
+                            Exhausted(
+                                "event_rate",
+                                f"over {self.event_rate:g} events/s (burst {self.event_burst}): the stream is "
+                                "ended; events not acknowledged are sent again",
+                            ),
+                        )
                     self.book.ingest(key, msg.event, from_sidecar=True)
                     if self.store is not None:
                         try:
-                            self.store.event(key, msg.event)  # durable before acknowledged
-                        except sqlite3.Error as exc:
-                            await self._state_failed(context, exc)
+                            await self.store.event(key, msg.event)  # durable before acknowledged
+                        except StateError as exc:
+                            # Not acked: the sidecar keeps the event and sends it again after its backoff.
+                            await self._reject(
+                                context, Unavailable("state_write", f"the state file refused a write: {exc}")
+                            )
                     yield pb.AggregatorMessage(ack=pb.Ack(event_ids=[msg.event.id]))
                 elif body == "clock_probe":
                     t2 = self.clock()
@@ -215,7 +227,7 @@ class CollectorService(pb_grpc.CollectorServicer):
             self.book.disconnected(key)
             if self.metrics:
                 self.metrics.connected.dec()
-            log.info("sidecar %s/%s stream closed", first.register.job.namespace, first.register.pod)
+            log.info("sidecar %s/%s stream closed", reg.job.namespace, reg.pod)
 
 
 def create_server(

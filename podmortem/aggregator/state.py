@@ -14,17 +14,24 @@ seconds are dropped at start-up, so the file stays bounded. Journal mode WAL wit
 `synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) — the case this is
 for — though not necessarily a power loss of the node.
 
-A file that is not a readable database is moved aside (`<name>.corrupt-<time>`) with an error in
-the log, and the aggregator starts empty rather than not at all.
+The layout is versioned (`PRAGMA user_version`, `SCHEMA_VERSION`). A file of an older version is
+migrated forward in place at start-up, its rows kept. A file the aggregator must not use is moved
+aside with an error in the log, and the aggregator starts empty rather than not at all (sidecars
+still running send their events again): `<name>.corrupt-<time>` (not a readable database),
+`<name>.newer-<time>` (a version newer than this code: a downgrade) and `<name>.foreign-<time>` (a
+database whose tables are not those of its version).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from podmortem.aggregator.incidents import IncidentBook, JobKey, LimitExceeded, MemberKey
 from podmortem.aggregator.publishing import Decision
@@ -35,26 +42,73 @@ log = logging.getLogger(__name__)
 FILE_NAME = "incidents.sqlite3"
 RETENTION = 7 * 24 * 3600.0
 
+# The layout's version, kept in the file's `PRAGMA user_version`. A file written before versioning
+# says 0 and has layout 1. Each step of `_MIGRATIONS` takes version N to N + 1 in one transaction.
+SCHEMA_VERSION = 2
+_LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
+    1: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+    },
+    2: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+    },
+}
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS registrations (
+CREATE TABLE registrations (
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
-    register BLOB NOT NULL, at REAL NOT NULL,
+    register BLOB NOT NULL, at REAL NOT NULL, verified INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (ns, job, attempt, pod)
 );
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
     id TEXT NOT NULL, event BLOB NOT NULL, at REAL NOT NULL,
     UNIQUE (ns, job, attempt, pod, id)
 );
 """
+_MIGRATIONS: dict[int, str] = {
+    # 1 -> 2: whether the member's job membership was verified against the API (rows written before
+    # say no; a live sidecar registering again is verified again).
+    1: "ALTER TABLE registrations ADD COLUMN verified INTEGER NOT NULL DEFAULT 0",
+}
+
+Statement = tuple[str, tuple[Any, ...]]
 
 
 class StateError(RuntimeError):
-    """The state directory cannot be used at all (not a directory, not writable)."""
+    """The state store cannot do what was asked: the directory is unusable, or the file refused a write
+    (disk full, I/O error). sqlite3's errors do not leave this module."""
+
+
+class _SetAside(Exception):
+    """A readable database this aggregator must not use: `kind` names why (newer, foreign)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _layout(db: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
+    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {
+        name: tuple(row[1] for row in db.execute(f"PRAGMA table_info({_quoted(name)})"))
+        for name in names
+        if not name.startswith("sqlite_")
+    }
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 class StateStore:
+    """The state file. Writes (`register`, `event`, a final verdict's `publish`) are awaited: they
+    return once committed. They run in one thread of their own, never on the event loop, and what
+    arrives while a commit runs is committed together in the next transaction (one commit for a
+    burst's many events; `bench/burst.py --echo` measures the ingest cost)."""
+
     name = "state"
 
     def __init__(self, directory: str | Path, *, clock: Callable[[], float] = time.time) -> None:
@@ -67,73 +121,170 @@ class StateStore:
             raise StateError(f"state directory {self.directory}: {exc.strerror or exc}") from None
         self._db = self._open()
         self.events_written = 0
+        self.commits = 0  # transactions committed by the writer (a burst's writes share one)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="podmortem-state")
+        self._pending: list[tuple[list[Statement], asyncio.Future[None]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    # -- opening: corrupt, newer and foreign files are set aside --------------------------------
 
     def _open(self) -> sqlite3.Connection:
         try:
             return self._connect()
         except sqlite3.DatabaseError as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
-            log.error("state file %s is unusable (%s): moved to %s; starting empty", self.path, exc, aside.name)
-            for suffix in ("", "-wal", "-shm"):
-                src = Path(str(self.path) + suffix)
-                if src.exists():
-                    src.replace(Path(str(aside) + suffix))
-            try:
-                return self._connect()
-            except sqlite3.DatabaseError as again:
-                raise StateError(f"state file {self.path}: {again}") from None
-        except sqlite3.OperationalError as exc:  # pragma: no cover - a read-only mount, say
+            self._set_aside("corrupt", f"state file {self.path} is unusable ({exc})")
+        except _SetAside as exc:
+            self._set_aside(exc.kind, str(exc))
+        except sqlite3.Error as exc:  # pragma: no cover - a read-only mount, say
             raise StateError(f"state file {self.path}: {exc}") from None
+        try:
+            return self._connect()
+        except (sqlite3.Error, _SetAside) as again:
+            raise StateError(f"state file {self.path}: {again}") from None
+
+    def _set_aside(self, kind: str, why: str) -> None:
+        aside = self.path.with_name(f"{self.path.name}.{kind}-{int(self._clock())}")
+        log.error("%s: moved to %s; starting empty (sidecars still running send their events again)", why, aside.name)
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                src.replace(Path(str(aside) + suffix))
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
+            db.execute("PRAGMA quick_check").fetchall()
+            found = self._version(db)  # before anything writes: a file set aside stays as it was
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            db.execute("PRAGMA quick_check").fetchall()
-        except sqlite3.DatabaseError:
+            self._upgrade(db, found)
+        except (sqlite3.Error, _SetAside):
             db.close()
             raise
         return db
 
+    def _version(self, db: sqlite3.Connection) -> int:
+        """The file's layout version (0: a new, empty file), or _SetAside."""
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        tables = _layout(db)
+        if version > SCHEMA_VERSION:
+            raise _SetAside(
+                "newer",
+                f"state file {self.path} has schema version {version}, newer than this aggregator's "
+                f"{SCHEMA_VERSION} (written by a newer podmortem)",
+            )
+        if version == 0 and not tables:
+            return 0
+        found = version or 1  # a file written before versioning has layout 1
+        if tables != _LAYOUTS.get(found):
+            raise _SetAside(
+                "foreign",
+                f"state file {self.path} is not an incident state file of schema version {found} "
+                f"(tables {sorted(tables)})",
+            )
+        return found
+
+    def _upgrade(self, db: sqlite3.Connection, found: int) -> None:
+        """Bring the file from layout `found` to SCHEMA_VERSION (0: create it), in one transaction."""
+        if found == 0:
+            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            return
+        if found == SCHEMA_VERSION:
+            return
+        db.execute("BEGIN")
+        for step in range(found, SCHEMA_VERSION):
+            db.execute(_MIGRATIONS[step])
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+        log.info("state file %s: schema version %d migrated to %d", self.path, found, SCHEMA_VERSION)
+
     def close(self) -> None:
+        self._writer.shutdown(wait=True)
         self._db.close()
 
-    # -- writes (before the ack) -----------------------------------------------------------------
+    # -- writes (before the ack), committed off the event loop -------------------------------------
 
-    def register(self, key: MemberKey, reg: pb.Register) -> None:
+    async def register(self, key: MemberKey, reg: pb.Register, *, verified: bool = False) -> None:
         ns, job, attempt = key.job
-        self._db.execute(
-            "INSERT OR REPLACE INTO registrations VALUES (?, ?, ?, ?, ?, ?)",
-            (ns, job, attempt, key.pod, reg.SerializeToString(), self._clock()),
-        )
+        row = (ns, job, attempt, key.pod, reg.SerializeToString(), self._clock(), int(verified))
+        await self._commit([("INSERT OR REPLACE INTO registrations VALUES (?, ?, ?, ?, ?, ?, ?)", row)])
 
-    def event(self, key: MemberKey, event: pb.Event) -> None:
+    async def event(self, key: MemberKey, event: pb.Event) -> None:
         ns, job, attempt = key.job
-        self._db.execute(
-            "INSERT OR IGNORE INTO events (ns, job, attempt, pod, id, event, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (ns, job, attempt, key.pod, event.id, event.SerializeToString(), self._clock()),
+        row = (ns, job, attempt, key.pod, event.id, event.SerializeToString(), self._clock())
+        await self._commit(
+            [("INSERT OR IGNORE INTO events (ns, job, attempt, pod, id, event, at) VALUES (?, ?, ?, ?, ?, ?, ?)", row)]
         )
         self.events_written += 1
 
-    def forget(self, job: JobKey) -> None:
-        with self._db:
+    async def forget(self, job: JobKey) -> None:
+        await self._commit(
+            [
+                (f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", job)
+                for table in ("registrations", "events")
+            ]
+        )
+
+    async def _commit(self, statements: list[Statement]) -> None:
+        """Returns once `statements` are committed (with whatever else was waiting); StateError if not."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._pending.append((statements, done))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = loop.create_task(self._flush(), name="state-writer")
+        await done
+
+    async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await loop.run_in_executor(
+                    self._writer, self._write, [s for statements, _ in batch for s in statements]
+                )
+            except StateError as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(StateError(str(exc)))
+            else:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    def _write(self, statements: Sequence[Statement]) -> None:
+        """One transaction (in the writer thread)."""
+        try:
             self._db.execute("BEGIN")
-            for table in ("registrations", "events"):
-                self._db.execute(f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", job)
+            for sql, params in statements:
+                self._db.execute(sql, params)
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._db.in_transaction:
+                try:
+                    self._db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.exception("state file %s: rollback failed", self.path)
+            raise StateError(f"{exc}") from None
+        self.commits += 1
 
     # -- a publisher: a final verdict ends the need to remember its job ---------------------------
 
     async def publish(self, decision: Decision) -> None:
         if decision.final:
             inc = decision.incident
-            self.forget((inc.job.namespace, inc.job.name, inc.attempt))
+            await self.forget((inc.job.namespace, inc.job.name, inc.attempt))
 
     # -- restart -------------------------------------------------------------------------------
 
     def replay(self, book: IncidentBook, retention: float = RETENTION) -> tuple[int, int]:
-        """Feed what was acknowledged before a restart into `book`: (members, events)."""
+        """Feed what was acknowledged before a restart into `book`: (members, events). Runs at start-up,
+        before the port opens (so on the loop's thread, with nothing else to wait for it)."""
+        try:
+            return self._replay(book, retention)
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self.path}: cannot replay: {exc}") from None
+
+    def _replay(self, book: IncidentBook, retention: float) -> tuple[int, int]:
         cutoff = self._clock() - retention
         with self._db:
             self._db.execute("BEGIN")
@@ -141,8 +292,8 @@ class StateStore:
             self._db.execute("DELETE FROM events WHERE at < ?", (cutoff,))
         members = events = 0
         known: dict[tuple[str, str, str, str], MemberKey] = {}
-        for ns, job, attempt, pod, blob in self._db.execute(
-            "SELECT ns, job, attempt, pod, register FROM registrations ORDER BY at"
+        for ns, job, attempt, pod, blob, verified in self._db.execute(
+            "SELECT ns, job, attempt, pod, register, verified FROM registrations ORDER BY at"
         ):
             reg = pb.Register()
             try:
@@ -151,7 +302,7 @@ class StateStore:
                 log.error("state: registration of %s/%s unreadable: %s", ns, pod, exc)
                 continue
             try:
-                key = book.register(reg)
+                key = book.register(reg, verified=bool(verified))
             except LimitExceeded as exc:
                 log.error("state: registration of %s/%s not replayed: %s", ns, pod, exc)
                 continue

@@ -8,13 +8,16 @@ and, once the victims report, name the root — not blame a victim after the quo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,10 @@ from prometheus_client import CollectorRegistry
 from support.kube_emulator import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator, make_decide
-from podmortem.aggregator.state import FILE_NAME, StateStore
+from podmortem.aggregator.state import FILE_NAME, SCHEMA_VERSION, StateStore
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -85,10 +88,10 @@ async def test_a_replayed_store_resumes_the_incident(tmp_path: Path) -> None:
     book = book_for(first)
     store = StateStore(tmp_path)
     key = book.register(register(ROOT, 1))
-    store.register(key, register(ROOT, 1))
+    await store.register(key, register(ROOT, 1))
     for event in root_events():
         book.ingest(key, event, from_sidecar=True)
-        store.event(key, event)
+        await store.event(key, event)
     store.close()  # the aggregator dies here: nothing was decided
     assert first == []
 
@@ -111,10 +114,10 @@ async def test_a_final_verdict_forgets_its_job(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
     for i, pod in enumerate(PODS):
         key = book.register(register(pod, i))
-        store.register(key, register(pod, i))
+        await store.register(key, register(pod, i))
         for event in root_events() if pod == ROOT else victim_events(pod):
             book.ingest(key, event, from_sidecar=True)
-            store.event(key, event)
+            await store.event(key, event)
     await eventually(lambda: len(decisions) == 1, "a verdict")
     assert decisions[0].final
     await store.publish(decisions[0])
@@ -130,13 +133,13 @@ def test_an_unreadable_state_file_is_moved_aside(tmp_path: Path, caplog: pytest.
     store.close()
 
 
-def test_old_rows_are_dropped_at_replay(tmp_path: Path) -> None:
+async def test_old_rows_are_dropped_at_replay(tmp_path: Path) -> None:
     now = [1_000.0]
     store = StateStore(tmp_path, clock=lambda: now[0])
     book = book_for([])
     key = book.register(register(ROOT, 1))
-    store.register(key, register(ROOT, 1))
-    store.event(key, root_events()[0])
+    await store.register(key, register(ROOT, 1))
+    await store.event(key, root_events()[0])
     now[0] += 8 * 24 * 3600
     assert store.replay(book_for([])) == (0, 0)
 
@@ -156,6 +159,93 @@ async def test_a_refused_write_is_not_acked(tmp_path: Path) -> None:
         assert "state file refused a write" in (refused.value.details() or "")
     finally:
         await agg.stop(grace=1)
+
+
+# -- schema versions: older migrated, newer and foreign set aside ------------------------------------
+
+# The layout of state files written before versioning (user_version 0), exactly as that code made it.
+SCHEMA_1 = """
+CREATE TABLE IF NOT EXISTS registrations (
+    ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
+    register BLOB NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (ns, job, attempt, pod)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
+    id TEXT NOT NULL, event BLOB NOT NULL, at REAL NOT NULL,
+    UNIQUE (ns, job, attempt, pod, id)
+);
+"""
+
+
+def write_file(path: Path, script: str) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(script)
+
+
+def user_version(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+async def test_an_older_schema_is_migrated_with_nothing_lost(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    write_file(tmp_path / FILE_NAME, SCHEMA_1)
+    with contextlib.closing(sqlite3.connect(tmp_path / FILE_NAME)) as db, db:
+        db.execute(
+            "INSERT INTO registrations VALUES (?, ?, ?, ?, ?, ?)",
+            ("ml", "llm", "", ROOT, register(ROOT, 1).SerializeToString(), time.time()),
+        )
+        for event in root_events():
+            db.execute(
+                "INSERT INTO events (ns, job, attempt, pod, id, event, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ("ml", "llm", "", ROOT, event.id, event.SerializeToString(), time.time()),
+            )
+    store = StateStore(tmp_path)
+    book = book_for([])
+    assert store.replay(book) == (1, 2)  # every row of the old file
+    assert user_version(tmp_path / FILE_NAME) == SCHEMA_VERSION
+    assert "schema version 1 migrated to 2" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir() if ".sqlite3." in p.name) == []  # nothing set aside
+    key = MemberKey(("ml", "llm", ""), ROOT)
+    assert not book.is_verified(key)  # written before membership was verified: not claimed to be
+    await store.register(key, register(ROOT, 1), verified=True)  # the new layout takes writes
+    store.close()
+    assert StateStore(tmp_path).replay(again := book_for([])) == (1, 2)
+    assert again.is_verified(key)
+
+
+@pytest.mark.parametrize(
+    ("case", "script", "aside"),
+    [
+        # The issue's file: our table names, other columns, a version from the future.
+        ("newer", "CREATE TABLE registrations (a, b); CREATE TABLE events (c); PRAGMA user_version = 99;", "newer"),
+        ("foreign: another program's database", "CREATE TABLE notes (id, text);", "foreign"),
+        (
+            "foreign: our names, other columns",
+            "CREATE TABLE registrations (a, b); CREATE TABLE events (at); PRAGMA user_version = 1;",
+            "foreign",
+        ),
+    ],
+)
+async def test_a_newer_or_foreign_schema_is_moved_aside_and_the_aggregator_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str, script: str, aside: str
+) -> None:
+    write_file(tmp_path / FILE_NAME, script)
+    before = (tmp_path / FILE_NAME).read_bytes()
+    config = AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir="", state_dir=str(tmp_path))
+    agg = Aggregator(config, registry=CollectorRegistry(), clock=lambda: 1234.0)
+    await agg.start()
+    try:
+        assert await report(agg.port, register(ROOT, 1), root_events()) == [e.id for e in root_events()]
+    finally:
+        await agg.stop(grace=1)
+    assert (tmp_path / f"{FILE_NAME}.{aside}-1234").read_bytes() == before  # kept as it was, for a look
+    assert user_version(tmp_path / FILE_NAME) == SCHEMA_VERSION
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert f"moved to {FILE_NAME}.{aside}-1234; starting empty" in error.getMessage()
+    assert ("newer than this aggregator's" if aside == "newer" else "not an incident state file") in error.getMessage()
 
 
 # -- real processes: SIGKILL between the root's report and the victims' -----------------------------

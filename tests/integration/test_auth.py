@@ -1,5 +1,6 @@
 """Identity on the gRPC port: with --kube and --auth tokenreview, a stream speaks only for the pod its
-projected token is bound to (TokenReview against the API emulator), over TLS (certificates from trustme).
+projected token is bound to (TokenReview against the API emulator), over TLS (certificates from trustme),
+and only as the member of the job the pod object says it belongs to, at the position it states.
 
 Each refused case is counted by reason; a refused stream changes nothing in the incident book."""
 
@@ -16,9 +17,10 @@ import grpc
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import NS, EmulatorHandle, eventually
+from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob
 
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.incidents import MemberKey
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord
@@ -28,7 +30,8 @@ from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 from podmortem.protocol.wire import error_to_pb, make_event
 from podmortem.sidecar import config, running
 
-POD = "mixtral-cpt-worker-1"
+POD_NS = NS
+POD = "mixtral-cpt-worker-1"  # rank 1 of the PyTorchJob mixtral-cpt (three workers, no master)
 
 
 def jwt(exp: float) -> str:
@@ -45,8 +48,15 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
+def bind(kube_api: EmulatorHandle, token: str, pod: str, namespace: str = NS) -> None:
+    """`token` bound to the pod as stored in the emulator (its uid), or to a pod that is not there."""
+    stored = kube_api.get(PODS, namespace, pod)
+    kube_api.bind_token(token, namespace, pod, uid=str((stored or {}).get("metadata", {}).get("uid") or ""))
+
+
 @pytest.fixture
 async def aggregator(kube_api: EmulatorHandle, tmp_path: Path, ca: trustme.CA) -> AsyncIterator[Aggregator]:
+    seed_pytorchjob(kube_api, workers=3)  # the job mixtral-cpt: pods mixtral-cpt-worker-0..2
     cert = ca.issue_cert("127.0.0.1")
     cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
@@ -72,14 +82,25 @@ async def aggregator(kube_api: EmulatorHandle, tmp_path: Path, ca: trustme.CA) -
         await agg.stop(grace=1)
 
 
-async def report(agg: Aggregator, ca: trustme.CA, token: str | None, namespace: str = NS, pod: str = POD) -> str:
-    """Register as namespace/pod and send one event; "OK" or the status code's name."""
+async def report(
+    agg: Aggregator,
+    ca: trustme.CA,
+    token: str | None,
+    namespace: str = NS,
+    pod: str = POD,
+    job: str = "mixtral-cpt",
+    **claims: int | None,
+) -> str:
+    """Register as namespace/pod of `job` (with `claims`: rank, replica_index, world_size_hint) and send
+    one event; "OK" or the status code's name."""
     creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     async with grpc.aio.secure_channel(f"127.0.0.1:{agg.port}", creds) as channel:
         call = pb_grpc.CollectorStub(channel).Report(metadata=metadata)  # type: ignore[no-untyped-call]
         try:
-            reg = pb.Register(job=pb.JobRef(namespace=namespace, name="mixtral-cpt"), pod=pod, attempt="0")
+            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod, attempt="0")
+            for field, value in claims.items():
+                setattr(reg, field, value)
             await call.write(pb.SidecarMessage(register=reg))
             await call.read()
             event = make_event(error_to_pb(ErrorRecord(message="ValueError: forged", timestamp=5)), "e-1")
@@ -99,7 +120,7 @@ async def test_a_pods_own_token_lets_it_speak_for_itself(
     aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA
 ) -> None:
     token = jwt(time.time() + 3600)
-    kube_api.bind_token(token, NS, POD)
+    bind(kube_api, token, POD)
     assert await report(aggregator, ca, token) == "OK"
     incident = aggregator.book.incident((NS, "mixtral-cpt", "0"))
     assert incident is not None and [m.pod for m in incident.members] == [POD]
@@ -133,10 +154,10 @@ async def test_streams_that_may_not_speak_are_refused_and_counted(
         token = "eyJhbGciOiJSUzI1NiJ9." + base64.urlsafe_b64encode(b"[" * 2000).decode().rstrip("=") + ".c2ln"
     elif case == "expired token":
         assert token is not None
-        kube_api.bind_token(token := jwt(time.time() - 60), NS, POD)
+        bind(kube_api, token := jwt(time.time() - 60), POD)
     elif case == "another pod's token":
         assert token is not None
-        kube_api.bind_token(token, NS, "mixtral-cpt-worker-2")  # bound to worker-2, registering as worker-1
+        bind(kube_api, token, "mixtral-cpt-worker-2")  # bound to worker-2, registering as worker-1
     elif case == "a pod outside the watched namespaces":
         assert token is not None
         kube_api.bind_token(token, "kube-system", "coredns-0")
@@ -151,7 +172,7 @@ async def test_a_real_sidecar_presents_its_token_over_tls(
     aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA, tmp_path: Path, ca_as: str
 ) -> None:
     token = jwt(time.time() + 3600)
-    kube_api.bind_token(token, NS, POD)
+    bind(kube_api, token, POD)
     (tmp_path / "token").write_text(token + "\n")
     ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
     env = {
@@ -175,3 +196,61 @@ async def test_a_real_sidecar_presents_its_token_over_tls(
         stop.set()
         await asyncio.wait_for(task, 30)
     assert rejected(aggregator, "no_token") == 0 and rejected(aggregator, "other_pod") == 0
+
+
+# -- job membership comes from the API, not from the stream ------------------------------------------
+
+
+def notebook() -> dict[str, object]:
+    """A pod of the same namespace that is no part of any job (the issue's attacker)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "notebook-0", "namespace": NS, "labels": {"app": "jupyter"}},
+        "spec": {"nodeName": "node-9", "containers": [{"name": "notebook", "image": "jupyter"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+async def test_a_pod_outside_the_job_cannot_join_it(
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA
+) -> None:
+    # The notebook presents its own valid projected token, registers as itself in the job and sends a
+    # CUDA error dated before the job's real failure: acked and named the root before. Refused now.
+    kube_api.put(PODS, notebook())
+    token = jwt(time.time() + 3600)
+    bind(kube_api, token, "notebook-0")
+    assert await report(aggregator, ca, token, pod="notebook-0") == "PERMISSION_DENIED"
+    assert rejected(aggregator, "not_member") == 1
+    assert aggregator.book.incident((NS, "mixtral-cpt", "0")) is None
+    assert aggregator.book.open_incidents() == []
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [{"rank": 0}, {"replica_index": 2}],
+    ids=["rank 0 (the pod is rank 1)", "replica index 2 (the pod's is 1)"],
+)
+async def test_a_member_cannot_claim_another_position_in_its_own_job(
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA, claims: dict[str, int]
+) -> None:
+    token = jwt(time.time() + 3600)
+    bind(kube_api, token, POD)
+    assert await report(aggregator, ca, token, POD_NS, POD, "mixtral-cpt", **claims) == "PERMISSION_DENIED"
+    assert rejected(aggregator, "claim_mismatch") == 1
+    assert aggregator.book.incident((NS, "mixtral-cpt", "0")) is None
+
+
+async def test_a_members_place_comes_from_its_pod_object_and_is_marked_verified(
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA
+) -> None:
+    token = jwt(time.time() + 3600)
+    bind(kube_api, token, POD)
+    # No rank claimed, and a world-size hint far above the job's own size (3 workers).
+    assert await report(aggregator, ca, token, world_size_hint=64) == "OK"
+    incident = aggregator.book.incident((NS, "mixtral-cpt", "0"))
+    assert incident is not None
+    [member] = incident.members
+    assert (member.rank, member.replica_index, member.replica_type, member.node) == (1, 1, "worker", "node-1")
+    assert incident.world_size == 3 and incident.job.kind == "PyTorchJob"
+    assert aggregator.book.is_verified(MemberKey((NS, "mixtral-cpt", "0"), POD))

@@ -30,101 +30,25 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.client import Kube, KubeSettings
-from podmortem.aggregator.kube.jobs import node_rank, world_size
 from podmortem.aggregator.kube.logs import LogReader, needs_log
+from podmortem.aggregator.kube.membership import JobResolver, MembershipIndex, pod_facts
 from podmortem.core import podstatus
-from podmortem.core.model import JobRef
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.k8s.backoff import Backoff
-from podmortem.k8s.errors import NotFoundError, PermanentError
 from podmortem.k8s.listwatch import Listed, list_watch
 from podmortem.k8s.objects import resource_path
-from podmortem.k8s.workloads import WORKLOADS, OwnerRef, attempt_of, controller_of, workload_from_labels
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ResolvedJob:
-    job: JobRef
-    world_size: int | None
-    spec_object: JSON | None  # the object whose spec gives ranks (PyTorchJob or JobSet), if read
-
-
-class JobResolver:
-    """Pod -> its outermost workload, walking controller ownerReferences; objects cached for `ttl`."""
-
-    def __init__(
-        self, kube: Kube, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic, max_entries: int = 4096
-    ) -> None:
-        self.kube = kube
-        self.ttl = ttl
-        self.max_entries = max_entries
-        self._clock = clock
-        self._cache: dict[tuple[str, str, str], tuple[float, JSON | None]] = {}
-
-    async def fetch(self, namespace: str, ref: OwnerRef) -> JSON | None:
-        workload = ref.workload
-        if workload is None:
-            return None
-        key = (namespace, ref.kind, ref.name)
-        hit = self._cache.get(key)
-        if hit is not None and self._clock() - hit[0] < self.ttl:
-            return hit[1]
-        try:
-            path = resource_path(workload.api_version, workload.plural, namespace, ref.name)
-            obj: JSON | None = await self.kube.get(path)
-        except (NotFoundError, PermanentError) as exc:
-            log.info("cannot read %s %s/%s: %s", ref.kind, namespace, ref.name, exc)
-            obj = None
-        now = self._clock()
-        if len(self._cache) >= self.max_entries:  # forget expired jobs (finished long ago) now and then
-            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self.ttl}
-        self._cache[key] = (now, obj)
-        return obj
-
-    async def resolve(self, pod: JSON) -> ResolvedJob | None:
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-        owner = controller_of(pod)
-        if owner is None:
-            # No ownerReference we know (e.g. a pod created by hand with the labels): labels only.
-            ref = workload_from_labels(pod)
-            if ref is None:
-                return None
-            w = WORKLOADS.get(ref.kind)
-            owner = OwnerRef(ref.kind, w.api_version, ref.name) if w else None
-            if owner is None:
-                return ResolvedJob(ref, None, None)
-        chain: list[JSON] = []
-        seen: set[tuple[str, str]] = set()
-        last = owner
-        while owner is not None and len(chain) < 4 and (owner.kind, owner.name) not in seen:
-            seen.add((owner.kind, owner.name))
-            last = owner
-            obj = await self.fetch(namespace, owner)
-            if obj is None:
-                break
-            chain.append(obj)
-            owner = controller_of(obj)
-        if not chain:
-            return ResolvedJob(JobRef(namespace, last.name, last.kind, last.uid), None, None)
-        top = chain[-1]
-        meta = top.get("metadata") or {}
-        kind = str(top.get("kind") or last.kind)
-        job = JobRef(namespace, str(meta.get("name", last.name)), kind, str(meta.get("uid", "")))
-        size = next((s for s in (world_size(o) for o in reversed(chain)) if s), None)
-        spec_object = next((o for o in chain if o.get("kind") in ("PyTorchJob", "JobSet")), None)
-        return ResolvedJob(job, size, spec_object)
 
 
 @dataclass
@@ -144,11 +68,13 @@ class PodWatch:
         settings: KubeSettings,
         resolver: JobResolver | None = None,
         backoff: Backoff | None = None,
+        index: MembershipIndex | None = None,
     ) -> None:
         self.kube = kube
         self.book = book
         self.settings = settings
         self.resolver = resolver or JobResolver(kube)
+        self.index = index  # where stream registrations are checked against what the watch resolved
         self.backoff = backoff or Backoff(settings.backoff_initial, settings.backoff_max)
         self._known: dict[str, _Known] = {}  # pod uid (or ns/name) -> last observation
         self._expected: dict[tuple[str, str, str], int] = {}
@@ -238,11 +164,11 @@ class PodWatch:
             return None
         uid = self._uid(pod)
         snap = podstatus.snapshot(pod)
-        attempt = attempt_of(pod)
-        identity = wire.member_from_snapshot(snap)
-        rank = node_rank(resolved.spec_object, pod)
-        if rank is not None:
-            identity = dataclasses.replace(identity, rank=rank)
+        facts = pod_facts(pod, resolved)
+        if self.index is not None:
+            self.index.saw(facts)
+        attempt = facts.attempt
+        identity = dataclasses.replace(wire.member_from_snapshot(snap), rank=facts.rank)
         key = self.book.observe_member(resolved.job, attempt, identity)
         if resolved.world_size:
             jkey = (resolved.job.namespace, resolved.job.name, attempt)
@@ -286,7 +212,11 @@ class PodWatch:
 
 
 async def run_kubernetes(
-    book: IncidentBook, settings: KubeSettings, stop: asyncio.Event, kube: Kube | None = None
+    book: IncidentBook,
+    settings: KubeSettings,
+    stop: asyncio.Event,
+    kube: Kube | None = None,
+    index: MembershipIndex | None = None,
 ) -> None:
     """The aggregator's pod watch task: runs until `stop` is set, then cancels its watches and returns.
 
@@ -295,7 +225,7 @@ async def run_kubernetes(
     """
     own = kube is None
     client = Kube.from_settings(settings) if kube is None else kube
-    watch = PodWatch(client, book, settings)
+    watch = PodWatch(client, book, settings, index=index)
     task = asyncio.create_task(watch.run(), name="podmortem pod watch")
     stopper = asyncio.create_task(stop.wait())
     try:
