@@ -145,6 +145,12 @@ class Metrics:
             ["publisher"],
             registry=self.registry,
         )
+        self.fenced = Counter(
+            "podmortem_verdicts_fenced_total",
+            "Decisions this replica did not publish because it could not confirm it holds the leader "
+            "Lease (it was paused or cut off past its renew deadline): left to the leader.",
+            registry=self.registry,
+        )
         self.recent = Gauge(
             "podmortem_incident_verdict_timestamp_seconds",
             f"When the latest verdict of each of the {RECENT_INCIDENTS} most recent incidents was decided, "

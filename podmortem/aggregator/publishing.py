@@ -19,8 +19,8 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -29,6 +29,20 @@ from podmortem.core.model import Incident, Verdict
 log = logging.getLogger(__name__)
 
 ClosedBy = Literal["quorum", "timeout", "revision"]
+
+
+@dataclass(frozen=True)
+class Term:
+    """Whose leadership a publication was made under: the Lease's holder and its `leaseTransitions`
+    (`aggregator.kube.leader`). A reader of two verdicts tells by it which term published each."""
+
+    holder: str
+    transitions: int
+
+
+# "May I act now?": the term to publish under, or None (this replica must not write). Under leader
+# election it is `LeaderElector.confirm`; without, nothing is fenced.
+Fence = Callable[[], Awaitable[Term | None]]
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,7 @@ class Decision:
     revision: int
     closed_by: ClosedBy
     reported: int  # members that had reported a terminal state when deciding
+    term: Term | None = None  # set by the publish queue under leader election, before any publisher
 
     @property
     def final(self) -> bool:
@@ -73,6 +88,9 @@ class Decision:
             "closed_by": self.closed_by,
             "decided_at": self.decided_at,
             "latency_seconds": self.latency,
+            "lease": None
+            if self.term is None
+            else {"holderIdentity": self.term.holder, "leaseTransitions": self.term.transitions},
         }
 
 
@@ -169,12 +187,25 @@ class JsonFilePublisher:
 
 
 class PublishQueue:
-    """The one path from decisions to publishers: `submit` from anywhere on the loop, one worker drains."""
+    """The one path from decisions to publishers: `submit` from anywhere on the loop, one worker drains.
 
-    def __init__(self, publishers: Sequence[Publisher]) -> None:
+    With a `fence` (leader election), every publisher's turn waits for it: a decision is published
+    only under a confirmed term, which is stamped on it (`Decision.term`); when the fence says no, the
+    rest of the decision is not published here (logged, counted in `fenced`, `on_fenced` called) and
+    is left to the replica that leads."""
+
+    def __init__(
+        self,
+        publishers: Sequence[Publisher],
+        fence: Fence | None = None,
+        on_fenced: Callable[[Decision], None] | None = None,
+    ) -> None:
         self.publishers = list(publishers)
+        self.fence = fence
+        self.on_fenced = on_fenced
         self._queue: asyncio.Queue[Decision] = asyncio.Queue()
         self.published = 0
+        self.fenced = 0
 
     def submit(self, decision: Decision) -> None:
         self._queue.put_nowait(decision)
@@ -189,6 +220,22 @@ class PublishQueue:
 
     async def _publish(self, decision: Decision) -> None:
         for publisher in self.publishers:
+            if self.fence is not None:
+                term = await self.fence()
+                if term is None:
+                    self.fenced += 1
+                    log.error(
+                        "not the leader (the lease is not confirmed): incident %s revision %d not published "
+                        "by this replica (%s and later publishers skipped)",
+                        decision.incident.incident_id,
+                        decision.revision,
+                        publisher.name,
+                    )
+                    if self.on_fenced is not None:
+                        self.on_fenced(decision)
+                    return
+                if decision.term != term:
+                    decision = replace(decision, term=term)
             try:
                 await publisher.publish(decision)
             except asyncio.CancelledError:

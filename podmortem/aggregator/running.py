@@ -89,7 +89,9 @@ class Aggregator:
         self.store = StateStore(config.state_dir, clock=clock) if config.state_dir else None
         if self.store is not None:
             chain.append(self.store)  # last: a job is forgotten once its final verdict went everywhere
-        self.queue = PublishQueue([self.metrics.counting(p) for p in chain])
+        self.queue = PublishQueue(
+            [self.metrics.counting(p) for p in chain], on_fenced=lambda _: self.metrics.fenced.inc()
+        )
         self.book = IncidentBook(
             decide or make_decide(config.rules),
             self.queue.submit,
@@ -151,6 +153,7 @@ class Aggregator:
                 return False
             self.service.standby = False
             self._extra.append(elector.hold)
+            self.queue.fence = elector.confirm  # fencing: nothing is published outside a confirmed term
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)
@@ -304,7 +307,11 @@ async def serve(
                 if not elector.is_leader:
                     return False
                 await elector.release()
-                return await elector.taken_over(min(limit, 3 * elector.timings.retry_period))
+                if await elector.taken_over(min(limit, 3 * elector.timings.retry_period)):
+                    return True
+                # Nobody took over: hold the Lease again to decide what is open (the fence needs a term).
+                await elector.reacquire()
+                return False
 
         try:
             # Re-raises a root task's failure after the stop path.

@@ -27,8 +27,22 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.kube_emulator import (
+    EVENTS,
+    NS,
+    PODS,
+    PYTORCHJOBS,
+    EmulatorHandle,
+    eventually,
+    seed_pytorchjob,
+    terminated,
+)
 from support.kube_emulator import JOB as KUBE_JOB
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob, terminated
+
+from podmortem.core.model import ErrorRecord, Termination
+from podmortem.protocol import wire
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
 JOB = "llm"
 WORKERS = [f"{JOB}-worker-{i}" for i in range(3)]
@@ -111,7 +125,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 class Replica:
-    def __init__(self, name: str, config: Path, tmp_path: Path) -> None:
+    def __init__(
+        self, name: str, config: Path, tmp_path: Path, quorum_timeout: float = 600, publish: str = "none"
+    ) -> None:
         self.name, self.port = name, free_port()
         self.verdicts = tmp_path / f"{name}-verdicts"
         self.ready = tmp_path / f"{name}.ready"
@@ -120,9 +136,9 @@ class Replica:
         args = [
             sys.executable, "-m", "podmortem.cli", "aggregator", "--kube", "--leader-elect", "--auth", "none",
             "--kubeconfig", str(config), "--namespaces", NS, "--listen", f"127.0.0.1:{self.port}",
-            "--metrics-listen", "", "--verdict-dir", str(self.verdicts), "--quorum-timeout", "600",
+            "--metrics-listen", "", "--verdict-dir", str(self.verdicts), "--quorum-timeout", str(quorum_timeout),
             "--state-dir", str(tmp_path / f"{name}-state"), "--ready-file", str(self.ready),
-            "--kube-publish", "none",
+            "--kube-publish", publish,
         ]  # fmt: skip
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -318,3 +334,78 @@ async def test_a_root_whose_sidecar_had_exited_is_still_named_after_a_failover(
         docs = standby.verdict_docs()
         assert [d["root_cause"]["pod"] for d in docs] == [root_pod], docs
         assert docs[0]["root_cause"]["category"] == "user_code", docs[0]["verdict"]
+
+
+# -- fencing: a leader paused past its Lease publishes nothing when it wakes ------------------------------
+
+
+async def report_failure(port: int, pod: str, rank: int) -> None:
+    """The root's sidecar: register, send its error file and termination, wait for both acks, close."""
+    rec = ErrorRecord(message="ValueError: bad label 7 in batch 1234", exception_type="ValueError", timestamp=1)
+    events = [
+        wire.make_event(wire.error_to_pb(rec), wire.error_event_id(pod, rec)),
+        wire.make_event(wire.termination_to_pb(Termination(exit_code=1, reason="Error")), f"{pod}/termination/0"),
+    ]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
+        reg = pb.Register(job=pb.JobRef(namespace=NS, name=KUBE_JOB), pod=pod, rank=rank)
+        await call.write(pb.SidecarMessage(register=reg))
+        assert (await call.read()).WhichOneof("body") == "registered"
+        for event in events:
+            await call.write(pb.SidecarMessage(event=event))
+            assert list((await call.read()).ack.event_ids) == [event.id]
+        await call.done_writing()
+
+
+async def test_a_leader_paused_past_its_lease_publishes_nothing_when_it_wakes(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    seed_pytorchjob(kube_api, workers=3)
+    root = f"{KUBE_JOB}-worker-1"
+    config = kube_api.kubeconfig(tmp_path / "kubeconfig", NS)
+    replicas = []
+    try:
+        # Quorum is never reached (the other members never report): each replica decides at its timeout.
+        leader = Replica("agg-1", config, tmp_path, quorum_timeout=3, publish="annotations,events")
+        replicas.append(leader)
+        await eventually(lambda: leader.ready.exists(), "the first replica leading", limit=60)
+        standby = Replica("agg-2", config, tmp_path, quorum_timeout=3, publish="annotations,events")
+        replicas.append(standby)
+        await eventually(lambda: "standing by" in standby.log.read_text(), "a standby", limit=60)
+
+        await report_failure(leader.port, root, 1)  # the leader opens the incident, its timer armed
+        leader.proc.send_signal(signal.SIGSTOP)  # paused before its timer fires, past its 15 s Lease
+        await eventually(lambda: standby.ready.exists(), "the standby leading", limit=TAKEOVER)
+        await report_failure(standby.port, root, 1)  # the sidecar gives the new leader everything again
+        await eventually(lambda: len(standby.verdict_docs()) == 1, "the new leader's verdict", limit=30)
+
+        def annotated() -> bool:
+            job = kube_api.get(PYTORCHJOBS, NS, KUBE_JOB) or {}
+            return "podmortem.io/verdict" in (job.get("metadata") or {}).get("annotations", {})
+
+        await eventually(annotated, "the new leader's annotation on the job", limit=30)
+
+        # The old leader wakes with its quorum timer overdue: it decides, and must publish nothing.
+        leader.proc.send_signal(signal.SIGCONT)
+        await asyncio.to_thread(leader.proc.wait, 60)  # it then finds its Lease lost and exits
+        text = leader.log.read_text()
+        assert f"incident {NS}:{KUBE_JOB} revision 1 not published by this replica" in text, text[-3000:]
+        assert "verdict for" not in text  # no log line, no verdict file, no Event, no metric
+        assert leader.verdict_docs() == []
+        lease = kube_api.get("coordination.k8s.io/v1/leases", NS, "podmortem-aggregator") or {}
+        job = kube_api.get(PYTORCHJOBS, NS, KUBE_JOB) or {}
+        doc = json.loads(job["metadata"]["annotations"]["podmortem.io/verdict"])
+        assert (doc["leaseHolder"], doc["leaseTransitions"]) == (
+            lease["spec"]["holderIdentity"],
+            lease["spec"]["leaseTransitions"],
+        )
+        assert doc["leaseHolder"].startswith("agg-2_")
+        events = [e for e in kube_api.list(EVENTS, NS) if e.get("reason") == "PodmortemRootCause"]
+        assert events and {e["reportingInstance"] for e in events} == {"agg-2"}
+        [published] = standby.verdict_docs()
+        assert published["lease"]["holderIdentity"] == doc["leaseHolder"]
+    finally:
+        for r in replicas:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGCONT)
+            r.stop()

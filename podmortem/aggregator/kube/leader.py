@@ -11,6 +11,15 @@ instead of after `lease_duration`. Sidecars reconnect to the new leader and give
 (their outbox keeps acknowledged events for a changed aggregator id), so a failover loses nothing a
 live sidecar knows.
 
+Fencing: a process can be paused (SIGSTOP, a frozen VM, a long GC) past its Lease while another
+replica takes over, and then wake with decisions in hand. So nothing is published on the strength of
+`is_leader` alone: `may_act()` holds only while the last successful renewal, on the local monotonic
+clock (which runs on while the process is stopped), is within `renew_deadline`, so at least
+`lease_duration - renew_deadline` seconds of the Lease are left; `confirm()` (what the publish queue
+and any writer of pod conditions await before each write) renews at once when that no longer holds —
+a process waking from a pause re-verifies against the API — and returns the `Term` it acts under
+(holder identity and `leaseTransitions`, written into each verdict), or None: then it must not act.
+
 Timings are client-go's defaults: a 15 s lease, a 10 s renew deadline, a 2 s retry period. Expiry is
 judged as client-go judges it, on the local monotonic clock: a Lease is free once its record has not
 changed for `lease_duration` since this process last saw it change — never by comparing another
@@ -30,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podmortem.aggregator.kube.client import Kube
+from podmortem.aggregator.publishing import Term
 from podmortem.k8s.errors import ConflictError, KubeError, NotFoundError
 from podmortem.k8s.objects import resource_path
 
@@ -85,6 +95,7 @@ class LeaderElector:
         # renewal in flight finishes before the release reads the Lease.
         self._released = False
         self._round = asyncio.Lock()
+        self._renewed_at: float | None = None  # the last successful acquire or renewal (monotonic)
 
     @property
     def path(self) -> str:
@@ -98,6 +109,7 @@ class LeaderElector:
         while not stop.is_set():
             if await self._try_acquire_or_renew():
                 self.is_leader = True
+                self._renewed_at = self._monotonic()
                 self.transitions += 1
                 log.info("leader election: %s holds lease %s/%s", self.identity, self.namespace, self.name)
                 return True
@@ -110,7 +122,7 @@ class LeaderElector:
 
     async def hold(self) -> None:
         """Renew the Lease until cancelled or released; raise `LeadershipLost` when it cannot be renewed in time."""
-        last_renewed = self._monotonic()
+        last_renewed = self._renewed_at if self._renewed_at is not None else self._monotonic()
         while True:
             await asyncio.sleep(self.timings.retry_period)
             if self._released:
@@ -125,12 +137,66 @@ class LeaderElector:
             except TimeoutError:
                 renewed = False
             if renewed:
-                last_renewed = self._monotonic()
+                last_renewed = self._renewed_at = self._monotonic()
                 continue
             if self._monotonic() - last_renewed >= self.timings.renew_deadline or self._held_by_another():
                 self.is_leader = False
                 holder = (self._observed or {}).get("holderIdentity") or "nobody"
                 raise LeadershipLost(f"lease {self.namespace}/{self.name} not renewed in time (holder now: {holder})")
+
+    # -- fencing ---------------------------------------------------------------------------------
+
+    def may_act(self) -> bool:
+        """May this process write now? It leads, has not released the Lease, and renewed it within the
+        renew deadline on the local monotonic clock. A synchronous check: see `confirm` to re-verify."""
+        return (
+            self.is_leader
+            and not self._released
+            and self._renewed_at is not None
+            and self._monotonic() - self._renewed_at < self.timings.renew_deadline
+        )
+
+    @property
+    def term(self) -> Term:
+        spec = self._observed or {}
+        return Term(str(spec.get("holderIdentity") or ""), int(spec.get("leaseTransitions") or 0))
+
+    async def confirm(self) -> Term | None:
+        """The term to act under, or None: this process must not write. When the last renewal is too old
+        (the process was paused, or the API server is slow), one renewal is tried now, bounded by the
+        retry period; another replica holding the Lease, or no answer, means None."""
+        if self.may_act():
+            return self.term
+        if not self.is_leader or self._released:
+            return None
+        try:
+            async with asyncio.timeout(self.timings.retry_period):
+                async with self._round:
+                    if self.may_act():  # the renewal loop renewed meanwhile
+                        return self.term
+                    if self._released:
+                        return None
+                    renewed = await self._try_acquire_or_renew()
+        except TimeoutError:
+            renewed = False
+        if not renewed:
+            if self._held_by_another():
+                self.is_leader = False
+            log.warning(
+                "leader election: %s cannot confirm it holds lease %s/%s", self.identity, self.namespace, self.name
+            )
+            return None
+        self._renewed_at = self._monotonic()
+        return self.term
+
+    async def reacquire(self) -> bool:
+        """After `release` with nobody taking over: take the Lease back (one round) to decide what is
+        open; True when held again."""
+        async with self._round:
+            if not await self._try_acquire_or_renew():
+                return False
+        self._released, self.is_leader, self._renewed_at = False, True, self._monotonic()
+        return True
 
     async def release(self) -> None:
         """Give the Lease up (a graceful stop), so that the standby need not wait for it to expire."""

@@ -4,7 +4,8 @@ Three publishers, each a `Publisher` for the publish queue, each independent of 
 failing — say, RBAC forbids Events — does not stop the rest):
 
 * `AnnotationPublisher` — on the job object and on the root-cause pod: `podmortem.io/summary` (one
-  line for people), `podmortem.io/verdict` (a JSON document for tools and `kubectl podmortem`) and
+  line for people), `podmortem.io/verdict` (a JSON document for tools and `kubectl podmortem`; under
+  leader election it names the term that published it, `leaseHolder` and `leaseTransitions`) and
   `podmortem.io/published` (`<incident id>#<revision>`, the idempotency key). A merge patch of
   `metadata.annotations` touches no other key.
 * `ConditionPublisher` — a `PodmortemRootCause` condition in the job's `status.conditions`, written
@@ -133,6 +134,9 @@ def verdict_document(decision: Decision) -> JSON:
         "confidence": round(v.confidence, 3),
         "rule": v.rule or None,
     }
+    if decision.term is not None:  # under leader election: which term published it
+        doc["leaseHolder"] = decision.term.holder
+        doc["leaseTransitions"] = decision.term.transitions
     while len(encode(doc)) > MAX_VERDICT_BYTES and (doc["evidence"] or doc["secondary"]):
         (doc["secondary"] if doc["secondary"] else doc["evidence"]).pop()
     return doc
