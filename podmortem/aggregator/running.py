@@ -107,11 +107,11 @@ class Aggregator:
             from podmortem.aggregator.auth import TokenReviewer
             from podmortem.aggregator.kube.membership import MembershipVerifier
 
-            # Token reviews and the pod reads that verify membership have a client (a rate limit) of
-            # their own: a flood of streams never delays the publishers' writes.
-            self._review_kube = Kube.from_settings(self.kube_settings)
-            authenticator = TokenReviewer(self._review_kube, clock)
+            # Token reviews and the pod reads that verify membership have a client of their own (rate
+            # limit, threads, one quick retry): a flood of streams never delays the publishers' writes.
+            self._review_kube = review_client(self.kube_settings)
             self.membership = MembershipVerifier(self._review_kube)
+            authenticator = TokenReviewer(self._review_kube, clock, known_pod=self.membership.index.knows)
         namespaces = self.kube_settings.namespaces if self.kube_settings is not None else ()
         self.service = CollectorService(
             self.book,
@@ -264,6 +264,25 @@ class Aggregator:
         log.info("aggregator stopped")
         if failures:
             raise failures[0]
+
+
+def review_client(settings: KubeSettings) -> Kube:
+    """The token reviewers' API client: the same configuration, a budget of its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from podmortem.aggregator.auth import MAX_REVIEWS
+    from podmortem.aggregator.kube.client import load_configuration
+    from podmortem.k8s.backoff import Backoff
+
+    return Kube(
+        load_configuration(settings),
+        qps=settings.qps,
+        burst=settings.burst,
+        retries=1,
+        backoff=Backoff(settings.backoff_initial, settings.backoff_max),
+        request_timeout=settings.request_timeout,
+        executor=ThreadPoolExecutor(2 * MAX_REVIEWS + 1, thread_name_prefix="podmortem-review"),
+    )
 
 
 async def _awaited(factory: Callable[[], Awaitable[None]]) -> None:

@@ -14,6 +14,7 @@ gRPC's defaults start refusing calls at ~1-3k simultaneous streams.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -38,6 +39,8 @@ MAX_RECEIVE_BYTES = 4 << 20
 # A stream must register within this many seconds: silent streams would otherwise be held for ever
 # (2,000 of them cost ~45 MB in the issue's probe).
 REGISTER_DEADLINE = 30.0
+# A stream refused before it registered is ended once its first message arrives, or after this long.
+REFUSAL_GRACE = 1.0
 EXPECTED_BURST = 20_000
 
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -133,12 +136,21 @@ class CollectorService(pb_grpc.CollectorServicer):
         """Identify the stream, read its registration and enter it in the book (and the state file).
         None when the stream ended before registering; StreamRefused when it may not go on."""
         identity: Identity | None = None
-        if self.standby:
-            # A replica that does not hold the Lease: the sidecar retries (backoff), the Service
-            # sends it to the Ready replica, the leader (podmortem.aggregator.kube.leader).
-            raise Unavailable("standby", "a standby replica: not the leader")
-        if self.authenticator is not None:
-            identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
+        try:
+            if self.standby:
+                # A replica that does not hold the Lease: the sidecar retries (backoff), the Service
+                # sends it to the Ready replica, the leader (podmortem.aggregator.kube.leader).
+                raise Unavailable("standby", "a standby replica: not the leader")
+            if self.authenticator is not None:
+                identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
+        except StreamRefused:
+            # Refused before its first message was read: ended now, the client's write of `register`
+            # may still be on its way, and the client then sees INTERNAL ("Internal error from Core")
+            # instead of this refusal. So the first message is awaited, briefly, before ending it.
+            with contextlib.suppress(TimeoutError, grpc.RpcError, StopAsyncIteration):
+                async with asyncio.timeout(REFUSAL_GRACE):
+                    await anext(aiter(request_iterator))
+            raise
         try:
             async with asyncio.timeout(self.register_deadline):
                 first = await anext(aiter(request_iterator), None)

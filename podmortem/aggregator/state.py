@@ -75,6 +75,10 @@ _MIGRATIONS: dict[int, str] = {
 }
 
 Statement = tuple[str, tuple[Any, ...]]
+# Bytes of rows waiting for the writer: past this, a write waits for the commit in progress before it
+# is queued (its stream waits, and gRPC's flow control holds the sender), so a burst's 64 KiB tails are
+# not all held twice (bench/burst.py --state-dir prints the peak RSS).
+MAX_PENDING_BYTES = 8 << 20
 
 
 class StateError(RuntimeError):
@@ -124,6 +128,8 @@ class StateStore:
         self.commits = 0  # transactions committed by the writer (a burst's writes share one)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="podmortem-state")
         self._pending: list[tuple[list[Statement], asyncio.Future[None]]] = []
+        self._pending_bytes = 0
+        self._committed: asyncio.Event | None = None  # set after each commit (writes over the bound wait)
         self._flushing: asyncio.Task[None] | None = None
 
     # -- opening: corrupt, newer and foreign files are set aside --------------------------------
@@ -228,8 +234,14 @@ class StateStore:
     async def _commit(self, statements: list[Statement]) -> None:
         """Returns once `statements` are committed (with whatever else was waiting); StateError if not."""
         loop = asyncio.get_running_loop()
+        size = sum(len(v) for _, params in statements for v in params if isinstance(v, bytes))
+        while self._pending_bytes + size > MAX_PENDING_BYTES and self._pending:
+            if self._committed is None:
+                self._committed = asyncio.Event()
+            await self._committed.wait()
         done: asyncio.Future[None] = loop.create_future()
         self._pending.append((statements, done))
+        self._pending_bytes += size
         if self._flushing is None or self._flushing.done():
             self._flushing = loop.create_task(self._flush(), name="state-writer")
         await done
@@ -237,7 +249,7 @@ class StateStore:
     async def _flush(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
-            batch, self._pending = self._pending, []
+            batch, self._pending, self._pending_bytes = self._pending, [], 0
             try:
                 await loop.run_in_executor(
                     self._writer, self._write, [s for statements, _ in batch for s in statements]
@@ -250,6 +262,9 @@ class StateStore:
                 for _, done in batch:
                     if not done.done():
                         done.set_result(None)
+            if self._committed is not None:
+                self._committed.set()
+                self._committed = None
 
     def _write(self, statements: Sequence[Statement]) -> None:
         """One transaction (in the writer thread)."""

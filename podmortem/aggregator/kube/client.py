@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,8 +237,12 @@ class Kube:
         backoff: Backoff | None = None,
         request_timeout: float = 30.0,
         watch_timeout: int = 300,
+        executor: Executor | None = None,
     ) -> None:
         self._api = k8s_client.ApiClient(configuration)
+        # The threads its calls run in: the loop's default pool, or a pool of its own (the token
+        # reviewers': a flood of reviews then never holds the threads the publishers' calls need).
+        self._executor = executor
         self._api.user_agent = "podmortem-aggregator"
         self.limiter = RateLimiter(qps, burst)
         self.retries = retries
@@ -295,7 +301,8 @@ class Kube:
         while True:
             await self.limiter.acquire()
             try:
-                return await asyncio.to_thread(self._call, method, path, query, body, content_type, accept)
+                call = functools.partial(self._call, method, path, query, body, content_type, accept)
+                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
             except KubeError as exc:
                 error = exc
             retryable = isinstance(error, TemporaryError) and not isinstance(error, GoneError)

@@ -181,6 +181,10 @@ class MembershipIndex:
     def get(self, namespace: str, pod: str) -> PodFacts | None:
         return self._pods.get((namespace, pod))
 
+    def knows(self, namespace: str, pod: str, uid: str) -> bool:
+        facts = self._pods.get((namespace, pod))
+        return facts is not None and facts.uid == uid
+
 
 def _refuse(reason: str, message: str) -> AuthRefused:
     return AuthRefused(reason, message, code="PERMISSION_DENIED")
