@@ -24,7 +24,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
-from podmortem.aggregator.incidents import IncidentBook, LimitExceeded
+from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.intake import LimitExceeded
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.state import StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
