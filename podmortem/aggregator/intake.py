@@ -107,7 +107,8 @@ def retained_text(text: str, keep: int = RETAINED_TAIL_CHARS) -> tuple[str, bool
 
 def without_text(event: pb.Event, truncated: bool) -> pb.Event:
     """A log-tail event as the book stores it: every field but the text. Built field by field, not copied
-    and cleared: a copy's arena keeps the 64 KiB it copied (peak RSS 122 -> 166 MiB at W=1,024)."""
+    and cleared: a copy's protobuf arena keeps the 64 KiB message it copied (the aggregator's peak RSS
+    under a burst: `bench/burst.py`)."""
     stripped = pb.Event(id=event.id, monotonic_ns=event.monotonic_ns, log_tail=pb.LogTail(truncated=truncated))
     if event.HasField("wall_time"):
         stripped.wall_time.CopyFrom(event.wall_time)

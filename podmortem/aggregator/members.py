@@ -37,8 +37,8 @@ class MemberState:
     counted: bool = False  # included in its job's running `reported` count
     flooded: bool = False  # reached MAX_MEMBER_EVENTS (counted once)
     # The newest log tail's text, kept once as a compact str: its event in `events` is stored without
-    # it (held twice, in the protobuf event and in the folded member, a 4,096-pod burst peaked at 543
-    # MiB; once, at 244 MiB — bench/burst.py, docs/benchmarks.md).
+    # it, so a tail is not held twice, in the protobuf event and in the folded member (the aggregator's
+    # peak RSS under a burst: bench/burst.py, docs/benchmarks.md).
     log_text: str | None = None
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
@@ -65,7 +65,7 @@ class MemberState:
         """One more event in `events`: folded onto the kept fold when it comes last in the fold's order
         (the pod's wall time; a tie goes after, as the stable sort puts it), else the fold is redone when
         next needed. A burst's member gets its events in order: one `apply_event` each, not a re-fold of
-        all of them on every ingest (a fifth of `ingest`)."""
+        all of them on every ingest (bench/ingest_speed.py)."""
         m, when = self._folded, (event.wall_time.seconds, event.wall_time.nanos)
         if m is None or (self._folded_through is not None and when < self._folded_through):
             self._folded = None

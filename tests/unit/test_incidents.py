@@ -348,7 +348,7 @@ async def test_a_member_folded_event_by_event_is_the_member_folded_at_once(order
         incremental = state.member()
         state.changed()
         assert incremental == state.member()  # the same as folding every kept event again
-    # The newest tail to arrive is the one kept (by arrival, as before), compacted.
+    # The newest tail to arrive is the one kept (by arrival), compacted.
     assert state.member().log_tail == ("newer tail ?" if order != "reversed" else state.log_text)
     folded_error = state.member().error
     assert folded_error is not None and folded_error.message == "RuntimeError: second"
