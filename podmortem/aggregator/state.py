@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from podmortem.aggregator.incidents import IncidentBook, JobKey, LimitExceeded, MemberKey
-from podmortem.aggregator.publishing import Decision
+from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.intake import LimitExceeded
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from podmortem.aggregator.decisions import Term
 from podmortem.aggregator.kube.client import Kube
-from podmortem.aggregator.publishing import Term
 from podmortem.k8s.errors import ConflictError, KubeError, NotFoundError
 from podmortem.k8s.objects import resource_path
 

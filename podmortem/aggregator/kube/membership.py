@@ -24,9 +24,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from podmortem.aggregator.auth import Identity
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.jobs import node_rank, world_size
 from podmortem.aggregator.refusals import AuthRefused
@@ -186,6 +185,17 @@ class MembershipIndex:
         return facts is not None and facts.uid == uid
 
 
+class BoundPod(Protocol):
+    """The pod a token is bound to, as the TokenReview says (`auth.Identity`)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def pod(self) -> str: ...
+    @property
+    def pod_uid(self) -> str: ...
+
+
 def _refuse(reason: str, message: str) -> AuthRefused:
     return AuthRefused(reason, message, code="PERMISSION_DENIED")
 
@@ -199,7 +209,7 @@ class MembershipVerifier:
         self.resolver = resolver or JobResolver(kube)
         self.pod_reads = 0  # pods read from the API (not found in the index), for tests and logs
 
-    async def facts(self, identity: Identity) -> PodFacts:
+    async def facts(self, identity: BoundPod) -> PodFacts:
         known = self.index.get(identity.namespace, identity.pod)
         if known is not None and (not identity.pod_uid or known.uid == identity.pod_uid):
             return known
@@ -223,7 +233,7 @@ class MembershipVerifier:
         self.index.saw(facts)
         return facts
 
-    async def verify(self, identity: Identity, reg: pb.Register) -> pb.Register:
+    async def verify(self, identity: BoundPod, reg: pb.Register) -> pb.Register:
         facts = await self.facts(identity)
         return verified_register(facts, reg)
 
