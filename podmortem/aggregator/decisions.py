@@ -34,6 +34,9 @@ class Decision:
     closed_by: ClosedBy
     reported: int  # members that had reported a terminal state when deciding
     term: Term | None = None  # set by the publish queue under leader election, before any publisher
+    # Members whose job membership was verified against the API (`IncidentBook.is_verified`): only
+    # these may be acted on (a pod condition, a node record); the others are evidence only.
+    verified: frozenset[str] = frozenset()
 
     @property
     def final(self) -> bool:

@@ -460,5 +460,6 @@ class IncidentBook:
                 revision=state.revision,
                 closed_by=closed_by,
                 reported=reported,
+                verified=frozenset(pod for pod, m in state.members.items() if m.verified),
             )
         )

@@ -34,10 +34,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from podmortem.aggregator import config as config_mod
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide
+from podmortem.aggregator.decisions import Term
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
-from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
+from podmortem.aggregator.publishing import Fence, JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.core import engine, rules
@@ -48,6 +49,13 @@ if TYPE_CHECKING:
     from podmortem.aggregator.kube.membership import MembershipVerifier
 
 log = logging.getLogger(__name__)
+
+
+UNFENCED = Term("", 0)  # the term of a process without leader election
+
+
+async def _unfenced() -> Term:
+    return UNFENCED
 
 
 def make_decide(rules_path: str = "") -> Decide:
@@ -123,6 +131,10 @@ class Aggregator:
             store=self.store,
             membership=self.membership.verify if self.membership is not None else None,
         )
+        # "May I act now?" for any writer (the publish queue, pod conditions): `await self.fence()` is the
+        # term to write under, or None (do not write). Under leader election it is the elector's
+        # `confirm` (set in `start`); without, every write may go ahead (`UNFENCED`).
+        self.fence: Fence = _unfenced
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -154,7 +166,7 @@ class Aggregator:
                 return False
             self.service.standby = False
             self._extra.append(elector.hold)
-            self.queue.fence = elector.confirm  # fencing: nothing is published outside a confirmed term
+            self.fence = self.queue.fence = elector.confirm  # nothing is published outside a confirmed term
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)

@@ -124,6 +124,23 @@ async def test_a_final_verdict_forgets_its_job(tmp_path: Path) -> None:
     assert StateStore(tmp_path).replay(book_for([])) == (0, 0)
 
 
+async def test_writes_that_arrive_together_share_a_commit_and_are_durable_once_awaited(tmp_path: Path) -> None:
+    # The writer commits off the event loop; what arrives while it works goes into its next transaction.
+    store = StateStore(tmp_path)
+    key = book_for([]).register(register(ROOT, 1))
+    await store.register(key, register(ROOT, 1))
+    events = [
+        wire.make_event(wire.error_to_pb(ErrorRecord(message=f"ValueError: {i}", timestamp=i)), f"e-{i}")
+        for i in range(50)
+    ]
+    before = store.commits
+    await asyncio.gather(*(store.event(key, e) for e in events))
+    assert store.commits - before <= 2  # not one per event
+    with contextlib.closing(sqlite3.connect(tmp_path / FILE_NAME)) as db:  # another reader sees them all
+        assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 50
+    store.close()
+
+
 def test_an_unreadable_state_file_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / FILE_NAME).write_bytes(b"this is not a database " * 100)
     store = StateStore(tmp_path, clock=lambda: 1234.0)

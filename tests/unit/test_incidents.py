@@ -12,7 +12,7 @@ from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.running import make_decide
-from podmortem.core.model import ErrorRecord, Incident, JobRef, Termination, Verdict
+from podmortem.core.model import ErrorRecord, Incident, JobRef, Member, Termination, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
 
@@ -370,3 +370,20 @@ def test_a_stored_log_tail_event_keeps_every_field_but_its_text() -> None:
     expected.log_tail.text = ""
     expected.log_tail.truncated = True
     assert stripped == expected
+
+
+async def test_a_decision_names_the_members_verified_against_the_api() -> None:
+    # What may be acted on (a pod condition): members the pod watch resolved, or whose registration was
+    # checked against their pod object; a member known only from an unauthenticated stream is not.
+    book, rec, _ = make_book(world=3)
+    unverified = register(book, "p-0", 0)
+    checked = book.register(pb.Register(job=JOB, pod="p-1", rank=1, attempt="0"), verified=True)
+    watched = book.observe_member(JobRef("ml", "llm", "PyTorchJob"), "0", Member(pod="p-2", namespace="ml"))
+    assert [book.is_verified(k) for k in (unverified, checked, watched)] == [False, True, True]
+    assert book.is_verified(register(book, "p-1", 1)) is True  # a later unverified stream does not unset it
+    for key in (unverified, checked, watched):
+        book.ingest(key, ended(1, T0 + 1), from_sidecar=True)
+        book.disconnected(key)
+    book.disconnected(checked)
+    [decision] = rec.decisions
+    assert decision.verified == frozenset({"p-1", "p-2"})
