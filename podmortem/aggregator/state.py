@@ -213,14 +213,17 @@ class StateStore:
 
     async def register(self, key: MemberKey, reg: pb.Register, *, verified: bool = False) -> None:
         ns, job, attempt = key.job
+        size = await self._room(reg.ByteSize())
         row = (ns, job, attempt, key.pod, reg.SerializeToString(), self._clock(), int(verified))
-        await self._commit([("INSERT OR REPLACE INTO registrations VALUES (?, ?, ?, ?, ?, ?, ?)", row)])
+        await self._commit([("INSERT OR REPLACE INTO registrations VALUES (?, ?, ?, ?, ?, ?, ?)", row)], size)
 
     async def event(self, key: MemberKey, event: pb.Event) -> None:
         ns, job, attempt = key.job
+        size = await self._room(event.ByteSize())  # before serializing: a waiting write holds no copy
         row = (ns, job, attempt, key.pod, event.id, event.SerializeToString(), self._clock())
         await self._commit(
-            [("INSERT OR IGNORE INTO events (ns, job, attempt, pod, id, event, at) VALUES (?, ?, ?, ?, ?, ?, ?)", row)]
+            [("INSERT OR IGNORE INTO events (ns, job, attempt, pod, id, event, at) VALUES (?, ?, ?, ?, ?, ?, ?)", row)],
+            size,
         )
         self.events_written += 1
 
@@ -232,14 +235,18 @@ class StateStore:
             ]
         )
 
-    async def _commit(self, statements: list[Statement]) -> None:
-        """Returns once `statements` are committed (with whatever else was waiting); StateError if not."""
-        loop = asyncio.get_running_loop()
-        size = sum(len(v) for _, params in statements for v in params if isinstance(v, bytes))
+    async def _room(self, size: int) -> int:
+        """Wait until `size` more bytes fit under MAX_PENDING_BYTES (or nothing else waits); `size`."""
         while self._pending_bytes + size > MAX_PENDING_BYTES and self._pending:
             if self._committed is None:
                 self._committed = asyncio.Event()
             await self._committed.wait()
+        return size
+
+    async def _commit(self, statements: list[Statement], size: int = 0) -> None:
+        """Returns once `statements` are committed (with whatever else was waiting); StateError if not.
+        `size`: their bytes, made room for by `_room` just before (no await in between)."""
+        loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         self._pending.append((statements, done))
         self._pending_bytes += size
