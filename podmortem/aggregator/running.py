@@ -237,6 +237,10 @@ class Aggregator:
             await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
         await self.book.settle()  # decisions running in worker threads land first
         if decide_open and handover is not None:
+            if self._worker is not None and not self._worker.done():
+                # What is decided is published while the Lease is still held: once released, the
+                # fence refuses it.
+                await self.queue.drain(max(deadline - asyncio.get_running_loop().time(), 0.1) / 2)
             limit = max(deadline - asyncio.get_running_loop().time(), 0.0) / 2
             if await handover(limit):
                 decide_open = False
