@@ -29,7 +29,6 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +75,8 @@ _MIGRATIONS: dict[int, str] = {
 }
 
 Statement = tuple[str, tuple[Any, ...]]
-# Bytes of rows waiting for the writer: past this, a write waits for the commit in progress before it
-# is queued (its stream waits, and gRPC's flow control holds the sender), so a burst's 64 KiB tails are
-# not all held twice (bench/burst.py --state-dir prints the peak RSS).
+# Bytes of rows waiting for the next commit: past this, a write waits for that commit before it is
+# queued, so one transaction stays bounded (bench/burst.py --state-dir prints the peak RSS).
 MAX_PENDING_BYTES = 8 << 20
 
 
@@ -110,9 +108,11 @@ def _quoted(name: str) -> str:
 
 class StateStore:
     """The state file. Writes (`register`, `event`, a final verdict's `publish`) are awaited: they
-    return once committed. They run in one thread of their own, never on the event loop, and what
-    arrives while a commit runs is committed together in the next transaction (one commit for a
-    burst's many events; `bench/burst.py --echo` measures the ingest cost)."""
+    return once committed, so an event is durable before it is acknowledged. The writes of every
+    stream ready in one turn of the event loop are committed together, in one transaction, at the
+    end of that turn: a burst's thousands of events cost a few commits, not one each (`bench/burst.py
+    --state-dir` measures the ingest CPU and peak RSS). The commit runs on the loop's thread, its size
+    bounded by MAX_PENDING_BYTES."""
 
     name = "state"
 
@@ -127,7 +127,6 @@ class StateStore:
         self._db = self._open()
         self.events_written = 0
         self.commits = 0  # transactions committed by the writer (a burst's writes share one)
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="podmortem-state")
         self._pending: list[tuple[list[Statement], asyncio.Future[None]]] = []
         self._pending_bytes = 0
         self._committed: asyncio.Event | None = None  # set after each commit (writes over the bound wait)
@@ -206,10 +205,9 @@ class StateStore:
         log.info("state file %s: schema version %d migrated to %d", self.path, found, SCHEMA_VERSION)
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)
         self._db.close()
 
-    # -- writes (before the ack), committed off the event loop -------------------------------------
+    # -- writes (before the ack), committed in batches ------------------------------------------------
 
     async def register(self, key: MemberKey, reg: pb.Register, *, verified: bool = False) -> None:
         ns, job, attempt = key.job
@@ -255,13 +253,11 @@ class StateStore:
         await done
 
     async def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # one loop turn: the writes of every stream that is ready join the batch
         while self._pending:
             batch, self._pending, self._pending_bytes = self._pending, [], 0
             try:
-                await loop.run_in_executor(
-                    self._writer, self._write, [s for statements, _ in batch for s in statements]
-                )
+                self._write([s for statements, _ in batch for s in statements])
             except StateError as exc:
                 for _, done in batch:
                     if not done.done():
@@ -275,7 +271,7 @@ class StateStore:
                 self._committed = None
 
     def _write(self, statements: Sequence[Statement]) -> None:
-        """One transaction (in the writer thread)."""
+        """One transaction."""
         try:
             self._db.execute("BEGIN")
             for sql, params in statements:

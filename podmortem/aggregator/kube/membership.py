@@ -140,8 +140,8 @@ class PodFacts:
     world_size: int | None
 
 
-def pod_facts(pod: JSON, resolved: ResolvedJob) -> PodFacts:
-    snap = podstatus.snapshot(pod)
+def pod_facts(pod: JSON, resolved: ResolvedJob, snap: podstatus.PodSnapshot | None = None) -> PodFacts:
+    snap = snap if snap is not None else podstatus.snapshot(pod)
     rank = node_rank(resolved.spec_object, pod)
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return PodFacts(

@@ -164,7 +164,7 @@ class PodWatch:
             return None
         uid = self._uid(pod)
         snap = podstatus.snapshot(pod)
-        facts = pod_facts(pod, resolved)
+        facts = pod_facts(pod, resolved, snap)
         if self.index is not None:
             self.index.saw(facts)
         attempt = facts.attempt
