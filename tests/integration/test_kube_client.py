@@ -7,16 +7,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import (
-    NS,
-    PODS,
-    PYTORCHJOBS,
-    EmulatorHandle,
-    eventually,
-    make_kube,
-    seed_pytorchjob,
-    terminated,
-)
+from support.common import eventually
+from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
+from support.kube_objects import NS, make_kube, seed_pytorchjob, terminated
 
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import client as k

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
-from support.kube_emulator import (
-    NS,
-    PODS,
-    EmulatorHandle,
-    decision,
-    eventually,
-    make_kube,
-    seed_pytorchjob,
-    terminated,
-)
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, decision, make_kube, seed_pytorchjob, terminated
 
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp

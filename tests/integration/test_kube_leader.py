@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support.kube_emulator import NS, EmulatorHandle, eventually, make_kube
+from support.common import eventually, free_port
+from support.kube_emulator import EmulatorHandle
+from support.kube_objects import NS, make_kube
 
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.leader import LeaderElector, LeadershipLost, LeaseTimings
@@ -149,12 +150,6 @@ def test_timings_must_be_ordered() -> None:
 # -- two real aggregator processes ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def health(port: int, service: str) -> int:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -180,10 +175,10 @@ async def test_only_the_leader_serves_and_the_standby_takes_over_on_sigterm(
     first = start_aggregator(config, tmp_path, "agg-1")
     second: subprocess.Popen[bytes] | None = None
     try:
-        await eventually(lambda: (tmp_path / "agg-1.ready").exists(), "the first aggregator serving", limit=60)
-        port = free_port()
+        await eventually(lambda: (tmp_path / "agg-1.ready").exists(), "the first aggregator serving", within=60)
+        port = free_port()  # a standby writes no ready file: its port is chosen here
         second = start_aggregator(config, tmp_path, "agg-2", port)
-        await eventually(lambda: "standing by" in (tmp_path / "agg-2.log").read_text(), "a standby", limit=60)
+        await eventually(lambda: "standing by" in (tmp_path / "agg-2.log").read_text(), "a standby", within=60)
         assert not (tmp_path / "agg-2.ready").exists()
         # The standby is alive (liveness and startup probes pass) but not Ready, and refuses streams.
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -196,7 +191,7 @@ async def test_only_the_leader_serves_and_the_standby_takes_over_on_sigterm(
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         first.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(first.wait, 30) == 0
-        await eventually(lambda: (tmp_path / "agg-2.ready").exists(), "the standby serving", limit=30)
+        await eventually(lambda: (tmp_path / "agg-2.ready").exists(), "the standby serving", within=30)
         assert holder(kube_api).startswith("agg-2_")
         assert await health(port, "podmortem.v1.Collector") == serving
     finally:

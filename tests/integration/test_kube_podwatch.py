@@ -8,14 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_emulator import (
-    JOBS,
+from support.common import eventually
+from support.kube_emulator import JOBS, PODS, PYTORCHJOBS, TRAINJOBS, EmulatorHandle
+from support.kube_objects import (
     NS,
-    PODS,
-    PYTORCHJOBS,
-    TRAINJOBS,
-    EmulatorHandle,
-    eventually,
     indexed_job,
     indexed_pod,
     make_kube,

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob, terminated
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, seed_pytorchjob, terminated
 
 from podmortem.core import podstatus
 from podmortem.protocol import wire

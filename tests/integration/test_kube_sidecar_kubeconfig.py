@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.fake_collector import HANG_GUARD, FakeCollector, serving
-from support.kube_emulator import NS, PODS, EmulatorHandle, seed_pytorchjob, terminated
+from support.common import HANG_GUARD, eventually
+from support.fake_collector import FakeCollector, serving
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, seed_pytorchjob, terminated
 
 from podmortem.k8s.backoff import Backoff
 from podmortem.sidecar import config, running
@@ -42,7 +44,7 @@ async def test_a_sidecar_given_a_kubeconfig_watches_its_pod_through_the_api(
             )
         )
         (tmp_path / "error.json").write_text(json.dumps(ERROR))
-        await served.collector.until(lambda: len(served.collector.events) == 1)
+        await eventually(lambda: len(served.collector.events) == 1)
         stop.set()  # SIGTERM first, as a native sidecar gets it; the status follows
         await asyncio.sleep(0.2)
         assert not task.done()

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_collector import HANG_GUARD, FakeCollector, serving
+from support.common import HANG_GUARD, eventually
+from support.fake_collector import FakeCollector, serving
 
 from podmortem.k8s.backoff import Backoff
 from podmortem.sidecar import config, running
@@ -72,7 +73,7 @@ async def test_events_flow_and_stop_flushes_the_last_look(tmp_path: Path) -> Non
             fake = served.collector
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await fake.until(lambda: len(fake.events) == 1)
+            await eventually(lambda: len(fake.events) == 1)
             assert fake.events[0].error_file.message == "ValueError: bad label"
             # Just before the stop: the agent's file is rewritten with garbage (never settles in time),
             # and the pod status shows the termination.
@@ -94,7 +95,7 @@ async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path) -> 
         async with serve_task(settings, outbox) as (stop, task):
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
             await asyncio.sleep(0.05)
             assert not task.done() and len(outbox) == 1  # flushing: waiting for the ack
@@ -111,7 +112,7 @@ async def test_flush_gives_up_after_its_timeout(tmp_path: Path, caplog: pytest.L
         async with serve_task(settings, outbox) as (stop, task):
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
         assert len(outbox) == 1
@@ -191,10 +192,10 @@ async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            await fake.until(lambda: len(fake.registers) == 1)
+            await eventually(lambda: len(fake.registers) == 1)
             assert fake.registers[0].pod == "job-worker-1"
             error_file.write_text(json.dumps(ERROR))
-            await fake.until(lambda: len(fake.events) == 1)
+            await eventually(lambda: len(fake.events) == 1)
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(HANG_GUARD):
                 _, stderr = await proc.communicate()
@@ -227,10 +228,10 @@ async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_
         async with serve_task(settings, outbox) as (stop, task):
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             if status_first:
                 settings.pod_status_file.write_text(json.dumps(POD))
-                await served.collector.until(lambda: len(served.collector.events) == 2)
+                await eventually(lambda: len(served.collector.events) == 2)
                 stop.set()
             else:
                 stop.set()
@@ -261,7 +262,7 @@ async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path) -> No
         settings.pod_status_file.write_text(json.dumps(RUNNING_POD))
         async with serve_task(settings, outbox) as (stop, task):
             settings.pod_status_file.write_text(json.dumps(DELETED_RUNNING_POD))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
             await asyncio.sleep(0.3)
             assert not task.done()  # still watching for the container's end
@@ -306,7 +307,7 @@ async def test_without_a_job_name_a_jobset_pod_registers_under_its_jobset(tmp_pa
         assert settings.job_name == "" and settings.pod_status_file is not None
         settings.pod_status_file.write_text(json.dumps(pod))
         async with serve_task(settings, Outbox()) as (stop, task):
-            await served.collector.until(lambda: bool(served.collector.registers))
+            await eventually(lambda: bool(served.collector.registers))
             stop.set()
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
     reg = served.collector.registers[0]

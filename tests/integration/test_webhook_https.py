@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import kubernetes_validate
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
+from support.common import free_port
 
 from podmortem.webhook import mutation, server
 from podmortem.webhook.config import WebhookConfig
@@ -197,15 +197,9 @@ async def test_a_renewed_certificate_is_served_without_restart(
         await post(ca, webhook.port, fixture("leave-alone"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_the_command_starts_with_three_flags_and_stops_on_sigterm(ca: trustme.CA, tmp_path: Path) -> None:
     cert, key = write_cert(ca, tmp_path, "127.0.0.1")
-    port = _free_port()
+    port = free_port()  # a process started by its flags reports no port
     env = {**os.environ, "PYTHONPATH": str(REPO), "PODMORTEM_WEBHOOK_METRICS_LISTEN": ""}
     proc = subprocess.Popen(
         [sys.executable, "-m", "podmortem.cli", "webhook", "--listen", f"127.0.0.1:{port}",
