@@ -23,7 +23,8 @@ start, answers PUT with 404, and its discovery and lists are not what kubectl ac
 5. The `status` subresource is kept apart, as the apiserver does for resources that declare it: writes
    to the main resource leave `.status` alone, writes to `/status` change only `.status`.
 6. `pods/<name>/log` serves text set with `set_log()`, honouring `container`, `previous`, `tailLines`
-   and `limitBytes` (which, as in the apiserver, keeps the *first* bytes of the selected lines).
+   and `limitBytes` (which, as in the apiserver, keeps the *first* bytes of the selected lines);
+   `hold_logs()` keeps the answers back, so that a test can count the reads in flight.
 7. Bearer-token authentication when a token is configured (401 otherwise).
 8. Fault injection: `fail(status, times, ...)` answers the next matching requests with that status
    (429 with a `Retry-After` header, `retry_after` seconds, 0 unless asked).
@@ -175,6 +176,8 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
     token: str | None = None
     logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
     previous_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
+    logs_held: bool = False  # while True, log reads wait (`hold_logs`): readers in flight can be counted
+    log_readers: int = 0  # log reads being answered now
     rng: random.Random = attrs.field(factory=lambda: random.Random(1))
     faults: list[Fault] = attrs.field(factory=list)
     history: list[tuple[int, Resource, str, JSON]] = attrs.field(factory=list)  # (rv, res, type, obj)
@@ -260,7 +263,7 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
         if method == "GET" and name is None:
             return aiohttp.web.json_response(self._list(request, res))
         if method == "GET" and sub == "log":
-            return self._log(request)
+            return await self._log(request)
         if method == "GET" and sub in (None, "status") and name is not None:
             return aiohttp.web.json_response(self._get(res, request.namespace, name))
         if method == "POST" and name is None and res.plural == "tokenreviews":
@@ -452,7 +455,7 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
         new = self._finish_write(res, request.subresource, old, new)
         return await self._store(res, new, "MODIFIED")
 
-    def _log(self, request: Request) -> aiohttp.web.StreamResponse:
+    async def _log(self, request: Request) -> aiohttp.web.StreamResponse:
         assert request.name is not None
         self._get(Resource("", "v1", "pods"), request.namespace, request.name)
         container = request.params.get("container", "")
@@ -468,6 +471,12 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
         data = text.encode()
         if "limitBytes" in request.params:
             data = data[: int(request.params["limitBytes"])]
+        self.log_readers += 1
+        try:
+            async with self.changed:
+                await self.changed.wait_for(lambda: not self.logs_held)
+        finally:
+            self.log_readers -= 1
         return aiohttp.web.Response(body=data, content_type="text/plain")
 
     async def _watch(self, request: Request, res: Resource) -> aiohttp.web.StreamResponse:
@@ -669,6 +678,16 @@ class EmulatorHandle:
             },
             "audiences": [audience],
         }
+
+    def hold_logs(self, held: bool = True) -> None:
+        """While held, log reads wait unanswered (`emulator.log_readers` counts them); False lets them go."""
+
+        async def switch() -> None:
+            self.emulator.logs_held = held
+            async with self.emulator.changed:
+                self.emulator.changed.notify_all()
+
+        self.call(switch)
 
     def set_log(self, namespace: str, pod: str, container: str, text: str, previous: bool = False) -> None:
         """The container's log (`previous`: its run before the last restart, read with previous=true)."""
