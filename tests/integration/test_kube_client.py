@@ -102,6 +102,42 @@ async def test_the_rate_limit_lets_a_burst_through_then_paces() -> None:
     assert loop.time() - mark == pytest.approx(0.1)
 
 
+@pytest.mark.looptime
+async def test_a_429_is_retried_after_its_retry_after_not_the_backoff(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    seed_pytorchjob(kube_api)
+    # A backoff of 1,000 s: a client that ignored Retry-After would wait that long (on the fake clock).
+    kube = make_kube(kube_api, tmp_path, backoff=Backoff(1000, 1000, jitter=0))
+    kube_api.fail(429, 1, methods=("GET",), retry_after=7)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert (await kube.get(POD_PATH))["metadata"]["name"] == "mixtral-cpt-worker-0"
+    # The loop clock is fake (looptime): it moved by the sleeps taken, 7 s, whatever the machine's speed.
+    assert loop.time() - start == pytest.approx(7, abs=0.5)
+    assert kube.calls == 2
+    kube.close()
+
+
+def test_the_rate_limit_defaults_are_20_per_second_in_bursts_of_40() -> None:
+    parser = argparse.ArgumentParser()
+    k.add_kube_arguments(parser)
+    settings = k.load_kube_settings(parser.parse_args([]), {})
+    assert (settings.qps, settings.burst) == (20, 40)  # as the README's table says
+
+
+@pytest.mark.looptime
+async def test_a_client_from_default_settings_paces_as_documented(tmp_path: Path, kube_api: EmulatorHandle) -> None:
+    kube = k.Kube.from_settings(k.KubeSettings(kubeconfig=str(kube_api.kubeconfig(tmp_path / "config"))))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for _ in range(40):
+        await kube.limiter.acquire()
+    assert loop.time() == start  # a burst of 40 at once
+    for _ in range(20):
+        await kube.limiter.acquire()
+    assert loop.time() - start == pytest.approx(1.0)  # then 20 a second
+    kube.close()
+
+
 def test_backoff_doubles_up_to_its_cap() -> None:
     backoff = Backoff(initial=0.5, maximum=4, jitter=0)
     assert [backoff.delay(n) for n in range(6)] == [0.5, 1, 2, 4, 4, 4]
