@@ -113,3 +113,19 @@ async def test_a_verdict_that_cannot_be_written_is_written_when_the_disk_is_back
         assert json.loads(files[0].read_text())["verdict"]["pod"] == "j-worker-1"
     finally:
         await agg.stop(grace=1)
+
+
+async def test_verdict_files_are_named_by_namespace_job_and_attempt_when_known(tmp_path: Path) -> None:
+    # README: `<namespace>_<job>_<attempt>.json`; no attempt known: `<namespace>_<job>.json`.
+    agg = Aggregator(_config(tmp_path), registry=CollectorRegistry())
+    await agg.start()
+    try:
+        for attempt in ("", "3"):
+            reg = pb.Register(job=pb.JobRef(namespace="ml", name="j"), pod="j-worker-1", attempt=attempt)
+            event = make_event(error_to_pb(ErrorRecord(message="ValueError: bad label", timestamp=5)), f"e{attempt}")
+            agg.book.ingest(agg.book.register(reg), event)
+        agg.book.close_all()
+        await asyncio.wait_for(agg.queue.drain(30), 30)
+        assert sorted(f.name for f in (tmp_path / "verdicts").glob("*.json")) == ["ml_j.json", "ml_j_3.json"]
+    finally:
+        await agg.stop(grace=1)
