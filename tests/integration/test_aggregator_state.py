@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from support.common import GLOO_PEER, eventually
+from support.common import GLOO_PEER, eventually, free_port
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.incidents import IncidentBook
@@ -181,9 +180,7 @@ def verdicts(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 async def kill_between_root_and_victims(tmp_path: Path, state: bool) -> list[dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # the restarted process must listen where the first did: the sidecars' one address
     proc = start(tmp_path, port, state)
     try:
         await eventually(lambda: (tmp_path / "ready").exists(), "serving", within=60)
@@ -197,7 +194,10 @@ async def kill_between_root_and_victims(tmp_path: Path, state: bool) -> list[dic
             if pod != ROOT:
                 await report(port, register(pod, i), victim_events(pod))
         await eventually(lambda: any(v.get("closed_by") for v in verdicts(tmp_path)), "a verdict", within=30)
-        await asyncio.sleep(0.5)  # a revision, if one were coming
+        # Its stop path decides every pending revision and publishes it before it exits: a revision, if
+        # one were coming, is in the file once the process is gone.
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
         return verdicts(tmp_path)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -124,6 +124,12 @@ class Replica:
     def verdict_docs(self) -> list[dict[str, Any]]:
         return [json.loads(f.read_text()) for f in sorted(self.verdicts.glob("*.json"))]
 
+    async def shut_down(self) -> int:
+        """SIGTERM, and its exit code. Its stop path decides every pending revision and publishes it
+        before it exits: after this, no revision of an earlier verdict can still be on its way."""
+        self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.to_thread(self.proc.wait, 60)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -270,7 +276,7 @@ async def test_a_failover_mid_incident_loses_nothing(
             assert await s.exit() == 0, s.text()[-3000:]
 
         await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", within=30)
-        await asyncio.sleep(1.0)  # a revision (0.5 s coalescing), if one were coming
+        assert await standby.shut_down() == 0  # a revision, if one were coming, is published by now
         [doc] = standby.verdict_docs()
         assert doc["root_cause"] == {"pod": ROOT, "category": "user_code", "retryable": False}
         assert (doc["closed_by"], doc["final"], doc["revision"]) == ("quorum", True, 1)
@@ -308,7 +314,7 @@ async def test_a_root_whose_sidecar_had_exited_is_still_named_after_a_failover(
             await eventually(s.failure_acked, f"{s.pod} acked", within=TAKEOVER)
             assert await s.exit() == 0
         await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", within=30)
-        await asyncio.sleep(1.0)
+        assert await standby.shut_down() == 0  # a revision, if one were coming, is published by now
         docs = standby.verdict_docs()
         assert [d["root_cause"]["pod"] for d in docs] == [root_pod], docs
         assert docs[0]["root_cause"]["category"] == "user_code", docs[0]["verdict"]
