@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
         ("analyze_speed", ["--pods", "60", "--repeat", "1", "--profile"], "podmortem analyze, 60 pods"),
         ("sidecar_rss", ["--writes", "5", "--idle", "1"], "idle CPU over 1 s"),
         ("engine_speed", ["--members", "200", "--repeat", "1"], "200"),
+        ("errorfile_speed", ["--mib", "2", "--repeat", "1"], "ms (best of 1)"),
         # The book's share of a burst, in process; exits 1 when the verdict names someone else.
         ("ingest_speed", ["--pods", "16", "--tail-kib", "4", "--repeat", "1", "--profile"], "ingest W=16"),
     ],
