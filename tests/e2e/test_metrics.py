@@ -25,7 +25,7 @@ from podmortem.core.categories import CATEGORIES
 from podmortem.core.model import JobRef
 
 
-def decision(category: str | None, revision: int = 1, namespace: str = "ml") -> Decision:
+def ml_decision(category: str | None, revision: int = 1, namespace: str = "ml") -> Decision:
     """The shared decision in job `namespace`/j of two pods, decided 3.5 s after its incident opened."""
     return shared_decision(
         "a" if category else None,
@@ -43,8 +43,8 @@ def decision(category: str | None, revision: int = 1, namespace: str = "ml") -> 
 async def test_first_verdicts_and_revisions_are_counted_apart() -> None:
     metrics = Metrics(CollectorRegistry())
     publisher = MetricsPublisher(metrics)
-    await publisher.publish(decision("user_code"))
-    await publisher.publish(decision("hang", revision=2))
+    await publisher.publish(ml_decision("user_code"))
+    await publisher.publish(ml_decision("hang", revision=2))
     sample = metrics.registry.get_sample_value
     assert sample("podmortem_incidents_total", {"namespace": "ml", "category": "user_code"}) == 1
     assert sample("podmortem_incidents_total", {"namespace": "ml", "category": "hang"}) is None
@@ -88,7 +88,7 @@ async def test_real_prometheus_scrapes_the_aggregator(prometheus: tuple[Path, in
     await agg.start()
     proc = None
     try:
-        await MetricsPublisher(agg.metrics).publish(decision("gpu_oom", namespace="team-a"))
+        await MetricsPublisher(agg.metrics).publish(ml_decision("gpu_oom", namespace="team-a"))
         config_path.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -34,6 +35,10 @@ POD = {
     },
 }
 FAST = Backoff(initial=0.01, maximum=0.05)
+
+
+# What the sidecar logs once SIGTERM came before the pod's end: it waits for that end (a positive signal).
+WATCHING_FOR_THE_END = "stopping before the pod's end is known: watching the pod for it"
 
 
 def settings_for(tmp_path: Path, target: str, **extra: str) -> Settings:
@@ -88,7 +93,8 @@ async def test_events_flow_and_stop_flushes_the_last_look(tmp_path: Path) -> Non
         assert len(outbox) == 0  # everything acknowledged before exit
 
 
-async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path) -> None:
+async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     outbox = Outbox()
     async with serving(FakeCollector(ack=False)) as served:
         settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="60")
@@ -97,7 +103,7 @@ async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path) -> 
             settings.error_file.write_text(json.dumps(ERROR))
             await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
-            await asyncio.sleep(0.05)
+            await eventually(lambda: "flushing 1 unacknowledged event(s)" in caplog.text, "the flush waiting")
             assert not task.done() and len(outbox) == 1  # flushing: waiting for the ack
             await served.stop()
             await served.start(FakeCollector())  # the aggregator restarts and acks the resent event
@@ -217,7 +223,10 @@ RUNNING_POD = {
 
 
 @pytest.mark.parametrize("status_first", [True, False])
-async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_path: Path, status_first: bool) -> None:
+async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(
+    tmp_path: Path, status_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     # A native sidecar gets SIGTERM as soon as the training container exits; the pod status that shows the
     # exit reaches the API a moment later (0.3 s here). Either order, the termination goes out before exit.
     outbox = Outbox()
@@ -235,7 +244,7 @@ async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_
                 stop.set()
             else:
                 stop.set()
-                await asyncio.sleep(0.3)
+                await eventually(lambda: WATCHING_FOR_THE_END in caplog.text, "watching for the pod's end")
                 assert not task.done()  # still watching for the pod's end
                 settings.pod_status_file.write_text(json.dumps(POD))
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
@@ -251,7 +260,8 @@ DELETED_RUNNING_POD = {
 DELETED_ENDED_POD = {**POD, "metadata": DELETED_RUNNING_POD["metadata"]}
 
 
-async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path) -> None:
+async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     # The controller deletes a victim pod: the sidecar sees the deletion while the training container
     # still runs; the kubelet SIGTERMs the container, then the sidecar, and only then does the status show
     # the container's end (exit 143). A deletion is not the end: the termination must still go out.
@@ -264,7 +274,7 @@ async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path) -> No
             settings.pod_status_file.write_text(json.dumps(DELETED_RUNNING_POD))
             await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
-            await asyncio.sleep(0.3)
+            await eventually(lambda: WATCHING_FOR_THE_END in caplog.text, "watching for the container's end")
             assert not task.done()  # still watching for the container's end
             settings.pod_status_file.write_text(json.dumps(DELETED_ENDED_POD))
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
