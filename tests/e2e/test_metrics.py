@@ -18,8 +18,8 @@ from support.common import eventually, free_port
 from support.kube_objects import decision as shared_decision
 
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.categories import CATEGORIES
 from podmortem.core.model import JobRef
