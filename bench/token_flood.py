@@ -1,6 +1,6 @@
 """A flood of streams with bad tokens against one real verdict, black box.
 
-    python bench/token_flood.py [--streams 2000] [--pods 4] [--rounds 2]
+    python -m bench.token_flood [--streams 2000] [--pods 4] [--rounds 2]
 
 A real `podmortem aggregator --kube --auth tokenreview` process (TLS, annotations and Events
 published) on the Kubernetes API emulator (tests/support/kube_emulator.py, in a thread of this
@@ -41,15 +41,8 @@ import trustme
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.kube_emulator import (  # noqa: E402
-    JOB,
-    NS,
-    PODS,
-    PYTORCHJOBS,
-    EmulatorHandle,
-    running_emulator,
-    seed_pytorchjob,
-)
+from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle, running_emulator  # noqa: E402
+from support.kube_objects import JOB, NS, seed_pytorchjob  # noqa: E402
 
 from podmortem.core.model import ErrorRecord, Termination  # noqa: E402
 from podmortem.protocol import wire  # noqa: E402

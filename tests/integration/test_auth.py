@@ -17,7 +17,9 @@ import grpc
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, seed_pytorchjob
 
 from podmortem.aggregator.auth import TokenReviewer
 from podmortem.aggregator.config import AggregatorConfig
