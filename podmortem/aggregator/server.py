@@ -42,6 +42,7 @@ MAX_RECEIVE_BYTES = 4 << 20
 REGISTER_DEADLINE = 30.0
 # A stream refused before it registered is ended once its first message arrives, or after this long.
 REFUSAL_GRACE = 1.0
+REFUSAL_LOG_INTERVAL = 10.0
 EXPECTED_BURST = 20_000
 
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -124,11 +125,21 @@ class CollectorService(pb_grpc.CollectorServicer):
         self.standby = False  # a replica without the Lease refuses streams (UNAVAILABLE) until it leads
         self.namespaces = frozenset(namespaces)
         self.register_deadline = register_deadline
+        self._refusals_logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, refused since)
 
     async def _reject(self, context: grpc.aio.ServicerContext, error: StreamRefused) -> None:
         if self.metrics:
             self.metrics.rejected.labels(reason=error.reason).inc()
-        log.warning("stream refused (%s): %s", error.reason, error)
+        # One line per reason and REFUSAL_LOG_INTERVAL: a flood of refused streams is counted in the
+        # metric, not written out line by line.
+        now = time.monotonic()
+        last, unlogged = self._refusals_logged.get(error.reason, (float("-inf"), 0))
+        if now - last >= REFUSAL_LOG_INTERVAL:
+            more = f" ({unlogged} more refused for this reason since the last such line)" if unlogged else ""
+            log.warning("stream refused (%s): %s%s", error.reason, error, more)
+            self._refusals_logged[error.reason] = (now, 0)
+        else:
+            self._refusals_logged[error.reason] = (last, unlogged + 1)
         await context.abort(getattr(grpc.StatusCode, error.code), str(error))
 
     async def _admit(

@@ -191,7 +191,7 @@ async def test_streams_that_may_not_speak_are_refused_and_counted(
 
 
 async def test_a_refused_token_is_reviewed_once_however_many_streams_present_it(
-    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA, caplog: pytest.LogCaptureFixture
 ) -> None:
     token = jwt(time.time() + 3600)  # well formed and ours, unknown to the API server
     codes = await asyncio.gather(*(report(aggregator, ca, token) for _ in range(20)))  # at once: one review
@@ -199,6 +199,8 @@ async def test_a_refused_token_is_reviewed_once_however_many_streams_present_it(
     assert codes == ["UNAUTHENTICATED"] * 21
     assert rejected(aggregator, "rejected") == 21
     assert reviews(kube_api) == 1
+    # Counted each, logged once (a flood must not write a line per stream).
+    assert caplog.text.count("stream refused (rejected)") == 1
 
 
 async def test_token_reviews_wait_in_a_bounded_queue_on_a_client_of_their_own(
