@@ -42,6 +42,8 @@ from typing import Literal
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.logtail import (
+    NAMED_HOST,
+    NAMED_RANK,
     PEER_ADDR,
     SIGNAL_NAMES,
     TIMEOUT_MS,
@@ -55,6 +57,10 @@ from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
 
 Role = Literal["primary", "secondary", "clean", "unknown"]
 
+# A device fault (ECC, Xid, a lost GPU) is reported at the next synchronisation with the device, so its report can
+# come this long after the fault made a peer's collective fail; a generic exception (its words unknown to the rules,
+# possibly that peer's echo) that far before it does not out-time it.
+DEVICE_REPORT_LAG_SECONDS = 30.0
 # Two failures closer than this (seconds, after clock correction) are not ordered with confidence:
 # error files carry whole seconds and unmeasured clocks drift by about a second.
 TIE_SECONDS = 1.0
@@ -78,6 +84,7 @@ CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message)
 CONF_PRIMARY_WEAK_MESSAGE = 0.8
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class: right 20 of 23
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
+CONF_DEVICE_OVER_GENERIC = 0.7  # a device fault chosen over an earlier generic exception (DEVICE_REPORT_LAG_SECONDS)
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
 NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
@@ -113,6 +120,9 @@ class Finding:
     spread: float = math.inf  # half-width of the time estimate
     timeout_s: float | None = None  # collective timeout a secondary waited, when stated
     named_ips: tuple[str, ...] = ()  # peer addresses named by its secondary messages
+    named_hosts: tuple[str, ...] = ()  # peer host names (or addresses) its secondary messages name
+    named_ranks: tuple[int, ...] = ()  # global ranks its secondary messages name as the one they waited for
+    own_ranks: frozenset[int] = frozenset()  # global ranks its own log shows it hosts ([rank3]:, [Rank 3])
     silent_ranks: tuple[int, ...] = ()
     desync: tuple[tuple[int, int, str], ...] = ()  # its ranks timed out in different collectives
     global_rank: int | None = None
@@ -393,10 +403,14 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     texts.extend(log.exceptions.values())
     timeout = None
     ips: list[str] = []
+    hosts: list[str] = []
+    named_ranks: list[int] = []
     if role == "secondary":
         for text in texts:
             timeout = timeout or _timeout_seconds(text)
             ips.extend(PEER_ADDR.findall(text))
+            hosts.extend(next(g for g in m.groups() if g) for m in NAMED_HOST.finditer(text))
+            named_ranks.extend(int(next(g for g in m.groups() if g)) for m in NAMED_RANK.finditer(text))
     evidence = [
         f"{member.pod}: {cand.source}: {_excerpt(cand.text, 160)} -> "
         f"{cand.rule.category or cand.rule.secondary} [{cand.rule.id}]"
@@ -416,6 +430,9 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
         spread=spread,
         timeout_s=timeout,
         named_ips=tuple(dict.fromkeys(ips)),
+        named_hosts=tuple(dict.fromkeys(hosts)),
+        named_ranks=tuple(dict.fromkeys(named_ranks)),
+        own_ranks=log.ranks_seen | ({cand.global_rank} if cand.global_rank is not None else frozenset()),
         silent_ranks=log.silent_ranks,
         desync=log.desync,
         global_rank=cand.global_rank,
@@ -457,8 +474,27 @@ def _sort_key(f: Finding, named: Counter[str]) -> tuple[float, int, int, float, 
     return (t, 0 if not f.weak else 1, -named[f.member.pod], float(rank), f.member.pod)
 
 
+def _device_fault_first(ordered: list[Finding]) -> list[Finding]:
+    """A strong device fault a little after a generic exception goes first: the fault is the device's own, the
+    generic exception may be its echo in words no rule knows (see DEVICE_REPORT_LAG_SECONDS)."""
+    head = ordered[0]
+    if head.rule is None or not head.rule.generic or head.time is None:
+        return ordered
+    for f in ordered[1:]:
+        if (
+            f.category == "hardware"
+            and not f.weak
+            and f.rule is not None
+            and not f.rule.generic
+            and f.time is not None
+            and f.time - head.time <= DEVICE_REPORT_LAG_SECONDS
+        ):
+            return [f, *(x for x in ordered if x is not f)]
+    return ordered
+
+
 def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
-    ordered = sorted(primaries, key=lambda f: _sort_key(f, named))
+    ordered = _device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named)))
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
@@ -467,7 +503,15 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
     else:
         confidence = CONF_PRIMARY_GENERIC if rule.generic else CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
-    if len(ordered) > 1:
+    device_first = len(ordered) > 1 and _sort_key(ordered[1], named) < _sort_key(root, named)
+    if device_first:
+        nxt = ordered[1]
+        confidence = min(confidence, CONF_DEVICE_OVER_GENERIC)
+        evidence.append(
+            f"a device fault of its own; {nxt.member.pod}'s earlier {nxt.exception_type or 'exception'} is in words no "
+            "rule knows and may be its echo"
+        )
+    elif len(ordered) > 1:
         nxt = ordered[1]
         if root.time is not None and nxt.time is not None:
             gap = _sort_key(nxt, named)[0] - _sort_key(root, named)[0]
@@ -513,6 +557,14 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
     return out
 
 
+def _waited_first(f: Finding) -> tuple[float, int, str]:
+    return (
+        f.time if f.time is not None else math.inf,
+        f.member.rank if f.member.rank is not None else 1 << 30,
+        f.member.pod,
+    )
+
+
 def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named: Counter[str]) -> _Root:
     cands = _hang_candidates(findings)
     stops = [f.time - f.timeout_s for f in timeouts if f.time is not None and f.timeout_s is not None]
@@ -525,16 +577,11 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     if not cands:
         # Everyone who failed waited for someone; nobody is visibly stuck. The one who waited first is
         # the best guess for where the stuck rank lives (e.g. its sibling on the same pod).
-        first = min(
-            timeouts,
-            key=lambda f: (
-                f.time if f.time is not None else math.inf,
-                f.member.rank if f.member.rank is not None else 1 << 30,
-                f.member.pod,
-            ),
-        )
+        first = min(timeouts, key=_waited_first)
         ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
         head = "a rank stopped making progress; this pod timed out first and may host it"
+        others = [f for f in timeouts if f is not first]
+        runner = min(others, key=_waited_first) if others else None
         return _Root(
             first,
             "hang",
@@ -544,6 +591,7 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
             CONF_HANG_UNLOCATED,
             head,
             tuple(ev),
+            runner,
         )
     cands.sort(
         key=lambda c: (
@@ -717,13 +765,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             evidence=tuple(e for f in findings for e in f.evidence)[:20],
         )
 
-    by_ip: dict[str, str] = {f.member.pod_ip: f.member.pod for f in findings if f.member.pod_ip}
-    named: Counter[str] = Counter()
-    for f in failed:
-        for ip in f.named_ips:
-            pod = by_ip.get(ip)
-            if pod is not None and pod != f.member.pod:
-                named[pod] += 1
+    named = _named(findings, failed)
 
     timeouts = [f for f in failed if f.secondary == "timeout"]
     stops = [f.time - f.timeout_s for f in timeouts if f.time is not None and f.timeout_s is not None]
@@ -750,6 +792,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         ]
         timeouts = [f for f in findings if f.secondary == "timeout"]
         if timeouts:
+            named = _named(findings, [f for f in findings if f.failed])  # the full logs say who hosts which rank
             root = _choose_hang(findings, timeouts, named)
         else:  # read in full, every log that timed out shows a failure of the pod's own (found by fuzzing)
             failed = [f for f in findings if f.failed]
@@ -808,6 +851,52 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         runner_up_pod=root.runner_up.member.pod if root.runner_up is not None else None,
         runner_up_category=root.runner_up.category if root.runner_up is not None else None,
     )
+
+
+def _named(findings: Sequence[Finding], failed: Sequence[Finding]) -> Counter[str]:
+    """How many victims name each pod as the peer they lost or waited for: by its address, its host name (a pod's
+    host name is its name), or a global rank it hosts. Each victim counts once per pod it names; itself never."""
+    by_ip: dict[str, str] = {f.member.pod_ip: f.member.pod for f in findings if f.member.pod_ip}
+    by_name: dict[str, str] = {f.member.pod: f.member.pod for f in findings}
+    pods_on: Counter[str] = Counter(f.member.node for f in findings if f.member.node)
+    by_node = {f.member.node: f.member.pod for f in findings if f.member.node and pods_on[f.member.node] == 1}
+    by_rank = _rank_owners(findings)
+    named: Counter[str] = Counter()
+    for f in failed:
+        if not (f.named_ips or f.named_hosts or f.named_ranks):
+            continue
+        pods = {by_ip.get(ip) for ip in f.named_ips}
+        for host in f.named_hosts:
+            label = host.split(".", 1)[0]
+            pods.add(by_ip.get(host) or by_name.get(host) or by_name.get(label) or by_node.get(host))
+        pods.update(by_rank.get(rank) for rank in f.named_ranks)
+        for pod in pods:
+            if pod is not None and pod != f.member.pod:
+                named[pod] += 1
+    return named
+
+
+def _rank_owners(findings: Sequence[Finding]) -> dict[int, str]:
+    """Global rank -> the pod that hosts it, from what each pod's own log shows ([rank3]:, [Rank 3], torch's
+    summary). A rank claimed by two pods is nobody's. With no claim for a rank, one rank per pod is assumed only
+    when every claim so far agrees with the pods' node ranks (rank == node rank)."""
+    owners: dict[int, str] = {}
+    contested: set[int] = set()
+    one_per_pod = True
+    by_node_rank: dict[int, str] = {}
+    for f in findings:
+        if f.member.rank is not None:
+            by_node_rank.setdefault(f.member.rank, f.member.pod)
+        for rank in f.own_ranks:
+            if owners.setdefault(rank, f.member.pod) != f.member.pod:
+                contested.add(rank)
+            one_per_pod = one_per_pod and rank == f.member.rank
+    for rank in contested:
+        del owners[rank]
+    if one_per_pod and owners:
+        for rank, pod in by_node_rank.items():
+            owners.setdefault(rank, pod)
+    return owners
 
 
 def _with_time(f: Finding, t: float, spread: float) -> Finding:

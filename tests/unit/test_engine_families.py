@@ -1,0 +1,202 @@
+"""Failure families of issue 25, on hand-written incidents: a stack dump of the stuck rank, victims that name the
+culprit, a device fault after a generic exception, words whose meaning depends on their context, and timeouts
+that cannot be told apart. The texts are written for these tests in the formats the tools print."""
+
+from __future__ import annotations
+
+import pytest
+
+from podmortem.core.engine import DEVICE_REPORT_LAG_SECONDS, assess, decide
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.model import LOW_CONFIDENCE, ErrorRecord, Incident, JobRef, Member, Termination
+from podmortem.core.rules import DEFAULT_RULES
+
+T0 = 1_800_000_000.0
+NCCL_TIMEOUT = (
+    "[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, "
+    "NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600311 milliseconds before timing out."
+)
+
+
+def pod(
+    name: str,
+    rank: int,
+    *,
+    msg: str | None = None,
+    ts: float | None = None,
+    log: str = "",
+    exit_code: int | None = 1,
+    ip: str = "",
+    running: bool = False,
+) -> Member:
+    error = None
+    if msg is not None:
+        error = ErrorRecord(message=msg, exception_type=exception_type_of(msg), timestamp=int(ts or T0))
+    term = Termination(exit_code=exit_code, reason="Error", finished_at=(ts or T0) + 1) if exit_code else None
+    return Member(
+        pod=name,
+        rank=rank,
+        pod_ip=ip,
+        node=f"node-{rank}",
+        phase="Running" if running else "Failed",
+        running=running,
+        error=error,
+        termination=term,
+        log_tail=log,
+    )
+
+
+def job(*members: Member, world_size: int | None = None) -> Incident:
+    return Incident(JobRef("ml", "llm"), world_size or len(members), members)
+
+
+def timed_out(name: str, rank: int, ts: float = T0 + 600) -> Member:
+    return pod(name, rank, msg=f"torch.distributed.DistBackendError: {NCCL_TIMEOUT.format(rank=rank)}", ts=ts)
+
+
+# --- a stack dump with no exception is the stuck rank ----------------------------------------------------------
+
+PY_SPY = """Process 311: python -u train.py --config big.yaml
+Python v3.11.9 (/usr/bin/python3.11)
+
+Thread 311 (idle): "MainThread"
+    wait (torch/cuda/streams.py:231)
+    all_reduce (torch/distributed/distributed_c10d.py:2501)
+    step (trainer/loop.py:144)
+Thread 377 (active): "pin_memory"
+    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:59)
+"""
+FAULTHANDLER = """Timeout (0:30:00)!
+Thread 0x00007f3a2b1c0740 (most recent call first):
+  File "/opt/app/trainer/loop.py", line 144 in step
+  File "/opt/app/train.py", line 61 in main
+"""
+GDB = """(gdb) thread apply all bt
+Thread 1 (Thread 0x7f1e2d3c4740 (LWP 311) "python"):
+#0  0x00007f1e2d3c4b5a in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6
+#1  0x00007f1e0a1b2c3d in ncclGroupEnd () from /usr/lib/libnccl.so.2
+"""
+
+
+@pytest.mark.parametrize("dump", [PY_SPY, FAULTHANDLER, GDB], ids=["py-spy", "faulthandler", "gdb"])
+def test_a_stack_dump_without_an_exception_is_the_stuck_rank(dump: str) -> None:
+    stuck = pod("llm-worker-2", 2, log=dump, ts=T0 + 1790)
+    v = decide(job(timed_out("llm-master-0", 0), timed_out("llm-worker-1", 1), stuck))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-2", "hang", True), v.evidence
+    assert assess(stuck).rule is not None and assess(stuck).rule.id == "log.stack-dump"  # type: ignore[union-attr]
+
+
+def test_a_dump_after_a_native_crash_is_the_crash_and_beside_a_timeout_it_is_the_echo() -> None:
+    crashed = pod("w-0", 0, log="Fatal Python error: Segmentation fault\n\n" + FAULTHANDLER.split("\n", 1)[1])
+    assert assess(crashed).category == "crash"
+    waiting = pod("w-1", 1, log=f"[rank1]:[E ProcessGroupNCCL.cpp:632] {NCCL_TIMEOUT.format(rank=1)}\n" + PY_SPY)
+    assert assess(waiting).secondary == "timeout"
+
+
+# --- words that change meaning with their context --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        ("node7:311:402 [2] NCCL WARN NET/IB : ibv_reg_mr failed: Cannot allocate memory", "network"),
+        (
+            "libfabric:311:17::efa:mr:efa_mr_reg_impl():517<warn> Unable to register MR: Cannot allocate memory",
+            "network",
+        ),
+        ("UCX  ERROR mlx5_1: ibv_create_qp() failed: Cannot allocate memory", "network"),
+        ("ERROR: Cannot allocate memory; set max locked memory (ulimit -l) to unlimited", "network"),
+        ("OSError: [Errno 12] Cannot allocate memory", "host_oom"),
+        ("RuntimeError: DataLoader worker (pid 99) exited: Cannot allocate memory", "host_oom"),
+    ],
+)
+def test_enomem_from_the_interconnect_is_the_network_not_host_memory(text: str, category: str) -> None:
+    by_message = DEFAULT_RULES.classify_message(text, exception_type_of(text))
+    by_log = DEFAULT_RULES.first_log_rule(f"step 88\n{text}\n")
+    assert by_message is not None and by_message.category == category, by_message
+    assert by_log is not None and by_log.category == category, by_log
+
+
+def test_ray_saying_the_actor_s_node_was_preempted_is_a_preemption() -> None:
+    log = (
+        "(TrainController pid=41) The actor died because its node has died. Node Id: 6a1f\n"
+        "(TrainController pid=41) \tthe actor's node was preempted: spot capacity reclaimed\n"
+    )
+    assert assess(pod("ray-head-0", 0, log=log)).category == "preemption"
+    # Ray listing preemption among the possible causes of a node it marked dead says no such thing.
+    maybe = (
+        "The node with node id: 6a1f has been marked dead because the detector has missed too many heartbeats "
+        "(OOM, preempted node, etc.)"
+    )
+    assert assess(pod("ray-head-0", 0, log=maybe)).category == "node_lost"
+
+
+# --- victims that name the culprit -----------------------------------------------------------------------------
+
+BARRIER = (
+    "RuntimeError: Rank {me} successfully reached monitoredBarrier, but received errors while waiting for send/recv "
+    "from rank {culprit}. Please check rank {culprit} logs for faulty rank."
+)
+
+
+def test_victims_naming_a_rank_count_for_the_pod_that_hosts_it() -> None:
+    # Two pods exited without a word of their own; the monitored barrier's victims point at rank 3.
+    victims = [
+        pod(f"w-{r}", r, msg=BARRIER.format(me=r, culprit=3), log=f"[rank{r}]: step 40 loss 2.1\n", ts=T0 + 2)
+        for r in (0, 1)
+    ]
+    quiet = [pod("w-2", 2, ts=T0), pod("w-3", 3, ts=T0)]
+    v = decide(job(*victims, *quiet))
+    assert v.pod == "w-3", v.evidence
+    assert all(assess(m).secondary == "timeout" for m in victims)  # the barrier's words are an echo
+
+
+def test_the_launcher_naming_a_worker_s_host_counts_for_that_worker() -> None:
+    launcher = pod(
+        "mpi-launcher",
+        0,
+        log="mpirun noticed that process rank 5 with PID 88 on node mpi-worker-1 exited on signal 9 (Killed).\n",
+    )
+    silent = [pod("mpi-worker-0", 1, exit_code=None), pod("mpi-worker-1", 2, exit_code=None)]
+    v = decide(job(launcher, *silent))
+    assert assess(launcher).secondary == "peer"
+    assert v.pod == "mpi-worker-1", v.evidence
+
+
+def test_nccl_naming_the_peer_s_address_counts_for_that_pod() -> None:
+    line = "w0:311:402 [0] misc/socket.cc:538 NCCL WARN Net : Call to recv from 10.4.0.12<40211> failed : Broken pipe"
+    victim = pod("w-0", 0, log=line, ip="10.4.0.11")
+    others = [pod("w-1", 1, exit_code=None, ip="10.4.0.13"), pod("w-2", 2, exit_code=None, ip="10.4.0.12")]
+    assert decide(job(victim, *others)).pod == "w-2"
+
+
+# --- a strong device fault beats an earlier generic exception --------------------------------------------------
+
+
+def test_a_device_fault_beats_an_earlier_generic_exception() -> None:
+    echo = pod("w-0", 0, msg="RuntimeError: step aborted by collective helper (see peer)", ts=T0)
+    device = pod("w-1", 1, msg="RuntimeError: CUDA error: uncorrectable ECC error encountered", ts=T0 + 1)
+    v = decide(job(echo, device, timed_out("w-2", 2, ts=T0 + 1800)))
+    assert (v.pod, v.category, v.retryable) == ("w-1", "hardware", True), v.evidence
+    assert v.runner_up_pod == "w-0" or v.confidence >= LOW_CONFIDENCE
+
+
+def test_a_generic_exception_long_before_a_device_fault_still_comes_first() -> None:
+    first = pod("w-0", 0, msg="RuntimeError: step aborted by collective helper (see peer)", ts=T0)
+    later = pod(
+        "w-1",
+        1,
+        msg="RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        ts=T0 + 2 * DEVICE_REPORT_LAG_SECONDS,
+    )
+    assert decide(job(first, later)).pod == "w-0"
+
+
+# --- timeouts that cannot be told apart ------------------------------------------------------------------------
+
+
+def test_timeouts_that_cannot_be_told_apart_are_a_low_confidence_hang_with_a_runner_up() -> None:
+    v = decide(job(timed_out("w-0", 0, ts=T0 + 600), timed_out("w-1", 1, ts=T0 + 601)))
+    assert (v.category, v.retryable) == ("hang", True)
+    assert v.confidence < LOW_CONFIDENCE and v.runner_up_pod is not None and v.runner_up_pod != v.pod
+    assert "Runner-up" in v.summary
