@@ -200,3 +200,34 @@ def test_timeouts_that_cannot_be_told_apart_are_a_low_confidence_hang_with_a_run
     assert (v.category, v.retryable) == ("hang", True)
     assert v.confidence < LOW_CONFIDENCE and v.runner_up_pod is not None and v.runner_up_pod != v.pod
     assert "Runner-up" in v.summary
+
+
+# --- what is not an exception line -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "exception_type"),
+    [
+        ("Net : Connection closed by remote peer w-1.llm.svc<29400>", ""),  # NCCL's words, a space before ':'
+        ("Steps:   3%|▎         | 120/4000 [02:01<1:05:12,  1.01s/it, loss=2.3]", ""),  # a progress bar
+        ("Epoch: 3/10 loss 0.41", ""),  # a metric
+        ("KeyError: 0", "KeyError"),  # named like an exception: a number is its message
+        ("TrainerAbort: collective failed", "TrainerAbort"),
+    ],
+)
+def test_metric_lines_and_foreign_formats_are_not_exceptions(line: str, exception_type: str) -> None:
+    assert exception_type_of(line) == exception_type
+
+
+def test_a_victim_whose_log_shows_a_progress_bar_and_nccl_s_words_stays_a_victim() -> None:
+    root = pod("w-0", 0, log="[rank0]: OSError: [Errno 28] No space left on device: '/ckpt/step_400.pt'\n")
+    victim_log = (
+        "Steps:   3%|▎         | 120/4000 [02:01<1:05:12,  1.01s/it, loss=2.3]\n"
+        "w1:88:91 [0] NCCL INFO misc/socket.cc:538 -> 6\n"
+        "ncclInternalError: Internal check failed.\nLast error:\n"
+        "Net : Connection closed by remote peer w-0.llm.svc<29400>\n"
+    )
+    victim = pod("w-1", 1, log=victim_log)
+    assert assess(victim).role == "secondary"
+    v = decide(job(root, victim))
+    assert (v.pod, v.category) == ("w-0", "infra"), v.evidence
