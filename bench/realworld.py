@@ -46,16 +46,33 @@ def table(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
+# The aggregator's --permanent-confidence default: PermanentFailure is written only at or above it, and only for a
+# verdict that says a retry will not help.
+PERMANENT_CONFIDENCE = 0.9
+
+
+def permanent_precision(cases: list[Case]) -> tuple[int, int]:
+    """(right, n) over verdicts at confidence >= PERMANENT_CONFIDENCE that say "not retryable": how many are right
+    about retryability (each wrong one would make a job give up that a retry could have saved)."""
+    right = n = 0
+    for c in cases:
+        v = decide(c.incident)
+        if v.confidence >= PERMANENT_CONFIDENCE and v.retryable is False:
+            n += 1
+            right += c.retryable is False
+    return right, n
+
+
 def reliability(cases: list[Case]) -> str:
     """Is the verdict's confidence worth reading? Brier score of confidence against "the root pod and
-    category are right", and observed accuracy per confidence bin."""
+    category are right", observed accuracy per confidence bin, and the precision PermanentFailure relies on."""
     pairs = []
     for c in cases:
         v = decide(c.incident)
         pairs.append((v.confidence, float(v.pod == c.root and v.category == c.category)))
     brier = sum((conf - hit) ** 2 for conf, hit in pairs) / len(pairs)
     lines = [f"Brier score {brier:.3f} (n={len(pairs)}); confidence bin -> n, observed accuracy, mean confidence"]
-    for lo, hi in ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 1.01)):
+    for lo, hi in ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 0.9), (0.9, 1.01)):
         inside = [(conf, hit) for conf, hit in pairs if lo <= conf < hi]
         if inside:
             acc = sum(h for _, h in inside) / len(inside)
@@ -63,6 +80,12 @@ def reliability(cases: list[Case]) -> str:
             lines.append(
                 f"  [{lo:.2f}, {min(hi, 1.0):.2f})  n={len(inside):>3}  accuracy {acc:.2f}  confidence {mean:.2f}"
             )
+    right, n = permanent_precision(cases)
+    share = f"{right / n:.3f}" if n else "-"
+    lines.append(
+        f"not retryable at confidence >= {PERMANENT_CONFIDENCE}: right about retryability {right}/{n} = {share}"
+        " (the verdicts that write PermanentFailure)"
+    )
     return "\n".join(lines)
 
 

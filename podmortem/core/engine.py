@@ -83,6 +83,38 @@ CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message)
 # 13 of 13; kept below CONF_PRIMARY, as a victim can show the same words.
 CONF_PRIMARY_WEAK_MESSAGE = 0.8
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class: right 20 of 23
+# ...is a program error of the worker's own (ValueError, KeyError...: PROGRAM_ERRORS) in its error file, the only
+# failure of its own in the job, and every other member that failed shows a known echo: the clear case, at the
+# PermanentFailure threshold (0.9). Calibrated like the others (docs/engine.md, "Confidence"); the share of such
+# verdicts right about retryability is guarded by tests/unit/test_realworld_accuracy.py.
+CONF_CLEAR_OWN_EXCEPTION = 0.9
+# Built-in exception classes that describe the program's own logic or data, never a system failure they carry
+# (RuntimeError, OSError and custom classes may carry anything: storage, a device, a remote endpoint).
+PROGRAM_ERRORS = frozenset(
+    {
+        "ValueError",
+        "KeyError",
+        "TypeError",
+        "IndexError",
+        "AttributeError",
+        "AssertionError",
+        "NameError",
+        "UnboundLocalError",
+        "ZeroDivisionError",
+        "NotImplementedError",
+        "ImportError",
+        "ModuleNotFoundError",
+        "SyntaxError",
+        "IndentationError",
+        "LookupError",
+        "StopIteration",
+        "RecursionError",
+        "UnicodeDecodeError",
+        "UnicodeEncodeError",
+        "json.decoder.JSONDecodeError",
+        "JSONDecodeError",
+    }
+)
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 CONF_DEVICE_OVER_GENERIC = 0.7  # a device fault chosen over an earlier generic exception (DEVICE_REPORT_LAG_SECONDS)
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
@@ -496,15 +528,29 @@ def _device_fault_first(ordered: list[Finding]) -> list[Finding]:
     return ordered
 
 
-def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
+def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
+    """The worker wrote a program error of its own to its error file, nobody else failed on their own, and every
+    other member's failure is a known echo: the case a retry cannot fix, said plainly."""
+    return (
+        others_echo
+        and len(ordered) == 1
+        and root.source == "error file"
+        and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
+    )
+
+
+def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_echo: bool = False) -> _Root:
     ordered = _device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named)))
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
     if root.weak:
         confidence = CONF_PRIMARY_WEAK if root.source == "termination" else CONF_PRIMARY_WEAK_MESSAGE
+    elif rule.generic:
+        clear = _clear_own_exception(root, ordered, others_echo)
+        confidence = CONF_CLEAR_OWN_EXCEPTION if clear else CONF_PRIMARY_GENERIC
     else:
-        confidence = CONF_PRIMARY_GENERIC if rule.generic else CONF_PRIMARY
+        confidence = CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
     device_first = len(ordered) > 1 and _sort_key(ordered[1], named) < _sort_key(root, named)
     if device_first:
@@ -525,7 +571,10 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
         else:
             confidence = min(confidence, CONF_UNORDERED)
     if named[root.member.pod]:
-        confidence = min(CONF_MAX, confidence + CONF_NAMED_BONUS)
+        # Victims naming it confirm the pod, not the category: a carrier class (RuntimeError, a custom one) stays
+        # below the PermanentFailure threshold however many victims name it.
+        ceiling = CONF_PRIMARY_GENERIC if rule.generic and confidence <= CONF_PRIMARY_GENERIC else CONF_MAX
+        confidence = min(ceiling, confidence + CONF_NAMED_BONUS)
         evidence.append(f"{named[root.member.pod]} victim(s) name {root.member.pod}'s address as the dead peer")
     return _Root(
         root,
@@ -783,7 +832,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     strong, weak = _own_failures(failed)
     root: _Root | None = None
     if strong:
-        root = _choose_primary(strong + weak, named)
+        # Every member that is not an own failure failed as a known echo (none silent, none still pending).
+        others_echo = all(f.role in ("primary", "secondary", "clean") for f in findings)
+        root = _choose_primary(strong + weak, named, others_echo)
     elif timeouts and any(f.source != "termination" for f in weak):
         # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
         root = _choose_primary([f for f in weak if f.source != "termination"], named)

@@ -4,6 +4,8 @@ that cannot be told apart. The texts are written for these tests in the formats 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from podmortem.core.engine import DEVICE_REPORT_LAG_SECONDS, assess, decide
@@ -231,3 +233,45 @@ def test_a_victim_whose_log_shows_a_progress_bar_and_nccl_s_words_stays_a_victim
     assert assess(victim).role == "secondary"
     v = decide(job(root, victim))
     assert (v.pod, v.category) == ("w-0", "infra"), v.evidence
+
+
+# --- confidence that can drive a retry decision ----------------------------------------------------------------
+
+PERMANENT = 0.9  # the aggregator's --permanent-confidence default
+GLOO_CLOSED = "RuntimeError: [pair.cc:553] Connection closed by peer [10.4.0.{n}]:4455"
+
+
+def _clear_case(root_message: str, named: bool = False) -> Incident:
+    """w-0 raised; three peers lost their connection to it (naming its address 10.4.0.9 when `named`)."""
+    root = pod("w-0", 0, msg=root_message, ts=T0, ip="10.4.0.9")
+    echoes = [pod(f"w-{n}", n, msg=GLOO_CLOSED.format(n=9 if named else 20 + n), ts=T0) for n in (1, 2, 3)]
+    return job(root, *echoes)
+
+
+@pytest.mark.parametrize(
+    "message", ["ValueError: learning rate must be positive, got -0.1", "KeyError: 'decoder.layers.31.mlp'"]
+)
+def test_a_program_error_of_its_own_among_plain_echoes_reaches_the_permanent_threshold(message: str) -> None:
+    v = decide(_clear_case(message))
+    assert (v.pod, v.category, v.retryable) == ("w-0", "user_code", False)
+    assert v.confidence >= PERMANENT, v.evidence
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "RuntimeError: shard server answered 503",  # a carrier class: it may carry a system failure
+        "CheckpointStoreError: bucket unavailable",  # a custom class: the same
+    ],
+)
+def test_a_carrier_exception_stays_below_the_permanent_threshold_even_when_victims_name_it(message: str) -> None:
+    for incident in (_clear_case(message), _clear_case(message, named=True)):
+        v = decide(incident)
+        assert v.pod == "w-0" and v.confidence < PERMANENT, v.evidence
+
+
+def test_an_own_program_error_beside_another_failure_of_its_own_is_not_a_clear_case() -> None:
+    inc = _clear_case("ValueError: learning rate must be positive, got -0.1")
+    oom = pod("w-3", 3, msg="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", ts=T0 + 5)
+    v = decide(dataclasses.replace(inc, members=(*inc.members[:3], oom)))
+    assert v.pod == "w-0" and v.confidence < PERMANENT

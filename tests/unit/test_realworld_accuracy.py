@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from podmortem.core.engine import assess, decide
-from podmortem.core.model import Incident
+from podmortem.core.model import Incident, Verdict
 from podmortem.offline import analyze
 from podmortem.offline.corpus import Answer, Case, compose, load, score, write_bundle
 
@@ -64,6 +64,24 @@ def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     pod, category, retryable = FLOORS[split]
     assert engine["pod"] >= pod and engine["category"] >= category and engine["retryable"] >= retryable, engine
     assert engine["pod"] > baseline["pod"] and engine["category"] > baseline["category"]
+
+
+# PermanentFailure is written only at the aggregator's --permanent-confidence (default 0.9) and only for a verdict
+# that says a retry will not help: among those, at least this share must be right about retryability (issue 25).
+PERMANENT_CONFIDENCE = 0.9
+PERMANENT_PRECISION_FLOOR = 0.99
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_verdicts_that_would_write_permanent_failure_are_right_about_retryability(split: str) -> None:
+    strict = [c for c in _cases(split) if _permanent(decide(c.incident))]
+    right = sum(c.retryable is False for c in strict)
+    assert len(strict) >= 50, len(strict)  # enough such verdicts for the share to mean something
+    assert right / len(strict) >= PERMANENT_PRECISION_FLOOR, [c.primary.id for c in strict if c.retryable]
+
+
+def _permanent(v: Verdict) -> bool:
+    return v.confidence >= PERMANENT_CONFIDENCE and v.retryable is False
 
 
 def test_analyze_on_composed_held_out_bundles_names_the_root(tmp_path: Path) -> None:
