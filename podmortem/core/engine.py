@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -589,6 +590,22 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
     )
 
 
+_NEVER_REPORTED = "not reported"
+
+
+def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int]) -> list[Finding]:
+    """A stand-in finding for each expected member that never reported, named by its derived pod name."""
+    return [
+        Finding(
+            Member(pod=name, namespace=incident.members[0].namespace if incident.members else "", rank=rank),
+            "unknown",
+            source=_NEVER_REPORTED,
+            evidence=(f"{name}: node rank {rank}, expected, never reported",),
+        )
+        for name, rank in zip(pods, ranks, strict=True)
+    ]
+
+
 def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, str]]:
     out: list[tuple[int, Finding, str]] = []
     for f in findings:
@@ -604,6 +621,8 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
         elif f.role == "primary" and f.weak and f.source == "termination":
             out.append((2, f, "exited without a message of its own while its peers timed out"))
+        elif f.role == "unknown" and f.source == _NEVER_REPORTED:
+            out.append((1, f, "never reported (neither its sidecar nor the pod's status) while every peer timed out"))
         elif f.role == "unknown":
             out.append((1, f, "has reported nothing while its peers timed out"))
     return out
@@ -661,7 +680,8 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
         ev.append(f"{len(ties)} members equally likely: {', '.join(c[1].member.pod for c in ties[:5])}")
     ev.append(f"{root.member.pod} {why}")
     head = "stopped making progress; its peers timed out waiting for it" + (f" ({waited:g} s)" if waited else "")
-    runner = cands[1][1] if len(cands) > 1 else None
+    # The next candidate, else the member that waited first (it may host the stuck rank).
+    runner = cands[1][1] if len(cands) > 1 else min(timeouts, key=_waited_first)
     return _Root(
         root, "hang", RETRYABLE["hang"], "engine.hang", "hang attribution", confidence, head, tuple(ev), runner
     )
@@ -769,7 +789,22 @@ def _secondary_reason(f: Finding, root: Finding, root_ips: frozenset[str]) -> st
     return why
 
 
-def _summary(root: _Root, confidence: float) -> str:
+def _missing_line(missing: int, ranks: Sequence[int], pods: Sequence[str], root_pod: str) -> str:
+    """One line naming the members that have not reported ("" when all have)."""
+    if missing <= 0:
+        return ""
+    if not ranks:
+        return f"{missing} member(s) of the job have not reported."
+    named = [f"{pod} (node rank {rank})" for pod, rank in zip(pods, ranks, strict=True)] or [
+        f"node rank {rank}" for rank in ranks
+    ]
+    shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
+    if root_pod in pods:
+        return f"Not reported: {shown}."
+    return f"Not reported: {shown}; if the job hung, look there first."
+
+
+def _summary(root: _Root, confidence: float, missing_line: str = "") -> str:
     m = root.finding.member
     where = ", ".join(p for p in (f"node rank {m.rank}" if m.rank is not None else "", m.node and f"on {m.node}") if p)
     who = f"{m.pod} ({where})" if where else m.pod
@@ -786,7 +821,7 @@ def _summary(root: _Root, confidence: float) -> str:
         advice = ADVICE[root.category]
     else:
         advice = "Its own cause was not recorded: read its log (kubectl logs --previous) and the node's events."
-    return f"{line1}\n{advice}"
+    return f"{line1}\n{advice}" + (f"\n{missing_line}" if missing_line else "")
 
 
 def _own_failures(failed: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -829,6 +864,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         ]
         failed = [f for f in findings if f.failed]
 
+    missing_ranks, missing_pods = missing_members(incident)
     strong, weak = _own_failures(failed)
     root: _Root | None = None
     if strong:
@@ -847,7 +883,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         timeouts = [f for f in findings if f.secondary == "timeout"]
         if timeouts:
             named = _named(findings, [f for f in findings if f.failed])  # the full logs say who hosts which rank
-            root = _choose_hang(findings, timeouts, named)
+            # A member that never reported is where a hang is looked for first: it stands with the silent ones.
+            ghosts = _never_reported(incident, missing_pods, missing_ranks)
+            root = _choose_hang([*findings, *ghosts], timeouts, named)
         else:  # read in full, every log that timed out shows a failure of the pod's own (found by fuzzing)
             failed = [f for f in findings if f.failed]
             strong, weak = _own_failures(failed)
@@ -888,7 +926,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         pod=r.member.pod,
         category=root.category,
         retryable=root.retryable,
-        summary=_summary(root, confidence),
+        summary=_summary(root, confidence, _missing_line(missing, missing_ranks, missing_pods, r.member.pod)),
         rank=r.member.rank,
         node=r.member.node,
         exception_type=exc_type,
@@ -902,6 +940,8 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         global_rank=r.global_rank,
         failed_at=round(r.time, 3) if r.time is not None else None,
         members_missing=missing,
+        missing_ranks=missing_ranks,
+        missing_pods=missing_pods,
         runner_up_pod=root.runner_up.member.pod if root.runner_up is not None else None,
         runner_up_category=root.runner_up.category if root.runner_up is not None else None,
     )
@@ -951,6 +991,60 @@ def _rank_owners(findings: Sequence[Finding]) -> dict[int, str]:
         for rank, pod in by_node_rank.items():
             owners.setdefault(rank, pod)
     return owners
+
+
+_NAME_INDEX = re.compile(r"^(.+)-(\d{1,6})$")
+
+
+def missing_members(incident: Incident) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(node ranks, pod names) of the members the job expects that have not reported.
+
+    Ranks are named when every present member has a distinct node rank below the world size. Pod names are
+    derived only when every present pod's name follows one pattern of its rank: PyTorchJob's `<job>-master-0` /
+    `<job>-worker-<i>` (node rank i + 1 when there is a master, i without), or `<name>-<rank>`; else ().
+    """
+    present = [m.rank for m in incident.members]
+    if (
+        not present
+        or any(r is None for r in present)
+        or len(set(present)) != len(present)
+        or any(not 0 <= r < incident.world_size for r in present if r is not None)
+    ):
+        return (), ()
+    ranks = tuple(sorted(set(range(incident.world_size)) - {r for r in present if r is not None}))
+    if not ranks:
+        return (), ()
+    return ranks, _names_for(ranks, incident.members)
+
+
+def _names_for(ranks: Sequence[int], members: Sequence[Member]) -> tuple[str, ...]:
+    prefixes: set[str] = set()
+    offsets: set[int] = set()  # node rank - index of a worker: 1 when rank 0 is the master
+    typed = True
+    for m in members:
+        match = _NAME_INDEX.match(m.pod)
+        if match is None or m.rank is None:
+            return ()
+        head, index = match.group(1), int(match.group(2))
+        kind = m.replica_type.lower()
+        if typed and kind in ("master", "worker") and head.endswith(f"-{kind}"):
+            prefixes.add(head[: -len(kind) - 1])
+            if kind == "master" and (index, m.rank) != (0, 0):
+                return ()
+            if kind == "worker":
+                offsets.add(m.rank - index)
+        else:
+            typed = False
+            prefixes.add(head)
+            offsets.add(m.rank - index)
+    if len(prefixes) != 1 or len(offsets) > 1:
+        return ()
+    prefix, offset = prefixes.pop(), (offsets.pop() if offsets else 1)
+    if not typed:
+        return tuple(f"{prefix}-{r - offset}" for r in ranks) if offset == 0 else ()
+    if offset not in (0, 1):
+        return ()
+    return tuple(f"{prefix}-master-0" if offset == 1 and r == 0 else f"{prefix}-worker-{r - offset}" for r in ranks)
 
 
 def _with_time(f: Finding, t: float, spread: float) -> Finding:

@@ -275,3 +275,62 @@ def test_an_own_program_error_beside_another_failure_of_its_own_is_not_a_clear_c
     oom = pod("w-3", 3, msg="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", ts=T0 + 5)
     v = decide(dataclasses.replace(inc, members=(*inc.members[:3], oom)))
     assert v.pod == "w-0" and v.confidence < PERMANENT
+
+
+# --- the silent member (issue 24) ------------------------------------------------------------------------------
+
+
+def _pytorchjob(*pods: tuple[str, int], log: str = "") -> list[Member]:
+    """Members of a PyTorchJob named as the training operator names them, each with a collective timeout."""
+    out = []
+    for name, rank in pods:
+        kind, index = name.rsplit("-", 2)[-2:]
+        m = timed_out(name, rank)
+        out.append(dataclasses.replace(m, replica_type=kind.capitalize(), replica_index=int(index), log_tail=log))
+    return out
+
+
+def test_a_member_that_never_reported_is_named_and_weighed_in_a_hang() -> None:
+    present = _pytorchjob(("llm-c-master-0", 0), ("llm-c-worker-0", 1), ("llm-c-worker-1", 2))
+    inc = job(*present, world_size=4)
+    v = decide(inc)
+    assert (v.missing_ranks, v.missing_pods, v.members_missing) == ((3,), ("llm-c-worker-2",), 1)
+    assert (v.pod, v.category, v.retryable) == ("llm-c-worker-2", "hang", True), v.evidence
+    assert v.confidence < LOW_CONFIDENCE and v.runner_up_pod in {m.pod for m in present}
+    assert "llm-c-worker-2 (node rank 3)" in v.summary and "Runner-up" in v.summary
+    from podmortem.offline import report
+
+    text = report.render(inc, v)
+    assert "have not reported: llm-c-worker-2 (node rank 3)" in text
+
+
+def test_a_visibly_stuck_member_still_beats_one_that_never_reported() -> None:
+    present = _pytorchjob(("llm-c-master-0", 0), ("llm-c-worker-0", 1))
+    stuck = dataclasses.replace(pod("llm-c-worker-1", 2, exit_code=None, running=True), replica_type="Worker")
+    v = decide(job(*present, stuck, world_size=4))
+    assert v.pod == "llm-c-worker-1" and v.missing_pods == ("llm-c-worker-2",)
+    assert "Not reported: llm-c-worker-2 (node rank 3); if the job hung, look there first." in v.summary
+
+
+@pytest.mark.parametrize(
+    ("pods", "world", "ranks", "names"),
+    [
+        ([("j-worker-0", 1), ("j-worker-1", 2)], 3, (0,), ("j-master-0",)),  # the master is the silent one
+        ([("j-master-0", 0), ("j-worker-1", 2)], 4, (1, 3), ("j-worker-0", "j-worker-2")),
+        ([("train-0", 0), ("train-2", 2)], 3, (1,), ("train-1",)),  # <name>-<rank>
+        ([("a-x7f", 0), ("b-q2", 1)], 3, (2,), ()),  # no pattern: the rank only
+    ],
+)
+def test_the_missing_members_are_named_when_the_present_ones_show_how(
+    pods: list[tuple[str, int]], world: int, ranks: tuple[int, ...], names: tuple[str, ...]
+) -> None:
+    members = []
+    for name, rank in pods:
+        m = pod(name, rank)
+        if "-master-" in name or "-worker-" in name:
+            kind, index = name.rsplit("-", 2)[-2:]
+            m = dataclasses.replace(m, replica_type=kind, replica_index=int(index))
+        members.append(m)
+    from podmortem.core.engine import missing_members
+
+    assert missing_members(job(*members, world_size=world)) == (ranks, names)
