@@ -334,3 +334,15 @@ def test_the_missing_members_are_named_when_the_present_ones_show_how(
     from podmortem.core.engine import missing_members
 
     assert missing_members(job(*members, world_size=world)) == (ranks, names)
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("[node3:88:0:88] ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_2:1/IB (synd 0x15)", "network"),
+        ("2024-01-02T03:04:05Z /container_01: PermissionError: [Errno 13] Permission denied: '/ckpt/run7'", "infra"),
+    ],
+)
+def test_the_environment_s_own_words_in_a_log_tail(line: str, category: str) -> None:
+    found = DEFAULT_RULES.first_log_rule(f"step 12 loss 3.1\n{line}\n")
+    assert found is not None and found.category == category, found
