@@ -5,6 +5,9 @@ that cannot be told apart. The texts are written for these tests in the formats 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -346,3 +349,40 @@ def test_the_missing_members_are_named_when_the_present_ones_show_how(
 def test_the_environment_s_own_words_in_a_log_tail(line: str, category: str) -> None:
     found = DEFAULT_RULES.first_log_rule(f"step 12 loss 3.1\n{line}\n")
     assert found is not None and found.category == category, found
+
+
+def _dev_corpus() -> Path | None:
+    """The development corpus (torchrun runs): $PODMORTEM_CORPUS, in the repository, or beside it."""
+    repo = Path(__file__).resolve().parents[2]
+    for candidate in (
+        os.environ.get("PODMORTEM_CORPUS"),
+        repo / "tests" / "corpus-torchrun",
+        repo.parent / "shared" / "corpus",
+    ):
+        if candidate and any(Path(candidate).glob("*/incident.json")):
+            return Path(candidate)
+    return None
+
+
+def test_clear_cases_of_the_development_corpus_reach_the_permanent_threshold() -> None:
+    """Real torchrun runs: a worker raised a program error of its own while the others only lost it. Each such
+    verdict must be able to write PermanentFailure; one with another own failure beside it must not."""
+    corpus = _dev_corpus()
+    if corpus is None:
+        pytest.skip("no development corpus (set PODMORTEM_CORPUS)")
+    from podmortem.core.engine import PROGRAM_ERRORS
+    from podmortem.offline.bundle import load_bundle
+
+    clear = mixed = 0
+    for bundle in sorted(p.parent for p in corpus.glob("*/incident.json")):
+        truth = json.loads((bundle / "truth.json").read_text())
+        v = decide(load_bundle(bundle))
+        if v.exception_type.rsplit(".", 1)[-1] not in PROGRAM_ERRORS or v.pod != truth["root_pod"]:
+            continue
+        if truth["scenario"] == "multi_error":
+            mixed += 1
+            assert v.confidence < PERMANENT, bundle.name
+        else:
+            clear += 1
+            assert v.confidence >= PERMANENT and v.retryable is False, (bundle.name, v.confidence)
+    assert clear >= 5 and mixed >= 1, (clear, mixed)
