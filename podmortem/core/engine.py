@@ -594,7 +594,10 @@ _NEVER_REPORTED = "not reported"
 
 
 def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int]) -> list[Finding]:
-    """A stand-in finding for each expected member that never reported, named by its derived pod name."""
+    """A stand-in finding for each expected member that never reported, named by its derived pod name (none when
+    the names cannot be derived: a hang is not blamed on a pod nobody can name)."""
+    if not pods:
+        return []
     return [
         Finding(
             Member(pod=name, namespace=incident.members[0].namespace if incident.members else "", rank=rank),
@@ -795,9 +798,10 @@ def _missing_line(missing: int, ranks: Sequence[int], pods: Sequence[str], root_
         return ""
     if not ranks:
         return f"{missing} member(s) of the job have not reported."
-    named = [f"{pod} (node rank {rank})" for pod, rank in zip(pods, ranks, strict=True)] or [
-        f"node rank {rank}" for rank in ranks
-    ]
+    if pods:  # derived for every missing rank, or for none
+        named = [f"{pod} (node rank {rank})" for pod, rank in zip(pods, ranks, strict=True)]
+    else:
+        named = [f"node rank {rank}" for rank in ranks]
     shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
     if root_pod in pods:
         return f"Not reported: {shown}."

@@ -386,3 +386,9 @@ def test_clear_cases_of_the_development_corpus_reach_the_permanent_threshold() -
             clear += 1
             assert v.confidence >= PERMANENT and v.retryable is False, (bundle.name, v.confidence)
     assert clear >= 5 and mixed >= 1, (clear, mixed)
+
+
+def test_a_missing_member_whose_pod_cannot_be_named_is_named_by_its_rank() -> None:
+    v = decide(job(timed_out("a-x7f", 0), timed_out("b-q2", 1), world_size=3))
+    assert (v.missing_ranks, v.missing_pods) == ((2,), ())
+    assert v.pod in ("a-x7f", "b-q2") and "Not reported: node rank 2" in v.summary
