@@ -121,7 +121,7 @@ CONF_DEVICE_OVER_GENERIC = 0.7  # a device fault chosen over an earlier generic 
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
 NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
-CONF_NAMED_BONUS = 0.05  # victims name the root's address as the dead peer
+CONF_NAMED_BONUS = 0.05  # victims name the root (its address, host name or a rank it hosts) as the peer they lost
 CONF_MAX = 0.99
 CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chosen member is
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
@@ -576,7 +576,9 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
         # below the PermanentFailure threshold however many victims name it.
         ceiling = CONF_PRIMARY_GENERIC if rule.generic and confidence <= CONF_PRIMARY_GENERIC else CONF_MAX
         confidence = min(ceiling, confidence + CONF_NAMED_BONUS)
-        evidence.append(f"{named[root.member.pod]} victim(s) name {root.member.pod}'s address as the dead peer")
+        evidence.append(
+            f"{named[root.member.pod]} victim(s) name {root.member.pod} as the peer they lost or waited for"
+        )
     return _Root(
         root,
         rule.category,
@@ -695,7 +697,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
     if named:
         pod, count = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))[0]
         f = next(x for x in findings if x.member.pod == pod)
-        ev = (f"{count} victim(s) name {pod}'s address as the peer that went away",)
+        ev = (f"{count} victim(s) name {pod} as the peer that went away",)
         if f.secondary == "teardown":
             return _Root(
                 f,
