@@ -928,6 +928,8 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         exc_type = r.exception_type or (exception_type_of(r.text) if r.source in ("error file", "log") else "")
     missing = max(incident.world_size - len(incident.members), 0)
     confidence = root.confidence if missing <= 0 else max(CONF_MIN, root.confidence - CONF_MISSING_PENALTY)
+    if confidence < LOW_CONFIDENCE and root.runner_up is None:
+        root = dataclasses.replace(root, runner_up=_next_suspect(findings, r, named))
     return Verdict(
         pod=r.member.pod,
         category=root.category,
@@ -950,6 +952,19 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         missing_pods=missing_pods,
         runner_up_pod=root.runner_up.member.pod if root.runner_up is not None else None,
         runner_up_category=root.runner_up.category if root.runner_up is not None else None,
+    )
+
+
+def _next_suspect(findings: Sequence[Finding], root: Finding, named: Counter[str]) -> Finding | None:
+    """The runner-up of an uncertain verdict whose decision step named none: another member's own failure first,
+    then one that has not reported, then the echo its peers name most, else the earliest echo."""
+    order = {"primary": 0, "unknown": 1, "secondary": 2}
+    others = [f for f in findings if f.member.pod != root.member.pod and f.role in order]
+    if not others:
+        return None
+    return min(
+        others,
+        key=lambda f: (order[f.role], -named[f.member.pod], *_waited_first(f)),
     )
 
 

@@ -392,3 +392,14 @@ def test_a_missing_member_whose_pod_cannot_be_named_is_named_by_its_rank() -> No
     v = decide(job(timed_out("a-x7f", 0), timed_out("b-q2", 1), world_size=3))
     assert (v.missing_ranks, v.missing_pods) == ((2,), ())
     assert v.pod in ("a-x7f", "b-q2") and "Not reported: node rank 2" in v.summary
+
+
+def test_every_uncertain_verdict_names_a_runner_up() -> None:
+    """Below LOW_CONFIDENCE a verdict is worded as 'likely' and must say where else to look (README)."""
+    from podmortem.offline.corpus import compose, load
+
+    corpus = Path(__file__).resolve().parents[1] / "corpus-realworld" / "excerpts.jsonl"
+    uncertain = [v for c in compose(load(corpus), "train", 0) if (v := decide(c.incident)).uncertain]
+    assert uncertain and all(v.runner_up_pod not in (None, v.pod) for v in uncertain), [v.rule for v in uncertain]
+    lone = decide(job(pod("w-0", 0), pod("w-1", 1, msg=GLOO_CLOSED.format(n=1))))  # a bare exit 1, an echo
+    assert lone.uncertain and lone.runner_up_pod == "w-1" and "Runner-up: w-1" in lone.summary
