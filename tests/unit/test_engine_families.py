@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -351,30 +350,15 @@ def test_the_environment_s_own_words_in_a_log_tail(line: str, category: str) -> 
     assert found is not None and found.category == category, found
 
 
-def _dev_corpus() -> Path | None:
-    """The development corpus (torchrun runs): $PODMORTEM_CORPUS, in the repository, or beside it."""
-    repo = Path(__file__).resolve().parents[2]
-    for candidate in (
-        os.environ.get("PODMORTEM_CORPUS"),
-        repo / "tests" / "corpus-torchrun",
-        repo.parent / "shared" / "corpus",
-    ):
-        if candidate and any(Path(candidate).glob("*/incident.json")):
-            return Path(candidate)
-    return None
-
-
 def test_clear_cases_of_the_development_corpus_reach_the_permanent_threshold() -> None:
     """Real torchrun runs: a worker raised a program error of its own while the others only lost it. Each such
     verdict must be able to write PermanentFailure; one with another own failure beside it must not."""
-    corpus = _dev_corpus()
-    if corpus is None:
-        pytest.skip("no development corpus (set PODMORTEM_CORPUS)")
+    from bench.common import bundles, corpus_dir
     from podmortem.core.engine import PROGRAM_ERRORS
     from podmortem.offline.bundle import load_bundle
 
     clear = mixed = 0
-    for bundle in sorted(p.parent for p in corpus.glob("*/incident.json")):
+    for bundle in bundles(corpus_dir()):
         truth = json.loads((bundle / "truth.json").read_text())
         v = decide(load_bundle(bundle))
         if v.exception_type.rsplit(".", 1)[-1] not in PROGRAM_ERRORS or v.pod != truth["root_pod"]:
