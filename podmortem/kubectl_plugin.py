@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from podmortem import settings
+from podmortem.settings import Setting
 
 SUMMARY = "podmortem.io/summary"
 VERDICT = "podmortem.io/verdict"
@@ -86,6 +88,8 @@ def render(obj: dict[str, Any]) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+# -n, --kubeconfig and --context are kubectl's own flags, handed to it (kubectl reads KUBECONFIG itself).
+SETTINGS = (Setting("kubectl", "--kubectl", "KUBECTL", "the kubectl binary to run", default="kubectl"),)
 MAX_OWNER_HOPS = 3  # pod -> batch Job -> JobSet -> TrainJob
 
 
@@ -127,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--kubeconfig")
     explain.add_argument("--context")
     explain.add_argument("-o", "--output", choices=("describe", "json"), default="describe")
+    settings.add_arguments(explain, SETTINGS, "plugin settings")
     return parser
 
 
@@ -136,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: name the object as <kind>/<name>, e.g. pytorchjob/my-job", file=sys.stderr)
         return 2
     flags = [f"--{name}={value}" for name in ("namespace", "kubeconfig", "context") if (value := getattr(args, name))]
-    kubectl = Kubectl(os.environ.get("KUBECTL", "kubectl"), flags)
+    kubectl = Kubectl(settings.read(SETTINGS, None, args)["kubectl"] or "kubectl", flags)
     try:
         obj = kubectl.get(args.target)
         # The verdict lives on the outermost workload (pod -> batch Job -> JobSet -> TrainJob): follow the

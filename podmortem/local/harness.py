@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from podmortem import settings
 from podmortem.local import clockshim
 
 POLL = 0.02  # seconds between looks at processes, markers and verdicts
@@ -180,7 +181,7 @@ class JobResult:
 
 def torch_available() -> bool:
     """Is torch importable here? PODMORTEM_HARNESS_TORCH=0 forces the no-torch fallback."""
-    if os.environ.get("PODMORTEM_HARNESS_TORCH") == "0":
+    if settings.platform("PODMORTEM_HARNESS_TORCH") == "0":
         return False
     return importlib.util.find_spec("torch") is not None
 
@@ -228,7 +229,7 @@ def _package_root() -> str:
 
 
 def _base_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = settings.environment()
     env.pop(TOKEN_ENV, None)
     root = _package_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -207,7 +207,7 @@ class PodReporter:
 def make_pod_source(settings: Settings) -> PodSource | None:
     """The pod source the settings ask for; None when there is none (the error file is then all we watch)."""
     if settings.pod_source == "file" and settings.pod_status_file is not None:
-        return LocalFilePodSource(settings.pod_status_file)
+        return LocalFilePodSource(settings.pod_status_file, force_polling=settings.force_polling or None)
     if settings.pod_source == "api":
         # Imported only for this source: raw HTTP, no client library (and PyYAML only for a kubeconfig).
         from podmortem.sidecar.apiserver import OwnPod

@@ -59,7 +59,7 @@ def build_parser(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     """Run the sidecar with parsed flags (environment for the rest) until SIGTERM; the exit code."""
     try:
-        settings = config.from_env_and_args(os.environ, ns)
+        settings = config.from_env_and_args(None, ns)
     except ConfigError as exc:
         print(f"podmortem sidecar: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -134,7 +134,11 @@ async def serve(
         settings.pod_status_file if settings.pod_source == "file" else settings.pod_source,
     )
     watcher = ErrorFileWatcher(
-        settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
+        settings.error_file,
+        settings.pod_key,
+        outbox.put,
+        settle_seconds=settings.settle_seconds,
+        force_polling=settings.force_polling or None,
     )
     source = pod_source if pod_source is not None else make_pod_source(settings)
     if not settings.job_name and source is not None:

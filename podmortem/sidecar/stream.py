@@ -1,7 +1,7 @@
 """The sidecar's one long-lived `Collector.Report` stream to the aggregator.
 
 Everything the sidecar knows travels on one bidirectional gRPC stream (the contract is
-protos/podmortem/v1/collector.proto): `Register` first — again after every reconnect, since the
+protos/podmortem/protocol/v1/collector.proto): `Register` first — again after every reconnect, since the
 aggregator may have restarted — then every event the outbox still holds, then new events as they
 come. The aggregator's `Ack`s remove events from the outbox; anything not acknowledged when the stream
 breaks is sent again on the next one (the aggregator deduplicates by event id).
