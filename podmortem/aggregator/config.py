@@ -10,7 +10,7 @@ RESOURCE_EXHAUSTED, the sidecar resends what was not acked), 65,536 members per 
 (`members_per_job`), 256 events per member (`member_events`), 1,000 namespaces with jobs held
 (`namespaces`), 1,000 open incidents (`open_incidents`: a job failing beyond it keeps its events and
 opens when a place is free), a `register` within 30 s of a stream's start, 4 MiB per message, 10,000
-jobs remembered (the oldest decided ones are forgotten first). `LIMITS` names them for the metric.
+jobs remembered (the oldest decided ones are forgotten first). `metrics.LIMITS` names them for the metric.
 
 Without `--kube` (local runs, the demo) nothing listens beyond loopback unless asked: an open port
 would let anyone who reaches it feed incidents. `--shutdown-grace` must stay below the pod's
@@ -36,8 +36,6 @@ from podmortem.settings import Setting
 LOOPBACK_LISTEN, LOOPBACK_METRICS = "127.0.0.1:50051", "127.0.0.1:9090"
 CLUSTER_LISTEN, CLUSTER_METRICS = "0.0.0.0:50051", "0.0.0.0:9090"
 AUTH_MODES = ("tokenreview", "none")
-# The label values of podmortem_limit_hits_total{limit}, created up front (see the module docstring).
-LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
 # Modes a verdict file may have: the owner reads and writes; its group, or everyone, may read.
 VERDICT_FILE_MODES = ("0600", "0640", "0644")
 
