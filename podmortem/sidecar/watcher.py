@@ -227,6 +227,11 @@ class ErrorFileWatcher:
         self._signature: tuple[int, int, int] | None = None
         self._unsettled: _Unsettled | None = None
         self._sent: set[str] = set()
+        # When the training container's current run started (pod clock, whole seconds, from the pod's
+        # status): a file last written before it is the previous run's, left in the shared volume, and
+        # is not this run's failure. None: not known (then every file counts).
+        self.not_before: float | None = None
+        self._stale: tuple[int, int, int] | None = None  # the stale file last logged as such
 
     async def run(self) -> None:
         """Watch until cancelled."""
@@ -251,6 +256,14 @@ class ErrorFileWatcher:
         except OSError:
             st = None  # read_error_file reports it as a parse error
         signature = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        if st is not None and self.not_before is not None and st.st_mtime < self.not_before:
+            if signature != self._stale:
+                self._stale = signature
+                logger.info(
+                    "error file %s predates the container's current run: the previous run's, not sent", self.path
+                )
+            self._signature, self._unsettled = None, None
+            return None
         if signature is not None and signature == self._signature and not (force or final):
             return self._settle(final)
         self._signature = signature
