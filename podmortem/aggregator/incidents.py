@@ -437,9 +437,11 @@ class IncidentBook:
     ) -> None:
         incident = incident or self._incident(state)
         verdict = verdict or self._deciding.safe_decide(incident)
+        reported = self._reported(state)
+        # The engine sees members, not which of them reported: "missing" is said here, where the count is.
+        verdict = dataclasses.replace(verdict, members_missing=max(incident.world_size - reported, 0))
         state.verdict = verdict
         state.revision += 1
-        reported = self._reported(state)
         self._publish(
             Decision(
                 incident=incident,
