@@ -26,6 +26,21 @@ from podmortem.core.categories import CATEGORIES
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
 LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
+# Why a stream is refused (`podmortem_streams_rejected_total{reason}`): authentication and authorization
+# (aggregator/auth.py), the server's own refusals, and a limit reached.
+REJECT_REASONS = (
+    "no_token",
+    "expired",
+    "rejected",
+    "review_failed",
+    "not_pod_bound",
+    "other_pod",
+    "namespace",
+    "standby",
+    "state_write",
+    "register_deadline",
+    *LIMITS,
+)
 NO_CATEGORY = "none"  # an incident with no failed pod (e.g. a clean exit)
 LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600)
 # Bounds on the label values that come from the cluster or from user code (see `_Bounded`).
@@ -163,6 +178,8 @@ class Metrics:
             self.verdicts_by_category.labels(category=category)
         for limit in LIMITS:
             self.limit_hits.labels(limit=limit)
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason=reason)
         # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
         self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.metrics import LIMITS
+from podmortem.aggregator.metrics import LIMITS, REJECT_REASONS
 from podmortem.aggregator.running import Aggregator, BindError
 from podmortem.core.model import ErrorRecord
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -80,6 +80,8 @@ def test_limit_series_exist_before_any_limit_is_hit() -> None:
     metrics = Metrics(CollectorRegistry())
     for limit in LIMITS:
         assert metrics.registry.get_sample_value("podmortem_limit_hits_total", {"limit": limit}) == 0.0
+    for reason in REJECT_REASONS:
+        assert metrics.registry.get_sample_value("podmortem_streams_rejected_total", {"reason": reason}) == 0.0
 
 
 def test_every_limit_the_code_counts_is_a_known_label() -> None:
@@ -94,6 +96,22 @@ def test_every_limit_the_code_counts_is_a_known_label() -> None:
         counted |= set(re.findall(r'limit_hits\.labels\(limit="([a-z_]+)"\)', text))
         counted |= set(re.findall(r'LimitExceeded\("([a-z_]+)"', text))
     assert counted and counted <= set(LIMITS), counted - set(LIMITS)
+
+
+def test_every_refusal_reason_the_code_gives_is_a_known_label() -> None:
+    """A refusal is made with (gRPC code, reason): each reason must be created up front."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent.parent / "podmortem" / "aggregator"
+    given = set()
+    for path in root.rglob("*.py"):
+        given |= set(
+            re.findall(
+                r'"(?:UNAUTHENTICATED|PERMISSION_DENIED|UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED)",\s*"([a-z_]+)"',
+                path.read_text(),
+            )
+        )
+    assert given and given <= set(REJECT_REASONS), given - set(REJECT_REASONS)
 
 
 @pytest.mark.parametrize(("mode", "expected"), [(None, 0o600), (0o640, 0o640), (0o644, 0o644)])
