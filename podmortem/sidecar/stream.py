@@ -230,6 +230,7 @@ class StreamClient:
     async def _session(self, stub: Any) -> tuple[Any, str, bool]:
         """One stream, from Register to its end: (status code or None when closed OK, details, registered)."""
         self.sessions += 1
+        self._switching = False  # a `reregister` before this stream is already in `self.register`
         logger.info(
             "opening stream %d to aggregator %s (waits until it is reachable); %d event(s) pending",
             self.sessions,
