@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import (
+from support.kube_emulator import PODS, TRAINJOBS, EmulatorHandle
+from support.kube_objects import (
     JOB,
     NS,
-    PODS,
-    TRAINJOBS,
-    EmulatorHandle,
     decision,
     make_kube,
     seed_jobset,

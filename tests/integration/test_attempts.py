@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from support.fake_collector import HANG_GUARD, FakeCollector, serving
+from support.common import HANG_GUARD, eventually
+from support.fake_collector import FakeCollector, serving
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
@@ -93,12 +94,6 @@ async def sidecar(settings: Settings) -> AsyncIterator[asyncio.Event]:
             await task
 
 
-async def until(predicate: Any) -> None:
-    async with asyncio.timeout(HANG_GUARD):
-        while not predicate():
-            await asyncio.sleep(0.05)
-
-
 def verdict(directory: Path, name: str) -> dict[str, Any] | None:
     path = directory / name
     return json.loads(path.read_text()) if path.exists() else None
@@ -118,13 +113,13 @@ async def test_a_restarted_containers_failure_is_a_new_incident_not_a_revision(t
             # Run 0 fails with a KeyError.
             write_json(err, error("KeyError: 'label'"), mtime=T0 + 10)
             write_json(status, pod(0, T0, 1))
-            await until(lambda: (verdict(verdicts, "ns_job.json") or {}).get("final"))
+            await eventually(lambda: (verdict(verdicts, "ns_job.json") or {}).get("final"))
             # The kubelet restarts the container (run 1), which fails with a CUDA OOM.
             write_json(status, pod(1, T0 + 60, None, last_exit=1))
-            await until(lambda: agg.book.incident(("ns", "job", "r1")) is not None)
+            await eventually(lambda: agg.book.incident(("ns", "job", "r1")) is not None)
             write_json(err, error("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"))
             write_json(status, pod(1, T0 + 60, 1, last_exit=1))
-            await until(lambda: (verdict(verdicts, "ns_job_r1.json") or {}).get("final"))
+            await eventually(lambda: (verdict(verdicts, "ns_job_r1.json") or {}).get("final"))
     finally:
         await agg.stop(grace=1)
     first, second = verdict(verdicts, "ns_job.json"), verdict(verdicts, "ns_job_r1.json")
@@ -141,7 +136,7 @@ async def test_a_restarted_sidecar_does_not_resend_the_previous_runs_error_file(
     write_json(tmp_path / "pod.json", pod(1, T0 + 60, None, last_exit=1))
     async with serving(FakeCollector()) as served:
         async with sidecar(settings_for(tmp_path, served.target)):
-            await served.collector.until(lambda: bool(served.collector.registers))
+            await eventually(lambda: bool(served.collector.registers), "a registration")
         # The stop path took its last look at the error file and the pod, and flushed.
     assert [r.attempt for r in served.collector.registers] == ["r1"]
     assert served.collector.registers[0].node == "node-a"
