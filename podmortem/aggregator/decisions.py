@@ -51,8 +51,9 @@ class Decision:
         return max(self.decided_at - self.incident.opened_at, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
+        """The verdict file's document; under leader election it also names its term (`lease`)."""
         inc = self.incident
-        return {
+        doc: dict[str, Any] = {
             "incident": {
                 "id": inc.incident_id,
                 "job": {"namespace": inc.job.namespace, "name": inc.job.name, "kind": inc.job.kind, "uid": inc.job.uid},
@@ -69,7 +70,7 @@ class Decision:
             "closed_by": self.closed_by,
             "decided_at": self.decided_at,
             "latency_seconds": self.latency,
-            "lease": None
-            if self.term is None
-            else {"holderIdentity": self.term.holder, "leaseTransitions": self.term.transitions},
         }
+        if self.term is not None:
+            doc["lease"] = {"holderIdentity": self.term.holder, "leaseTransitions": self.term.transitions}
+        return doc

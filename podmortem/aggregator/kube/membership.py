@@ -12,9 +12,11 @@ the pod is read once (through the token reviewers' own API budget, never the pub
 raises `AuthRefused` (PERMISSION_DENIED): `not_member` for a pod that belongs to no job we know or to
 another job than it claims, `pod_uid` for a token of an earlier pod of the same name, and
 `claim_mismatch` for a rank, replica type or replica index the pod object contradicts. Where the pod
-object states a fact, it replaces the claim: the job's kind and uid, the attempt (a JobSet restart
-attempt), the node and pod IP, and the world size (the job's own size replaces the sidecar's hint).
-Where it states nothing (a rank the spec cannot give), the claim stays as the sidecar sent it.
+object states a fact, it replaces the claim: the job's kind and uid, the node and pod IP, and the
+world size (the job's own size replaces the sidecar's hint). Where it states nothing (a rank the spec
+cannot give), the claim stays as the sidecar sent it. The attempt stays as claimed: the sidecar
+derives it from the container's restarts as they happen, which the pod object may show later; a
+member that lies about it can only split its own job's incident.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from podmortem.core.model import JobRef
 from podmortem.k8s.errors import KubeError, NotFoundError, PermanentError
 from podmortem.k8s.objects import resource_path
 from podmortem.k8s.workloads import (
-    JOBSET_RESTART_ATTEMPT,
     WORKLOADS,
     OwnerRef,
     attempt_of,
@@ -130,8 +131,7 @@ class PodFacts:
     pod: str
     uid: str
     job: JobRef
-    attempt: str
-    attempt_stated: bool  # the pod carries its attempt (a JobSet's restart-attempt label)
+    attempt: str  # as its sidecar derives it: JobSet's restart attempt and the container's restarts
     rank: int | None
     replica_type: str
     replica_index: int | None
@@ -143,14 +143,12 @@ class PodFacts:
 def pod_facts(pod: JSON, resolved: ResolvedJob, snap: podstatus.PodSnapshot | None = None) -> PodFacts:
     snap = snap if snap is not None else podstatus.snapshot(pod)
     rank = node_rank(resolved.spec_object, pod)
-    labels = (pod.get("metadata") or {}).get("labels") or {}
     return PodFacts(
         namespace=snap.namespace,
         pod=snap.name,
         uid=snap.uid,
         job=resolved.job,
-        attempt=attempt_of(pod),
-        attempt_stated=JOBSET_RESTART_ATTEMPT in labels,
+        attempt=attempt_of(pod, snap.restart_count),
         rank=rank if rank is not None else snap.rank,
         replica_type=snap.replica_type,
         replica_index=snap.replica_index,
@@ -259,8 +257,6 @@ def verified_register(facts: PodFacts, reg: pb.Register) -> pb.Register:
     out = pb.Register()
     out.CopyFrom(reg)
     out.job.kind, out.job.uid = facts.job.kind, facts.job.uid
-    if facts.attempt_stated:
-        out.attempt = facts.attempt
     if facts.rank is not None:
         out.rank = facts.rank
     if facts.replica_index is not None:

@@ -43,6 +43,7 @@ from podmortem.core.podstatus import PodSnapshot
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.listwatch import Listed, list_watch
 from podmortem.k8s.objects import resource_path
+from podmortem.k8s.workloads import attempt_of
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -167,7 +168,7 @@ class PodWatch:
         facts = pod_facts(pod, resolved, snap)
         if self.index is not None:
             self.index.saw(facts)
-        attempt = facts.attempt
+        attempt = facts.attempt  # as the pod's sidecar registers (k8s.workloads.attempt_of)
         identity = dataclasses.replace(wire.member_from_snapshot(snap), rank=facts.rank)
         key = self.book.observe_member(resolved.job, attempt, identity)
         if resolved.world_size:
@@ -179,6 +180,12 @@ class PodWatch:
                 self.book.expect(resolved.job, attempt, resolved.world_size)
         previous = self._known.get(uid)
         events = wire.events_from_snapshot(snap, previous.snapshot if previous else None)
+        earlier = [e for e in events if wire.run_of(e) < snap.restart_count]
+        if earlier:  # the end of the run before a restart belongs to that run's attempt
+            events = [e for e in events if e not in earlier]
+            before = self.book.observe_member(resolved.job, attempt_of(pod, snap.restart_count - 1), identity)
+            read_before = self.logs is not None and needs_log(snap) and self.book.lacks_log(before)
+            self._ingest(uid, before, earlier, snap if read_before else None)
         ended = any(e.WhichOneof("payload") == "termination" for e in events)
         read_log = ended and self.logs is not None and needs_log(snap) and self.book.lacks_log(key)
         self._ingest(uid, key, events, snap if read_log else None)
