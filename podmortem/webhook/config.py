@@ -21,6 +21,7 @@ Only `--tls-cert` and `--tls-key` have no default, so `podmortem webhook --liste
 | `--error-dir` | `PODMORTEM_ERROR_DIR` | `/var/run/podmortem` | shared volume's mount when the pod sets no error file |
 | `--token-audience` | `PODMORTEM_TOKEN_AUDIENCE` | `podmortem` | audience of the sidecar's projected token |
 | `--token-expiration` | `PODMORTEM_TOKEN_EXPIRATION` | `3600` | its lifetime in seconds (>= 600) |
+| `--jobset-max-restarts` | `PODMORTEM_JOBSET_MAX_RESTARTS` | `3` | `maxRestarts` for an opted-in JobSet |
 | `--shutdown-grace` | `PODMORTEM_WEBHOOK_SHUTDOWN_GRACE` | `5` | seconds to finish open requests on SIGTERM |
 | `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | |
 
@@ -113,6 +114,12 @@ _INJECTION: tuple[Setting, ...] = (
         "PEM file: the CA of the aggregator's gRPC certificate, handed to each sidecar (TLS)",
     ),
     Setting(
+        "jobset_max_restarts",
+        "--jobset-max-restarts",
+        "PODMORTEM_JOBSET_MAX_RESTARTS",
+        "maxRestarts of the failurePolicy added to an opted-in JobSet (default 3)",
+    ),
+    Setting(
         "token_expiration_seconds",
         "--token-expiration",
         "PODMORTEM_TOKEN_EXPIRATION",
@@ -173,8 +180,8 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig
             if value.lower() not in ("true", "false"):
                 problems.append(f"{name(s.dest)} = {value!r} is not true or false")
             inj[s.dest] = value.lower() == "true"
-        elif s.dest in ("token_expiration_seconds", "run_as_user"):
-            low = 600 if s.dest == "token_expiration_seconds" else 1
+        elif s.dest in ("token_expiration_seconds", "run_as_user", "jobset_max_restarts"):
+            low = {"token_expiration_seconds": 600, "run_as_user": 1, "jobset_max_restarts": 0}[s.dest]
             if not value.isdigit() or int(value) < low:
                 problems.append(f"{name(s.dest)} = {value!r} is not a whole number >= {low}")
             else:

@@ -221,7 +221,7 @@ def test_state_dir_is_on_a_volume() -> None:
 def test_webhook_configuration() -> None:
     docs = render(namespace="ops")
     config = one(docs, "MutatingWebhookConfiguration")
-    [hook] = config["webhooks"]
+    hook = next(h for h in config["webhooks"] if h["name"] == "inject.sidecar.podmortem.io")
     assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Ignore"
     assert hook["timeoutSeconds"] <= 10 and hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["rules"] == [
@@ -245,6 +245,27 @@ def test_webhook_configuration() -> None:
     svc = one(docs, "Service", "-webhook")
     assert (service["name"], service["namespace"], service["path"]) == (svc["metadata"]["name"], "ops", "/mutate")
     assert service["port"] in [p["port"] for p in svc["spec"]["ports"]]
+
+
+def test_retry_policy_webhook_sees_only_opted_in_jobs_and_jobsets() -> None:
+    docs = render(namespace="ops")
+    config = one(docs, "MutatingWebhookConfiguration")
+    hooks = {h["name"]: h for h in config["webhooks"]}
+    retry = hooks["retry-policy.podmortem.io"]
+    assert retry["objectSelector"] == {"matchLabels": {"podmortem.io/retry-policy": "enabled"}}
+    assert retry["namespaceSelector"] == hooks["inject.sidecar.podmortem.io"]["namespaceSelector"]
+    assert {(r["apiGroups"][0], r["resources"][0], tuple(r["operations"])) for r in retry["rules"]} == {
+        ("batch", "jobs", ("CREATE",)),
+        ("jobset.x-k8s.io", "jobsets", ("CREATE",)),
+    }
+    assert retry["clientConfig"] == hooks["inject.sidecar.podmortem.io"]["clientConfig"]
+    container = one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(container)
+    assert env["PODMORTEM_JOBSET_MAX_RESTARTS"] == "3"
+    cfg = webhook_config.load(None, {**env, "PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"})
+    assert cfg.injection.jobset_max_restarts == 3
+    off = one(render({"webhook": {"retryPolicy": {"enabled": False}}}), "MutatingWebhookConfiguration")
+    assert [h["name"] for h in off["webhooks"]] == ["inject.sidecar.podmortem.io"]
 
 
 def test_helm_generated_ca_signs_the_served_certificate() -> None:
