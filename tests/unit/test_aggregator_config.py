@@ -36,3 +36,31 @@ def test_an_explicit_address_wins_either_way() -> None:
 def test_a_bad_address_is_a_clear_error() -> None:
     with pytest.raises(config.ConfigError, match="listen"):
         config.load(_ns("--listen", "nowhere"), env={})
+
+
+def test_node_action_settings() -> None:
+    from podmortem.aggregator.kube.client import duration, load_kube_settings
+
+    default = load_kube_settings(argparse.Namespace(), {})
+    assert (default.node_actions, default.suspect_node_threshold, default.suspect_node_taint) == (True, 2, False)
+    assert default.suspect_node_window == 7 * 86400
+    env = {
+        "PODMORTEM_NODE_ACTIONS": "off",
+        "PODMORTEM_SUSPECT_NODE_THRESHOLD": "3",
+        "PODMORTEM_SUSPECT_NODE_WINDOW": "36h",
+        "PODMORTEM_SUSPECT_NODE_TAINT": "1",
+    }
+    s = load_kube_settings(argparse.Namespace(), env)
+    assert (s.node_actions, s.suspect_node_threshold, s.suspect_node_window, s.suspect_node_taint) == (
+        False,
+        3,
+        36 * 3600,
+        True,
+    )
+    flags = argparse.Namespace(node_actions="on", suspect_node_window="90m")
+    assert load_kube_settings(flags, env).node_actions and load_kube_settings(flags, env).suspect_node_window == 5400
+    assert duration("w", "604800") == 604800
+    for bad in ({"PODMORTEM_NODE_ACTIONS": "maybe"}, {"PODMORTEM_SUSPECT_NODE_WINDOW": "7x"},
+                {"PODMORTEM_SUSPECT_NODE_WINDOW": "0d"}, {"PODMORTEM_SUSPECT_NODE_THRESHOLD": "0"}):  # fmt: skip
+        with pytest.raises(ValueError):
+            load_kube_settings(argparse.Namespace(), bad)

@@ -149,6 +149,26 @@ def test_cluster_mode_rbac_is_the_documented_one() -> None:
     assert by_kind(docs, "Role") == []
 
 
+def test_node_rbac_only_while_node_actions_are_on() -> None:
+    docs = render()
+    role = one(docs, "ClusterRole", "-nodes")
+    assert role["rules"] == documented_role("ClusterRole", "podmortem-aggregator-nodes")
+    binding = one(docs, "ClusterRoleBinding", "-nodes")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    env = env_of(one(docs, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
+    settings = load_kube_settings(argparse.Namespace(), env)
+    assert settings.node_actions and settings.suspect_node_threshold == 2
+    assert settings.suspect_node_window == 7 * 86400 and not settings.suspect_node_taint
+    off = render({"aggregator": {"nodeActions": {"enabled": False}}})
+    assert not [d for d in off if d["metadata"]["name"].endswith("-nodes")]
+    env = env_of(one(off, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
+    assert not load_kube_settings(argparse.Namespace(), env).node_actions
+    tainting = render({"aggregator": {"nodeActions": {"taint": True, "suspectWindow": "36h"}}})
+    env = env_of(one(tainting, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
+    settings = load_kube_settings(argparse.Namespace(), env)
+    assert settings.suspect_node_taint and settings.suspect_node_window == 36 * 3600
+
+
 def test_namespace_mode_has_roles_and_no_webhook() -> None:
     docs = render(values_of("namespace-values.yaml"), namespace="team-a")
     kinds = {d["kind"] for d in docs}

@@ -168,3 +168,12 @@ none
 tokenreview
 {{- end -}}
 {{- end }}
+
+{{/* on when the aggregator acts on nodes: asked for, and in cluster mode (nodes need a ClusterRole). */}}
+{{- define "podmortem.nodeActions" -}}
+{{- if and .Values.aggregator.nodeActions.enabled (ne .Values.installMode "namespace") -}}
+on
+{{- else -}}
+off
+{{- end -}}
+{{- end }}

@@ -88,6 +88,12 @@ class KubeSettings:
     # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
     # sidecar sent none and whose termination carries no message.
     pod_log_bytes: int = 64 << 10
+    # Bad nodes (podmortem.aggregator.kube.nodes): hardware root causes recorded on their node; a node with
+    # `suspect_node_threshold` of them within `suspect_node_window` seconds is marked (tainted only if asked).
+    node_actions: bool = True
+    suspect_node_threshold: int = 2
+    suspect_node_window: float = 7 * 86400.0
+    suspect_node_taint: bool = False
     # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
     leader_elect: bool = False
     lease_name: str = "podmortem-aggregator"
@@ -126,6 +132,27 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lease-name", help="the Lease's name [PODMORTEM_LEASE_NAME, podmortem-aggregator]")
     g.add_argument("--lease-namespace", help="the Lease's namespace [POD_NAMESPACE, else default]")
     g.add_argument(
+        "--node-actions",
+        choices=("on", "off"),
+        help="record hardware root causes on their node and mark repeat offenders; off needs no node RBAC "
+        "[PODMORTEM_NODE_ACTIONS, on]",
+    )
+    g.add_argument(
+        "--suspect-node-threshold",
+        type=int,
+        help="hardware root causes within the window that mark a node suspect [PODMORTEM_SUSPECT_NODE_THRESHOLD, 2]",
+    )
+    g.add_argument(
+        "--suspect-node-window",
+        help="how far back faults count: seconds, or with s/m/h/d [PODMORTEM_SUSPECT_NODE_WINDOW, 7d]",
+    )
+    g.add_argument(
+        "--suspect-node-taint",
+        action="store_true",
+        default=None,
+        help="also taint a suspect node podmortem.io/suspect-hardware:NoSchedule [PODMORTEM_SUSPECT_NODE_TAINT=1]",
+    )
+    g.add_argument(
         "--pod-log-bytes",
         type=int,
         help="log tail read of a failed pod without a sidecar; 0 never reads logs [PODMORTEM_POD_LOG_BYTES, 65536]",
@@ -159,7 +186,20 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
     pod_log_bytes = KubeSettings.pod_log_bytes if log_bytes is None else int(log_bytes)
     if not 0 <= pod_log_bytes <= 1 << 20:
         raise ValueError("--pod-log-bytes must be between 0 and 1048576")
+    node_actions = str(pick("node_actions", "PODMORTEM_NODE_ACTIONS") or "on").lower()
+    if node_actions not in ("on", "off"):
+        raise ValueError(f"--node-actions: {node_actions!r} is not on or off")
+    threshold = int(pick("suspect_node_threshold", "PODMORTEM_SUSPECT_NODE_THRESHOLD") or 2)
+    if threshold < 1:
+        raise ValueError("--suspect-node-threshold must be >= 1")
+    window_text = pick("suspect_node_window", "PODMORTEM_SUSPECT_NODE_WINDOW") or "7d"
+    window = duration("--suspect-node-window", str(window_text))
+    taint = pick("suspect_node_taint", "PODMORTEM_SUSPECT_NODE_TAINT")
     return KubeSettings(
+        node_actions=node_actions == "on",
+        suspect_node_threshold=threshold,
+        suspect_node_window=window,
+        suspect_node_taint=taint is True or str(taint).lower() in _TRUE,
         enabled=enabled is True or str(enabled).lower() in _TRUE,
         kubeconfig=pick("kubeconfig", "KUBECONFIG"),
         context=pick("kube_context", "PODMORTEM_KUBE_CONTEXT"),
@@ -173,6 +213,23 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         lease_name=pick("lease_name", "PODMORTEM_LEASE_NAME") or KubeSettings.lease_name,
         lease_namespace=pick("lease_namespace", "POD_NAMESPACE") or "default",
     )
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(name: str, text: str) -> float:
+    """Seconds from '604800', '90m', '36h' or '7d'; ValueError naming the setting otherwise."""
+    text = text.strip().lower()
+    unit = _UNITS.get(text[-1:], 0.0)
+    number = text[:-1] if unit else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not a duration (seconds, or a number with s, m, h or d)") from None
+    if value <= 0:
+        raise ValueError(f"{name}: must be > 0, got {text!r}")
+    return value
 
 
 # -- paths -------------------------------------------------------------------------------------
