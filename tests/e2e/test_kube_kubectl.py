@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -62,6 +63,34 @@ async def test_kubectl_podmortem_explain_a_job(published: Path, tmp_path: Path) 
     assert "  - error file: ValueError at 15:06:10" in text
     assert "Incident:       kubeflow-user.mixtral-cpt.0 (revision 1, final)" in text
     assert "Condition:      PodmortemRootCause=True (UserCode)" in text
+
+
+async def test_explain_shows_the_nodes_fault_record(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    """Two hardware root causes on node-1: explain shows the node's record and its SuspectHardware condition."""
+    seed_pytorchjob(kube_api)
+    kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
+    kube = make_kube(kube_api, tmp_path)
+    for n in (1, 2):
+        d = decision(category="hardware")
+        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.mixtral-cpt.{n}"))
+        for publisher in kube_publishers(KubeSettings(), kube):
+            await publisher.publish(d)
+    kube.close()
+    kube_api.emulator.token = None
+    config = kube_api.kubeconfig(tmp_path / "config", NS)
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pytorchjob/mixtral-cpt",
+               "--kubeconfig", str(config), "-n", NS])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Node node-1 Hardware Faults:" in out.stdout
+    assert out.stdout.count(f"{NS}/PyTorchJob/mixtral-cpt  pod mixtral-cpt-worker-1") == 2
+    assert "      error file: ValueError at 15:06:10" in out.stdout
+    assert "Suspect:        True (RepeatedHardwareFaults): 2 hardware root causes within 7d" in out.stdout
+
+
+def test_render_node() -> None:
+    assert kubectl_plugin.render_node({"metadata": {"name": "n"}}) is None
+    damaged = {"metadata": {"name": "n", "annotations": {"podmortem.io/hardware-faults": "{oops"}}}
+    assert kubectl_plugin.render_node(damaged) == "Node n Hardware Faults: <none>\n"
 
 
 async def test_a_pod_without_a_verdict_leads_to_its_job(published: Path) -> None:
