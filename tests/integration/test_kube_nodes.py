@@ -97,6 +97,7 @@ async def test_two_hardware_incidents_set_the_condition_and_an_event(kube_api: E
     assert second["status"]["conditions"][:2] == [
         {k: v for k, v in c.items()} for c in KUBELET_CONDITIONS
     ]  # the kubelet's conditions are carried over as read
+    kubernetes_validate.validate(second, "1.33.0", strict=True)  # condition and annotation as a Node allows
     [event] = node_events(kube_api)
     assert (event["type"], event["reason"], event["involvedObject"]["name"]) == ("Warning", "SuspectHardware", NODE)
     kubernetes_validate.validate(event, "1.33.0", strict=True)
