@@ -15,6 +15,10 @@ Nothing is merged into a user's policy. What else holds:
   `podFailurePolicy`: left alone, counted as `restart_on_failure`.
 - A batch Job created by a JobSet (label `jobset.sigs.k8s.io/jobset-name`) is left alone: its JobSet is
   the unit that carries the policy, and a JobSet of a user's own policy must not get ours in its Jobs.
+- An object created by another controller (a controller ownerReference other than a CronJob's: the
+  JobSet of a TrainJob, say) is left alone: that controller owns the spec and may apply it again
+  without our fields (and a JobSet's failurePolicy is immutable). A TrainJob's policy goes in its
+  runtime (`podmortem policy trainjob`).
 - The annotation `podmortem.io/retry-policy-added: "<version>"` says that it was added, and by which
   version.
 """
@@ -41,9 +45,11 @@ ADDED = "added"
 OWN_POLICY = "own_policy"
 RESTART_ON_FAILURE = "restart_on_failure"
 JOBSET_CHILD = "jobset_child"
+OWNED = "owned_by_controller"
 NOT_OPTED_IN = "not_opted_in"
 UNSUPPORTED = "unsupported"
-OUTCOMES = (ADDED, OWN_POLICY, RESTART_ON_FAILURE, JOBSET_CHILD, NOT_OPTED_IN, UNSUPPORTED)
+OUTCOMES = (ADDED, OWN_POLICY, RESTART_ON_FAILURE, JOBSET_CHILD, OWNED, NOT_OPTED_IN, UNSUPPORTED)
+MUTABLE_OWNERS = frozenset({"CronJob"})  # creates a Job once and never applies its spec again
 KINDS = {("batch", "Job"): "Job", ("jobset.x-k8s.io", "JobSet"): "JobSet"}
 
 
@@ -64,6 +70,14 @@ def _opted_in(obj: Mapping[str, Any]) -> bool:
     return str(labels.get(LABEL, "")).lower() == ENABLED
 
 
+def _controller(obj: Mapping[str, Any]) -> str | None:
+    """'Kind/name' of the controller that owns `obj` and keeps its spec, else None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") not in MUTABLE_OWNERS:
+            return f"{ref.get('kind')}/{ref.get('name')}"
+    return None
+
+
 def _restart_policy(job_spec: Mapping[str, Any]) -> str:
     return str((((job_spec.get("template") or {}).get("spec")) or {}).get("restartPolicy") or "")
 
@@ -75,6 +89,8 @@ def mutate_job(job: Mapping[str, Any], version: str) -> tuple[list[JSON], str, s
     labels = (job.get("metadata") or {}).get("labels") or {}
     if JOBSET_NAME in labels:
         return [], JOBSET_CHILD, f"created by JobSet {labels[JOBSET_NAME]}: the JobSet carries the policy"
+    if owner := _controller(job):
+        return [], OWNED, f"owned by {owner}, which keeps its spec"
     spec = job.get("spec")
     if not isinstance(spec, Mapping):
         return [], UNSUPPORTED, "the Job has no spec"
@@ -95,6 +111,8 @@ def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) ->
     """(patch, outcome, reason) for a JobSet CREATE."""
     if not _opted_in(jobset):
         return [], NOT_OPTED_IN, f"no label {LABEL}: {ENABLED}"
+    if owner := _controller(jobset):
+        return [], OWNED, f"owned by {owner}, which keeps its spec (a TrainJob: use podmortem policy trainjob)"
     spec = jobset.get("spec")
     if not isinstance(spec, Mapping):
         return [], UNSUPPORTED, "the JobSet has no spec"

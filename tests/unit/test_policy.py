@@ -78,6 +78,12 @@ def test_the_job_fragment_is_a_valid_job_spec_with_our_rules_first() -> None:
     assert all(r["onPodConditions"] == [{"type": r["onPodConditions"][0]["type"], "status": "True"}] for r in rules)
 
 
+@pytest.mark.parametrize("version", ["1.29.0", "1.31.0", "1.35.0", "1.37.0"])
+def test_the_job_fragment_is_valid_on_every_supported_kubernetes(version: str) -> None:
+    """Native sidecars are on by default from 1.29; podFailurePolicy is GA from 1.31."""
+    kubernetes_validate.validate(job(policy.job_fragment()), version, strict=True)
+
+
 def test_every_rule_is_explained_by_a_comment_above_it() -> None:
     text = run("policy", "job").stdout.splitlines()
     for i, line in enumerate(text):

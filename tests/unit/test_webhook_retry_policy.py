@@ -134,3 +134,26 @@ def test_malformed_objects_are_unsupported_not_errors() -> None:
         retrypolicy.UNSUPPORTED
     )
     assert mutate_job({"metadata": {"labels": OPT_IN}}, "1")[1] == retrypolicy.UNSUPPORTED
+
+
+def test_objects_a_controller_keeps_are_left_alone() -> None:
+    """A TrainJob's JobSet (its trainer applies the spec again; failurePolicy is immutable) is left alone; a
+    CronJob's Job is not (the CronJob creates it once)."""
+    trainer = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "name": "t",
+        "uid": "u",
+        "controller": True,
+    }
+    owned = jobset()
+    owned["metadata"]["ownerReferences"] = [trainer]
+    patch, outcome, reason = mutate_jobset(owned, "1", 3)
+    assert (patch, outcome) == ([], retrypolicy.OWNED) and "TrainJob/t" in reason
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "u", "controller": True}
+    scheduled = job()
+    scheduled["metadata"]["ownerReferences"] = [cron]
+    assert mutate_job(scheduled, "1")[1] == retrypolicy.ADDED
+    other = job()
+    other["metadata"]["ownerReferences"] = [dict(trainer, kind="MPIJob")]
+    assert mutate_job(other, "1")[1] == retrypolicy.OWNED
