@@ -18,7 +18,8 @@ from collections import OrderedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from podmortem.aggregator.publishing import Decision, Publisher
+from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")

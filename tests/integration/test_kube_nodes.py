@@ -12,11 +12,11 @@ import kubernetes_validate
 import pytest
 from support.kube_emulator import EVENTS, NS, EmulatorHandle, decision, make_kube
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.publish import kube_publishers
-from podmortem.aggregator.publishing import Decision
 
 NODES = "v1/nodes"
 NODE = "gpu-7"

@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube
-from podmortem.aggregator.publishing import Decision
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import resource_path
 
