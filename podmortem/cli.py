@@ -55,7 +55,9 @@ def _demo_run(ns: argparse.Namespace) -> int:
 
 
 def _policy_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("kind", choices=("job", "jobset", "trainjob"), help="the object the fragment goes into")
+    parser.add_argument(
+        "kind", choices=("job", "jobset", "trainjob", "pytorchjob"), help="the object the fragment goes into"
+    )
     parser.add_argument(
         "--replicated-job",
         action="append",
@@ -71,6 +73,9 @@ def _policy_parser(parser: argparse.ArgumentParser) -> None:
 def _policy_run(ns: argparse.Namespace) -> int:
     from podmortem.k8s import policy
 
+    if ns.kind == "pytorchjob":
+        print(policy.PYTORCHJOB_NOTE, file=sys.stderr)
+        return 2
     try:
         text = policy.render(
             ns.kind,

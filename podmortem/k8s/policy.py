@@ -304,6 +304,15 @@ def render_trainjob(replicated_jobs: tuple[str, ...], max_restarts: int = DEFAUL
     return "\n".join(lines) + "\n"
 
 
+PYTORCHJOB_NOTE = (
+    "podmortem policy: a PyTorchJob (kubeflow.org/v1) has no hook for a retry policy: the training operator\n"
+    "creates its pods itself, not through batch Jobs, and reads no pod condition. What it has: the verdict\n"
+    "(podmortem.io/* annotations, the PodmortemRootCause condition, Events, the pod conditions) for people and\n"
+    "tools to act on, runPolicy.backoffLimit, and per replica restartPolicy: ExitCode (exit codes >= 128 are\n"
+    "retried, 1-127 fail the job). Kubeflow Trainer v2 (TrainJob) can: podmortem policy trainjob."
+)
+
+
 def render(kind: str, replicated_jobs: tuple[str, ...] = (), max_restarts: int = DEFAULT_MAX_RESTARTS) -> str:
     """The YAML `podmortem policy KIND` prints."""
     if kind == "job":

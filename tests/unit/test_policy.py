@@ -137,7 +137,10 @@ def test_trainjob_names_the_runtimes_replicated_jobs() -> None:
 
 
 def test_bad_arguments_are_usage_errors() -> None:
-    assert run("policy", "pytorchjob").returncode == 2
+    assert run("policy", "cronjob").returncode == 2
+    pytorchjob = run("policy", "pytorchjob")
+    assert pytorchjob.returncode == 2 and pytorchjob.stdout == ""
+    assert "restartPolicy: ExitCode" in pytorchjob.stderr and "podmortem policy trainjob" in pytorchjob.stderr
     result = run("policy", "jobset", "--max-restarts", "-1")
     assert result.returncode == 2
     assert "maxRestarts" in result.stderr
