@@ -46,7 +46,7 @@ def kube(kube_api: EmulatorHandle, tmp_path: Path) -> Iterator[Kube]:
 
 
 def hardware(incident: int, at: float, node: str = NODE, category: str = "hardware") -> Decision:
-    d = decision(pod=f"ddp-{incident}-3", category=category)
+    d: Decision = decision(pod=f"ddp-{incident}-3", category=category)
     verdict = dataclasses.replace(
         d.verdict, node=node, failed_at=at, evidence=("Xid 79: GPU has fallen off the bus", "NCCL error")
     )
