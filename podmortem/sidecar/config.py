@@ -33,6 +33,7 @@ Settings (flag > environment variable > default):
 | `--container` | `PODMORTEM_CONTAINER` | first not named `podmortem*` | the training container in the pod status |
 | `--settle-seconds` | `PODMORTEM_SETTLE_SECONDS` | `2.0` | report an unparsable error file after this long unchanged |
 | `--flush-timeout` | `PODMORTEM_FLUSH_TIMEOUT` | `10.0` | on SIGTERM, seconds to wait for every event's ack |
+| `--hold-timeout` | `PODMORTEM_HOLD_TIMEOUT` | `15.0` | seconds to hold a failed pod for its condition (0: never) |
 | `--clock-probe-interval` | `PODMORTEM_CLOCK_PROBE_INTERVAL` | `30.0` | seconds between clock probes (after a burst) |
 | `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
 | `--token-file` | `PODMORTEM_TOKEN_FILE` | webhook's mount (*) | this pod's projected token, sent on every stream |
@@ -97,6 +98,7 @@ class Settings:
     container: str | None = None
     settle_seconds: float = 2.0
     flush_timeout: float = 10.0
+    hold_timeout: float = 15.0
     clock_probe_interval: float = 30.0
     log_level: str = "INFO"
     token_file: Path | None = None
@@ -135,6 +137,12 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("settle_seconds", "--settle-seconds", "PODMORTEM_SETTLE_SECONDS", "unparsable-file settle period"),
     Setting("flush_timeout", "--flush-timeout", "PODMORTEM_FLUSH_TIMEOUT", "seconds to wait for acks at exit"),
     Setting(
+        "hold_timeout",
+        "--hold-timeout",
+        "PODMORTEM_HOLD_TIMEOUT",
+        "seconds to hold a failed pod until its condition is confirmed (0: never)",
+    ),
+    Setting(
         "clock_probe_interval",
         "--clock-probe-interval",
         "PODMORTEM_CLOCK_PROBE_INTERVAL",
@@ -152,7 +160,7 @@ DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
 
 # What the environment/flag text becomes, per field (str fields need no entry).
 _INT_FIELDS = {"replica_index", "rank", "log_tail_bytes"}
-_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "clock_probe_interval"}
+_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "hold_timeout", "clock_probe_interval"}
 _PATH_FIELDS = {"error_file", "pod_status_file", "log_file", "token_file", "tls_ca"}
 
 
