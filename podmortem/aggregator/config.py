@@ -12,6 +12,8 @@
 | --shutdown-grace   | PODMORTEM_SHUTDOWN_GRACE     | 20             | seconds to finish streams and publish on stop  |
 | --log-level        | PODMORTEM_LOG_LEVEL          | INFO           |                                                |
 | --state-dir        | PODMORTEM_STATE_DIR          | "" (memory)    | acked events kept (SQLite), replayed at start  |
+| --permanent-confidence | PODMORTEM_PERMANENT_CONFIDENCE | 0.9      | PermanentFailure only at this confidence       |
+| --peer-wait        | PODMORTEM_PEER_WAIT          | 5              | held own failure waits this long for peers     |
 
 Fixed limits (each refusal is logged and counted in `podmortem_limit_hits_total{limit}`; nothing already
 held is dropped): 50 events/s per stream with a burst of 500 (`event_rate`: the stream ends
@@ -56,6 +58,8 @@ class AggregatorConfig:
     tls_cert: str = ""
     tls_key: str = ""
     state_dir: str = ""  # "": incidents live in memory only
+    permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
+    peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
 
 
 _ENV = {
@@ -72,6 +76,8 @@ _ENV = {
     "tls_cert": "PODMORTEM_TLS_CERT",
     "tls_key": "PODMORTEM_TLS_KEY",
     "state_dir": "PODMORTEM_STATE_DIR",
+    "permanent_confidence": "PODMORTEM_PERMANENT_CONFIDENCE",
+    "peer_wait": "PODMORTEM_PEER_WAIT",
 }
 AUTH_MODES = ("tokenreview", "none")
 
@@ -110,6 +116,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         help="keep every acknowledged event here (SQLite) and replay it after a restart; default: memory only",
+    )
+    parser.add_argument(
+        "--permanent-confidence",
+        help=f"write podmortem.io/PermanentFailure on a pod only when the verdict's confidence reaches this "
+        f"(0-1, default {d.permanent_confidence:g}); below it RetryableFailure or no condition",
+    )
+    parser.add_argument(
+        "--peer-wait",
+        help=f"seconds a held pod that failed on its own waits for its peers' first evidence before its condition "
+        f"is decided, within the sidecar's hold (default {d.peer_wait:g})",
     )
     # Name each flag's environment variable in --help (the chart's env is checked against it).
     for action in parser._actions:
@@ -164,7 +180,33 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         shutdown_grace=float(_positive("shutdown-grace", raw.get("shutdown_grace", str(d.shutdown_grace)), float)),
         log_level=raw.get("log_level", d.log_level).upper(),
         state_dir=raw.get("state_dir", d.state_dir),
+        permanent_confidence=_fraction("permanent-confidence", raw.get("permanent_confidence"), d.permanent_confidence),
+        peer_wait=_seconds("peer-wait", raw.get("peer_wait"), d.peer_wait),
     )
+
+
+def _fraction(name: str, raw: str | None, default: float) -> float:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: {raw!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"{name}: must be above 0 and at most 1, got {raw!r}")
+    return value
+
+
+def _seconds(name: str, raw: str | None, default: float) -> float:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: {raw!r} is not a number") from None
+    if not 0.0 <= value < 3600:
+        raise ConfigError(f"{name}: must be between 0 and 3600 seconds, got {raw!r}")
+    return value
 
 
 def _address(name: str, value: str, allow_empty: bool = False) -> str:

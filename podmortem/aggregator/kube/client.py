@@ -65,7 +65,7 @@ DEFAULT_POD_SELECTORS: tuple[str, ...] = (
     "training.kubeflow.org/job-name",  # Kubeflow PyTorchJob (training-operator v1)
     "batch.kubernetes.io/job-completion-index",  # indexed batch Jobs, and so JobSet and TrainJob v2
 )
-PUBLISH_TARGETS = frozenset({"annotations", "condition", "events"})
+PUBLISH_TARGETS = frozenset({"annotations", "condition", "events", "pod-conditions"})
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--kube-publish",
-        help="what to write: annotations,condition,events or none [PODMORTEM_KUBE_PUBLISH]",
+        help="what to write: annotations,condition,events,pod-conditions or none [PODMORTEM_KUBE_PUBLISH]",
     )
     g.add_argument("--kube-qps", type=float, help="client-side rate limit, requests/s [PODMORTEM_KUBE_QPS]")
     g.add_argument("--kube-burst", type=int, help="client-side burst [PODMORTEM_KUBE_BURST]")
