@@ -16,7 +16,8 @@ are what the verdict needs. Then a flush — it waits, at most
 meanwhile, so a file written during the flush still goes out). Then the hold (`_hold`): when the
 training container did not end cleanly and the pod is not being deleted, the sidecar asks the aggregator
 to confirm this pod's condition (`podmortem.io/Victim`, `PermanentFailure`, `RetryableFailure`, or none)
-and waits for the answer, at most `hold_timeout` and never past its pod's grace period (less a margin
+and waits for the answer, until `hold_timeout` after the SIGTERM (the flush included: an unreachable
+aggregator keeps a held pod no longer than that) and never past its pod's grace period (less a margin
 for the rest of the stop path): the kubelet does not make the pod terminal while its native sidecar runs,
 so the Job controller sees the condition when it sees the failure. An aggregator that does not hold
 (older) or does not answer in time lets the pod fall back to Kubernetes' defaults. Then everything is
@@ -202,6 +203,10 @@ async def serve(
                 await reporter.refresh()
                 await _await_end(reporter, pod_changed, settings.flush_timeout)
                 watcher.check(force=True, final=True)
+            if will_hold(settings, reporter, client):
+                # A held pod waits for the aggregator at most until its hold deadline, the flush included.
+                grace = reporter.grace_seconds if reporter is not None else None
+                deadline = min(deadline, loop.time() + hold_budget(settings, grace, stopped_at, loop.time()))
             await _flush(outbox, streamer, max(deadline - loop.time(), min(settings.flush_timeout, 1.0)))
             if not streamer.done():
                 await _hold(client, reporter, settings, stopped_at)
@@ -283,10 +288,15 @@ async def _await_end(reporter: PodReporter, changed: asyncio.Event, limit: float
 
 
 def hold_budget(settings: Settings, grace: float | None, stopped_at: float, now: float) -> float:
-    """Seconds the hold may last: `hold_timeout`, and never past the pod's grace period (from the SIGTERM
-    at `stopped_at`, loop clock) less `GRACE_MARGIN`."""
-    left = stopped_at + (DEFAULT_GRACE if grace is None else grace) - GRACE_MARGIN - now
-    return max(min(settings.hold_timeout, left), 0.0)
+    """Seconds left of the hold at `now`: it ends `hold_timeout` after the SIGTERM (at `stopped_at`, loop
+    clock; the flush before it counts), and never past the pod's grace period less `GRACE_MARGIN`."""
+    grace_left = stopped_at + (DEFAULT_GRACE if grace is None else grace) - GRACE_MARGIN
+    return max(min(stopped_at + settings.hold_timeout, grace_left) - now, 0.0)
+
+
+def will_hold(settings: Settings, reporter: PodReporter | None, client: StreamClient) -> bool:
+    """Is this pod to be held (as far as is known before the flush)?"""
+    return settings.hold_timeout > 0 and not hold_skipped(reporter) and client.may_hold()
 
 
 def hold_skipped(reporter: PodReporter | None) -> str:
@@ -308,6 +318,9 @@ async def _hold(client: StreamClient, reporter: PodReporter | None, settings: Se
     """Wait for the aggregator to confirm this pod's condition (see the module docstring)."""
     if settings.hold_timeout <= 0:
         return
+    if not client.may_hold():
+        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+        return
     if why := hold_skipped(reporter):
         logger.info("not holding the pod: %s", why)
         return
@@ -315,13 +328,13 @@ async def _hold(client: StreamClient, reporter: PodReporter | None, settings: Se
     grace = reporter.grace_seconds if reporter is not None else None
     budget = hold_budget(settings, grace, stopped_at, loop.time())
     if budget <= 0:
-        logger.warning("no time left in the pod's grace period to hold it")
+        logger.warning("no confirmation within the hold (%gs from the SIGTERM): exiting", settings.hold_timeout)
         return
     logger.info("holding the pod until the aggregator confirms its condition (at most %.1fs)", budget)
     started = loop.time()
     reply = await client.hold(budget)
     waited = loop.time() - started
-    if reply is None and client.aggregator_holds is False:
+    if reply is None and not client.may_hold():
         logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
     elif reply is None:
         logger.warning("no confirmation within %.1fs: exiting; Kubernetes' defaults apply to this pod", budget)

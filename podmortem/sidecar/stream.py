@@ -297,6 +297,10 @@ class StreamClient:
                 raise result  # a bug in the writer, not a broken stream
         return code, details, was_registered
 
+    def may_hold(self) -> bool:
+        """False once the aggregator registered with says it does not answer `hold` (an older one)."""
+        return self.aggregator_holds is not False
+
     async def hold(self, timeout_seconds: float) -> pb.HoldReply | None:
         """Ask the aggregator to confirm this pod's condition; its reply, or None (an aggregator that does
         not hold, or `timeout_seconds` passed first). Events not yet acknowledged go out before it."""

@@ -375,6 +375,7 @@ async def test_no_hold_for_a_pod_being_deleted_or_one_that_succeeded(tmp_path: P
 
 def test_the_hold_never_outlasts_the_pods_grace() -> None:
     settings = dataclasses.replace(SETTINGS, hold_timeout=15.0)
-    assert running.hold_budget(settings, None, stopped_at=100.0, now=101.0) == 15.0
+    assert running.hold_budget(settings, None, stopped_at=100.0, now=101.0) == 14.0  # counted from the SIGTERM
     assert running.hold_budget(settings, 10.0, stopped_at=100.0, now=101.0) == 10.0 - running.GRACE_MARGIN - 1.0
     assert running.hold_budget(settings, 1.0, stopped_at=100.0, now=101.0) == 0.0
+    assert running.hold_budget(settings, None, stopped_at=100.0, now=120.0) == 0.0
