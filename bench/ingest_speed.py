@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from burst import GLOO, T0, corpus_note, log_tail
 from prometheus_client import CollectorRegistry
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.metrics import Metrics
-from podmortem.aggregator.publishing import Decision
 from podmortem.core.engine import decide
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol.v1 import collector_pb2 as pb

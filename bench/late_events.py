@@ -22,8 +22,8 @@ import os
 import sys
 import time
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import make_decide
 from podmortem.core.model import ErrorRecord, Incident, Termination, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb

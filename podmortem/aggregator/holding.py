@@ -35,7 +35,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podmortem.aggregator.incidents import Decide, IncidentBook, JobKey, MemberKey, is_terminal
+from podmortem.aggregator.deciding import Decide
+from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core import conditions
 from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition

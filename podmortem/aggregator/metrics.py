@@ -18,7 +18,8 @@ from collections import OrderedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from podmortem.aggregator.publishing import Decision, Publisher
+from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
 from podmortem.core.conditions import CONDITION_TYPES, VICTIM
 

@@ -33,8 +33,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from podmortem.aggregator import config as config_mod
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.holding import HoldDesk
-from podmortem.aggregator.incidents import Decide, IncidentBook
+from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue

@@ -27,7 +27,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
 from podmortem.aggregator.holding import HoldDesk
-from podmortem.aggregator.incidents import IncidentBook, LimitExceeded
+from podmortem.aggregator.incidents import IncidentBook
+from podmortem.aggregator.intake import LimitExceeded
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.state import StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -38,8 +39,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "podmortem.v1.Collector"
 MAX_RECEIVE_BYTES = 4 << 20
-# A stream must register within this many seconds: silent streams would otherwise be held for ever
-# (2,000 of them cost ~45 MB in the probe).
+# A stream must register within this many seconds: silent streams would otherwise be held for ever,
+# each with its memory (an open stream's RSS: bench/stream_rss.py).
 REGISTER_DEADLINE = 30.0
 EXPECTED_BURST = 20_000
 
@@ -58,7 +59,7 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     # A stream the event loop has not taken up within this long is cancelled (gRPC's default: 30 s). In a
     # burst past one process's ceiling (bench/ceiling.py) streams queue longer; cancelled, each sidecar
     # would reconnect (a new TLS handshake and token check) and send everything again, adding load.
-    # 300 s, 120 s and gRPC's default measured the same CPU at W=1,024 (docs/benchmarks.md).
+    # Below the ceiling the limit costs no CPU (bench/burst.py --echo).
     ("grpc.server_max_unrequested_time_in_server", 300),
 ]
 

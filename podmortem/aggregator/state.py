@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from podmortem.aggregator.incidents import IncidentBook, JobKey, LimitExceeded, MemberKey
-from podmortem.aggregator.publishing import Decision
+from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.intake import LimitExceeded
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -71,19 +71,19 @@ LOG_TIME_WINDOW = 2 * 3600.0
 CONF_PRIMARY = 0.9  # earliest strong own failure (exception, OOM, signal, preemption) with a clear lead
 # Calibrated on the corpora (docs/engine.md, "Confidence"): how often each path was right (pod and
 # category) on the development corpus and the real-world training split together, smoothed
-# ((right + 1) / (n + 2)) and rounded to 0.05.
-CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message): right 2 of 3 (2026-11-25, later)
-# ...is weak but says something of its own (an NCCL system error, a stuck watchdog, the raylet's system error): right
-# 13 of 13; kept below CONF_PRIMARY, as a victim can show the same words.
+# ((right + 1) / (n + 2)) and rounded to 0.05; `bench/realworld.py --split both --calibration` prints the counts.
+CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message)
+# ...is weak but says something of its own (an NCCL system error, a stuck watchdog, the raylet's system error);
+# kept below CONF_PRIMARY, as a victim can show the same words.
 CONF_PRIMARY_WEAK_MESSAGE = 0.8
-CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class: right 20 of 23
+CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
 NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
 CONF_NAMED_BONUS = 0.05  # victims name the root's address as the dead peer
 CONF_MAX = 0.99
-CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chosen member is (2: right 2 of 8)
+CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chosen member is
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
 CONF_HANG_UNLOCATED = 0.3  # nobody stands out: the member that waited first
 CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside

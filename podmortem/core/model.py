@@ -77,9 +77,10 @@ class Condition:
 def evolve(member: Member, **changes: Any) -> Member:
     """`dataclasses.replace` for a Member, without re-running `__init__` over its ~25 fields.
 
-    The fold applies a few events to every member of a 10,000-pod bundle: `replace` was a fifth of
-    loading it. Member has no `__post_init__` and no slots, so a copy of its attributes with `changes`
-    laid over them is the same object `replace` builds; unknown field names are refused as there.
+    The fold applies a few events to every member of a 10,000-pod bundle, so each copy counts
+    (`bench/analyze_speed.py --profile` times loading). Member has no `__post_init__` and no slots, so a
+    copy of its attributes with `changes` laid over them is the same object `replace` builds; unknown
+    field names are refused as there.
     """
     unknown = changes.keys() - _MEMBER_FIELDS
     if unknown:

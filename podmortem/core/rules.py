@@ -80,7 +80,7 @@ class Rule:
     id: str
     kind: MatcherKind
     pattern: re.Pattern[str] | None = None  # message, log, exception_type
-    # log rules also run on RE2 (google-re2): linear time on any input, ~20x faster on 64 KiB tails.
+    # log rules also run on RE2 (google-re2): linear time on any input (bench/engine_speed.py times them).
     fast: Any = field(default=None, compare=False, repr=False)
     fast_source: str = field(default="", compare=False, repr=False)
     values: frozenset[str] = frozenset()  # reason, disruption, phase (lower case)

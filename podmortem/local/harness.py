@@ -10,12 +10,9 @@ real pods ending, a real sidecar per pod and a real aggregator — without a clu
 
 and itself plays the parts of Kubernetes that are missing:
 
-* **kubelet** — when an agent exits, every process left in its "container" is killed (a container
-  dies with its PID 1) and the pod's Pod JSON (the file the sidecar watches, shaped exactly like
-  `kubectl get pod -o json`) gets `state.terminated` with the real exit code, or 128 + signal and
-  `signal` when the agent died by a signal; `reason` is OOMKilled for the simulated OOM kill, Error or
-  Completed otherwise. Node-clock times (startedAt, finishedAt) are written on the pod's possibly
-  skewed clock, control-plane times (deletionTimestamp, DisruptionTarget) on the real one.
+* **kubelet** (`kubelet.py`) — each pod's Pod JSON (the file the sidecar watches, shaped exactly like
+  `kubectl get pod -o json`), its end when its agent exits (the rest of its "container" killed, the
+  real exit code or signal, OOMKilled for the simulated OOM kill), deletion and preemption.
 * **job controller** (Kubeflow training operator) — once the first pod failed, after a reconcile
   delay it deletes every pod still running: deletionTimestamp in its Pod JSON, SIGTERM to its
   agent, SIGKILL to whatever is left after the grace period.
@@ -26,6 +23,10 @@ and itself plays the parts of Kubernetes that are missing:
 Each fault is injected by the workload, which writes `<run>/faults/rank-<R>.json` holding its
 `time.time()` right before; the verdict's arrival is the modification time of the verdict file the
 aggregator writes. Their difference is the reported fault-to-verdict time.
+
+This module is one run's lifecycle (start, supervise, collect the verdicts, tear down), kept in one
+`LocalJob` because every step shares the run's processes and deadlines; the per-pod kubelet part is
+`kubelet.py`.
 
 Lifecycle: `LocalJob(spec).run()` does everything in one call and returns a `JobResult`. Every wait
 has a deadline (`spec.deadline` for the whole run), and every process started is killed in `finally`
@@ -59,9 +60,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from podmortem.local import clockshim
+from podmortem.local.kubelet import TOKEN_ENV, Kubelet, Pod, kill_pids, pids_with_token
 
 POLL = 0.02  # seconds between looks at processes, markers and verdicts
-TOKEN_ENV = "PODMORTEM_HARNESS_POD"
 
 
 class HarnessError(RuntimeError):
@@ -191,38 +192,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def _write_json_atomically(path: Path, doc: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2))
-    os.replace(tmp, path)
-
-
-def _pids_with_token(token: str) -> list[int]:
-    """Processes whose environment carries TOKEN_ENV=token: one pod's agent and workers."""
-    needle = f"{TOKEN_ENV}={token}".encode() + b"\0"
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env or env.endswith(needle[:-1]):
-            found.append(int(entry.name))
-    return found
-
-
-def _kill_pids(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
 def _package_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
@@ -234,56 +203,6 @@ def _base_env() -> dict[str, str]:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-@dataclass
-class _Pod:
-    """The harness's own bookkeeping for one pod (mutable; the outcome is copied out at the end)."""
-
-    index: int
-    name: str
-    uid: str
-    node: str
-    ip: str
-    replica_type: str
-    replica_index: int
-    shift: float
-    dir: Path
-    token: str
-    created_at: float
-    started_at: float = 0.0
-    agent: subprocess.Popen[bytes] | None = None
-    sidecar: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = None
-    sidecar_log: IO[bytes] | None = None
-    finished_at: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    reason: str = ""
-    deleted_at: float | None = None
-    disruption_at: float | None = None
-    kill_at: float | None = None  # grace period end
-    status_due: float | None = None  # kubelet order: when the status showing the end is written
-
-    @property
-    def status_file(self) -> Path:
-        return self.dir / "pod.json"
-
-    @property
-    def error_file(self) -> Path:
-        return self.dir / "error.json"
-
-    @property
-    def log_file(self) -> Path:
-        return self.dir / "log.txt"
-
-    @property
-    def running(self) -> bool:
-        return self.finished_at is None
-
-    def node_time(self, t: float) -> float:
-        """A real time as this pod's node clock shows it."""
-        return t + self.shift
 
 
 class LocalJob:
@@ -304,7 +223,7 @@ class LocalJob:
         self._progress = progress
         self._tmp: str | None = None
         self.workdir = Path(spec.workdir) if spec.workdir else Path()
-        self.pods: list[_Pod] = []
+        self.pods: list[Pod] = []
         self.aggregator: subprocess.Popen[bytes] | None = None
         self._aggregator_log: IO[bytes] | None = None
         self.aggregator_address = ""
@@ -316,6 +235,15 @@ class LocalJob:
         self._first_verdict: float | None = None
         self._last_doc: dict[str, Any] | None = None
         self._last_doc_time: float | None = None
+        self.kubelet = Kubelet(
+            namespace=spec.namespace,
+            job_name=self.job_name,
+            job_uid=self.job_uid,
+            grace_period=spec.grace_period,
+            kubelet_order=spec.kubelet_order,
+            status_lag=spec.status_lag,
+            note=self._note,
+        )
 
     def pod_name(self, node_rank: int) -> str:
         """Kubeflow naming with a Master replica: <job>-master-0, then <job>-worker-<node rank - 1>."""
@@ -366,7 +294,7 @@ class LocalJob:
             d = self.workdir / "pods" / name
             d.mkdir(parents=True, exist_ok=True)
             self.pods.append(
-                _Pod(
+                Pod(
                     index=i,
                     name=name,
                     uid=str(uuid.uuid4()),
@@ -426,7 +354,7 @@ class LocalJob:
     def _start_pods(self) -> None:
         for pod in self.pods:
             pod.started_at = time.time()
-            self._write_pod(pod)
+            self.kubelet.write_status(pod)
             if self.spec.with_podmortem:
                 self._start_sidecar(pod)
         if self.spec.with_podmortem:
@@ -438,7 +366,7 @@ class LocalJob:
         with_sidecars = " with a sidecar each" if self.spec.with_podmortem else ""
         self._note(f"started {len(self.pods)} pods ({what}{with_sidecars}); torch takes a while to start")
 
-    def _shim_env(self, pod: _Pod, base: dict[str, str]) -> dict[str, str]:
+    def _shim_env(self, pod: Pod, base: dict[str, str]) -> dict[str, str]:
         if not pod.shift:
             return {}
         try:
@@ -446,7 +374,7 @@ class LocalJob:
         except clockshim.ShimUnavailable as exc:
             raise HarnessError(f"the skew fault needs the clock shim: {exc}") from exc
 
-    def _start_sidecar(self, pod: _Pod) -> None:
+    def _start_sidecar(self, pod: Pod) -> None:
         env = _base_env()
         env.update(
             {
@@ -502,7 +430,7 @@ class LocalJob:
             args += ["--second-rank", str(second * self.nproc), "--second-delay", str(s.second_delay)]
         return args
 
-    def _start_agent(self, pod: _Pod, master_port: int) -> None:
+    def _start_agent(self, pod: Pod, master_port: int) -> None:
         env = _base_env()
         env.update(
             {
@@ -558,18 +486,18 @@ class LocalJob:
             for pod in self.pods:
                 if pod.status_due is not None and time.monotonic() >= pod.status_due:
                     pod.status_due = None
-                    self._write_pod(pod)
+                    self.kubelet.write_status(pod)
                 if pod.running and pod.agent is not None and pod.agent.poll() is not None:
                     self._on_agent_exit(pod, pod.agent.returncode)
                 elif pod.running and pod.kill_at is not None and time.monotonic() >= pod.kill_at:
-                    _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
+                    kill_pids(pids_with_token(pod.token), signal.SIGKILL)
             if self._cleanup_at is not None and time.monotonic() >= self._cleanup_at:
                 self._cleanup_at = None
                 doomed = [p for p in self.pods if p.running and p.deleted_at is None]
                 if doomed:
                     self._note(f"job failed: the controller deletes {', '.join(p.name for p in doomed)}")
                 for pod in doomed:
-                    self._delete(pod, now)
+                    self.kubelet.delete(pod, now)
             self._scan_verdicts()
             time.sleep(POLL)
 
@@ -589,7 +517,16 @@ class LocalJob:
             if marker.get("fault") == "preempt":
                 pod = self.pods[int(marker["rank"]) // self.nproc]
                 if pod.running:
-                    self._preempt(pod)
+                    self.kubelet.preempt(pod)
+
+    def _on_agent_exit(self, pod: Pod, rc: int) -> None:
+        oom_killed = any(
+            m.get("fault") == "sigkill" and int(m["rank"]) // self.nproc == pod.index for m in self._markers.values()
+        )
+        self.kubelet.agent_exited(pod, rc, oom_killed)
+        if rc != 0 and not self._controller_fired:  # the job failed: the operator deletes the rest
+            self._controller_fired = True
+            self._cleanup_at = time.monotonic() + self.spec.controller_delay
 
     def _fault_time(self) -> float | None:
         times = []
@@ -597,170 +534,6 @@ class LocalJob:
             pod = self.pods[int(m["rank"]) // self.nproc]
             times.append(float(m["time"]) - pod.shift)  # back to the real clock
         return min(times) if times else None
-
-    def _preempt(self, pod: _Pod) -> None:
-        now = time.time()
-        self._note(f"scheduler preempts {pod.name}: DisruptionTarget, SIGTERM")
-        pod.disruption_at = now
-        self._delete(pod, now)
-
-    def _delete(self, pod: _Pod, now: float) -> None:
-        """The API server marks the pod deleted; the kubelet SIGTERMs its container's PID 1."""
-        pod.deleted_at = now
-        self._write_pod(pod)
-        if pod.agent is not None and pod.agent.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                pod.agent.send_signal(signal.SIGTERM)
-        pod.kill_at = time.monotonic() + self.spec.grace_period
-
-    def _on_agent_exit(self, pod: _Pod, rc: int) -> None:
-        # The container's PID 1 is gone: the kernel kills the rest of its PID namespace.
-        _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
-        pod.finished_at = time.time()
-        if rc < 0:
-            pod.signal, pod.exit_code = -rc, 128 - rc
-        else:
-            pod.exit_code = rc
-        oom_killed = any(
-            m.get("fault") == "sigkill" and int(m["rank"]) // self.nproc == pod.index for m in self._markers.values()
-        )
-        pod.reason = "OOMKilled" if oom_killed else ("Completed" if rc == 0 else "Error")
-        if self.spec.kubelet_order and pod.sidecar is not None:
-            # A native sidecar is signalled as the training container exits; the status follows later.
-            pod.status_due = time.monotonic() + self.spec.status_lag
-            if pod.sidecar.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    pod.sidecar.send_signal(signal.SIGTERM)
-        else:
-            self._write_pod(pod)
-        how = f"signal {pod.signal}" if pod.signal else f"exit code {pod.exit_code}"
-        wrote = "wrote an error file" if pod.error_file.exists() else "no error file"
-        self._note(f"{pod.name} ended: {how}, {pod.reason}, {wrote}")
-        if pod.log is not None:
-            pod.log.close()
-            pod.log = None
-        if rc != 0 and not self._controller_fired:  # the job failed: the operator deletes the rest
-            self._controller_fired = True
-            self._cleanup_at = time.monotonic() + self.spec.controller_delay
-
-    def _write_pod(self, pod: _Pod) -> None:
-        _write_json_atomically(pod.status_file, self.pod_object(pod))
-
-    def pod_object(self, pod: _Pod) -> dict[str, Any]:
-        """The pod as `kubectl get pod -o json` would show it now (shape of the corpus' pod.json)."""
-        labels = {
-            "training.kubeflow.org/job-name": self.job_name,
-            "training.kubeflow.org/operator-name": "pytorchjob-controller",
-            "training.kubeflow.org/replica-type": pod.replica_type,
-            "training.kubeflow.org/replica-index": str(pod.replica_index),
-        }
-        if pod.replica_type == "master":
-            labels["training.kubeflow.org/job-role"] = "master"
-        metadata: dict[str, Any] = {
-            "name": pod.name,
-            "namespace": self.spec.namespace,
-            "uid": pod.uid,
-            "creationTimestamp": rfc3339(pod.created_at),
-            "labels": labels,
-            "ownerReferences": [
-                {
-                    "apiVersion": "kubeflow.org/v1",
-                    "kind": "PyTorchJob",
-                    "name": self.job_name,
-                    "uid": self.job_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        }
-        if pod.deleted_at is not None:
-            metadata["deletionTimestamp"] = rfc3339(pod.deleted_at)
-            metadata["deletionGracePeriodSeconds"] = int(self.spec.grace_period)
-        started = rfc3339(pod.node_time(pod.started_at))
-        conditions: list[dict[str, Any]] = [
-            {
-                "type": "PodScheduled",
-                "status": "True",
-                "lastProbeTime": None,
-                "lastTransitionTime": rfc3339(pod.created_at),
-            },
-            {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": started},
-        ]
-        container: dict[str, Any] = {
-            "name": "pytorch",
-            "image": "local/podmortem-workload:dev",
-            "ready": pod.running,
-            "restartCount": 0,
-            "started": pod.running,
-            "lastState": {},
-        }
-        if pod.running:
-            phase = "Running"
-            container["state"] = {"running": {"startedAt": started}}
-            conditions += [
-                {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": started},
-                {"type": "ContainersReady", "status": "True", "lastProbeTime": None, "lastTransitionTime": started},
-            ]
-        else:
-            assert pod.finished_at is not None
-            phase = "Succeeded" if pod.exit_code == 0 else "Failed"
-            finished = rfc3339(pod.node_time(pod.finished_at))
-            terminated: dict[str, Any] = {"exitCode": pod.exit_code, "reason": pod.reason}
-            if pod.signal is not None:
-                terminated["signal"] = pod.signal
-            terminated.update({"startedAt": started, "finishedAt": finished})
-            container["state"] = {"terminated": terminated}
-            why = "PodCompleted" if phase == "Succeeded" else "PodFailed"
-            conditions += [
-                {
-                    "type": "Ready",
-                    "status": "False",
-                    "lastProbeTime": None,
-                    "lastTransitionTime": finished,
-                    "reason": why,
-                },
-                {
-                    "type": "ContainersReady",
-                    "status": "False",
-                    "lastProbeTime": None,
-                    "lastTransitionTime": finished,
-                    "reason": why,
-                },
-            ]
-        if pod.disruption_at is not None:
-            conditions.append(
-                {
-                    "type": "DisruptionTarget",
-                    "status": "True",
-                    "lastProbeTime": None,
-                    "lastTransitionTime": rfc3339(pod.disruption_at),
-                    "reason": "PreemptionByScheduler",
-                    "message": "default-scheduler: preempting to accommodate a higher priority pod",
-                }
-            )
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": metadata,
-            "spec": {
-                "nodeName": pod.node,
-                "hostname": pod.name,
-                "subdomain": self.job_name,
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": int(self.spec.grace_period),
-                "containers": [{"name": "pytorch", "image": "local/podmortem-workload:dev"}],
-            },
-            "status": {
-                "phase": phase,
-                "conditions": conditions,
-                "hostIP": f"127.0.1.{10 + pod.index}",
-                "podIP": pod.ip,
-                "podIPs": [{"ip": pod.ip}],
-                "startTime": rfc3339(pod.node_time(pod.started_at)),
-                "containerStatuses": [container],
-                "qosClass": "Burstable",
-            },
-        }
 
     # -------------------------------------------------------------------------------- verdicts
 
@@ -806,7 +579,7 @@ class LocalJob:
     def _stop_everything(self) -> None:
         """Kill every process this run started. Sidecars and the aggregator get SIGTERM first."""
         for pod in self.pods:
-            _kill_pids(_pids_with_token(pod.token), signal.SIGKILL)
+            kill_pids(pids_with_token(pod.token), signal.SIGKILL)
             if pod.agent is not None and pod.agent.poll() is None:
                 pod.agent.kill()
         daemons = [p.sidecar for p in self.pods if p.sidecar is not None]

@@ -1,9 +1,10 @@
 """The three inotify calls the error-file watch needs, on the process's own libc through ctypes.
 
-The sidecar used `inotify_simple` (a good small library doing the same); it finds libc with
+Not `inotify_simple` (a good small library doing the same): it finds libc with
 `ctypes.util.find_library`, whose import pulls `tempfile`, `shutil`, `bz2`, `lzma` and `random`
-into every sidecar: about 0.8 MiB of its 40 MiB budget, for a lookup of a library the interpreter
-has already loaded. Here `ctypes.CDLL(None)` resolves `inotify_init1`, `inotify_add_watch` and
+into every sidecar (RSS out of its 40 MiB budget, `bench/sidecar_rss.py`; kept out by
+`tests/unit/test_sidecar_imports.py`), for a lookup of a library the interpreter has already
+loaded. Here `ctypes.CDLL(None)` resolves `inotify_init1`, `inotify_add_watch` and
 `inotify_rm_watch` from the symbols the process already has (CPython links libc); the events are
 read with `os.read` and unpacked with `struct` (`struct inotify_event`: wd, mask, cookie, len, then
 `len` bytes of NUL-padded name). Linux only; elsewhere `INotify()` raises OSError and the caller polls.

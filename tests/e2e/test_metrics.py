@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.categories import CATEGORIES
 from podmortem.core.model import Incident, JobRef, Member, Verdict

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from support.kube_emulator import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import MemberKey
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol import wire

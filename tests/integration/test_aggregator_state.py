@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 from support.kube_emulator import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import Aggregator, make_decide
 from podmortem.aggregator.state import FILE_NAME, StateStore
 from podmortem.core.model import ErrorRecord, Termination

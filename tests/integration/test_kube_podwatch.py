@@ -26,11 +26,11 @@ from support.kube_emulator import (
     trainjob,
 )
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook, job_key
 from podmortem.aggregator.kube import jobs
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.podwatch import JobResolver, PodWatch, run_kubernetes
-from podmortem.aggregator.publishing import Decision
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.k8s import workloads
 from podmortem.k8s.backoff import Backoff

@@ -10,10 +10,10 @@ from typing import Any
 
 from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, make_kube, seed_pytorchjob, terminated
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.podwatch import PodWatch
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import make_decide
 from podmortem.k8s.backoff import Backoff
 

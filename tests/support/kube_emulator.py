@@ -61,8 +61,8 @@ import kmock
 from kmock._internal import rendering
 from kmock._internal.references import resource as Resource
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube, KubeSettings, load_configuration
-from podmortem.aggregator.publishing import Decision
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.k8s.backoff import Backoff
 

@@ -101,6 +101,21 @@ def test_every_object_is_schema_valid(values_file: str | None) -> None:
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "podmortem"
 
 
+@pytest.mark.parametrize("values_file", [None, *VALUES_FILES])
+def test_each_template_renders_one_kind(values_file: str | None) -> None:
+    """One template per component and kind (as the cert-manager chart): a file holds one kind of object.
+    RBAC files are the exception, a role beside its binding."""
+    out = helm_python.Chart.load(str(CHART)).render(
+        values_of(values_file), name="podmortem", namespace="podmortem", is_install=True
+    )
+    for path, text in out.items():
+        kinds = {d["kind"] for d in yaml.safe_load_all(text) if d} if path.endswith(".yaml") else set()
+        if path.endswith("-rbac.yaml"):
+            assert kinds <= {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}, (path, kinds)
+        else:
+            assert len(kinds) <= 1, (path, kinds)
+
+
 def test_schema_refuses_unknown_keys_and_bad_values() -> None:
     bad_values: list[dict[str, Any]] = [
         {"aggregatr": {}},

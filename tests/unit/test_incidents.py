@@ -8,9 +8,9 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.metrics import Metrics
-from podmortem.aggregator.publishing import Decision
 from podmortem.aggregator.running import make_decide
 from podmortem.core.model import ErrorRecord, Incident, JobRef, Termination, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -348,7 +348,7 @@ async def test_a_member_folded_event_by_event_is_the_member_folded_at_once(order
         incremental = state.member()
         state.changed()
         assert incremental == state.member()  # the same as folding every kept event again
-    # The newest tail to arrive is the one kept (by arrival, as before), compacted.
+    # The newest tail to arrive is the one kept (by arrival), compacted.
     assert state.member().log_tail == ("newer tail ?" if order != "reversed" else state.log_text)
     folded_error = state.member().error
     assert folded_error is not None and folded_error.message == "RuntimeError: second"
@@ -357,14 +357,14 @@ async def test_a_member_folded_event_by_event_is_the_member_folded_at_once(order
 def test_a_stored_log_tail_event_keeps_every_field_but_its_text() -> None:
     """The book stores a log tail's event rebuilt field by field (a copy would keep the text's memory):
     a field added to Event must be added there too, or it is lost."""
-    from podmortem.aggregator.incidents import _without_text
+    from podmortem.aggregator.intake import without_text
 
     assert [f.name for f in pb.Event.DESCRIPTOR.fields] == [
         "id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail"
     ]  # fmt: skip
     assert [f.name for f in pb.LogTail.DESCRIPTOR.fields] == ["text", "truncated"]
     event = make_event(pb.LogTail(text="x" * 1000, truncated=False), "id-1", wall=T0 + 0.25, monotonic_ns=7)
-    stripped = _without_text(event, truncated=True)
+    stripped = without_text(event, truncated=True)
     expected = pb.Event()
     expected.CopyFrom(event)
     expected.log_tail.text = ""

@@ -8,8 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from podmortem.aggregator import metrics as metrics_mod
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.metrics import Metrics, exception_label
-from podmortem.aggregator.publishing import Decision, JsonFilePublisher
+from podmortem.aggregator.publishing import JsonFilePublisher
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 
 

@@ -342,7 +342,7 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("  traceback : Signal 7 (SIGBUS) received by PID 4242", "infra"),
         ("/bin/sh: line 1:  77 Bus error               (core dumped) python train.py", "infra"),
         ("mce: [Hardware Error]: Machine check events logged", "hardware"),
-        # 2026-11-24: families seen in the new training excerpts (written here in our own words)
+        # families seen in the training excerpts (written here in our own words)
         ("gpu3:1201:1290 [3] transport/nvls.cc:161 NCCL WARN Cuda failure 1 'invalid argument'", "hardware"),
         ("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152", "hardware"),
         ("host7:77:90 [0] enqueue.cc:1090 NCCL WARN Cuda failure 'out of memory'", "gpu_oom"),
@@ -352,7 +352,7 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ),
         ("The NVIDIA driver on your system is too old (found version 11020).", "infra"),
         ("    super().__init__(torch._C.PyTorchFileWriter(str(name)))", "infra"),
-        # 2026-11-25: families seen in the newest training excerpts (our own words)
+        # more families seen in the training excerpts (our own words)
         (
             "n3:11:12 [2] init.cc:500 NCCL WARN Duplicate GPU detected : rank 2 and rank 1 both on CUDA device 3000",
             "user_code",

@@ -173,3 +173,26 @@ none
 tokenreview
 {{- end -}}
 {{- end }}
+
+{{/*
+The webhook's Helm-generated certificate (webhook.tls.mode "helm"), as a dict of base64 "ca", "crt" and
+"key": a previous install's when there is one, so an upgrade does not rotate it, else a new CA and a
+certificate it signs. The Secret and the MutatingWebhookConfiguration are two templates rendered apart,
+so it is made once per render and kept in the values map they share (under "_webhookTls"): both carry
+the same CA.
+*/}}
+{{- define "podmortem.webhookTls" -}}
+{{- if not (hasKey .Values "_webhookTls") }}
+{{- $name := include "podmortem.webhookName" . }}
+{{- $service := printf "%s.%s.svc" $name .Release.Namespace }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "podmortem.webhookSecretName" .) }}
+{{- if and $existing (index ($existing.data | default dict) "ca.crt") }}
+{{- $_ := set .Values "_webhookTls" (dict "ca" (index $existing.data "ca.crt") "crt" (index $existing.data "tls.crt") "key" (index $existing.data "tls.key")) }}
+{{- else }}
+{{- $ca := genCA (printf "%s-ca" $name) (int .Values.webhook.tls.validityDays) }}
+{{- $cert := genSignedCert $service nil (list $service (printf "%s.%s" $name .Release.Namespace) $name) (int .Values.webhook.tls.validityDays) $ca }}
+{{- $_ := set .Values "_webhookTls" (dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) }}
+{{- end }}
+{{- end }}
+{{- index .Values "_webhookTls" | toJson }}
+{{- end }}

@@ -31,8 +31,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube, KubeSettings
-from podmortem.aggregator.publishing import Decision, Publisher
+from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import resource_path

@@ -1,0 +1,115 @@
+"""Intake: what the aggregator admits from a stream, and how much of it it keeps.
+
+Everything a sidecar or the pod watch sends passes here before the book holds it. Free text is cut
+to what the engine reads (`bounded`), a log tail to its end plus the line a rule names (`retained`),
+and a log tail is stored without its text (`without_text`), which the book keeps once as a str. The
+limits against a flood (a bug or a hostile client) are here too: beyond each, new things are refused,
+with a reason in the log and `podmortem_limit_hits_total{limit}`, and nothing already held is
+dropped. `is_failure` says which events open an incident. This module holds no state.
+"""
+
+from __future__ import annotations
+
+from podmortem.core import logtail
+from podmortem.protocol.v1 import collector_pb2 as pb
+
+RETAINED_TAIL_CHARS = 16 << 10  # of each member's log tail (see `retained`)
+# No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
+MAX_WORLD_SIZE = 65_536
+# Limits against a flood (a bug or a hostile client): beyond each, new things are refused — with a
+# reason in the log and `podmortem_limit_hits_total{limit}` — and nothing already held is dropped.
+MAX_MEMBERS_PER_JOB = MAX_WORLD_SIZE
+MAX_OPEN_INCIDENTS = 1_000
+MAX_NAMESPACES = 1_000
+# Bytes kept per event and events kept per member: a hostile or broken client sending 4 MiB messages
+# or endless versions must not grow the book. A sidecar sends a handful per pod run.
+MAX_MEMBER_EVENTS = 256
+MAX_TEXT_CHARS = 16 << 10  # error messages, tracebacks (their end), termination and condition messages
+
+
+class LimitExceeded(Exception):
+    """A registration that would pass a limit; `limit` names it (the metric's label)."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+def is_failure(event: pb.Event) -> bool:
+    """Does this event mean something went wrong (and so open an incident)?"""
+    kind = event.WhichOneof("payload")
+    if kind == "error_file":
+        return True
+    if kind == "termination":
+        t = event.termination
+        return (t.HasField("exit_code") and t.exit_code != 0) or t.HasField("signal") or t.reason == "OOMKilled"
+    if kind == "condition":
+        return event.condition.type == "DisruptionTarget" and event.condition.status == "True"
+    if kind == "deletion":
+        return event.deletion.phase in ("Unknown", "Failed", "Running", "") or event.deletion.reason == "NodeLost"
+    return False
+
+
+def bounded(event: pb.Event) -> pb.Event:
+    """The event with every free-text field cut to what the engine reads (a no-op for a sidecar's own
+    events, whose error files are already bounded when parsed): at most `MAX_TEXT_CHARS` each."""
+    kind = event.WhichOneof("payload")
+    if kind == "log_tail":
+        return retained(event)
+    fields = {
+        "error_file": ("message", "traceback", "exception_type", "parse_error"),
+        "termination": ("message", "reason", "container"),
+        "condition": ("message", "reason", "type", "status"),
+        "deletion": ("phase", "reason"),
+    }.get(kind or "", ())
+    body = getattr(event, kind) if kind else None
+    if body is None or all(len(getattr(body, f)) <= MAX_TEXT_CHARS for f in fields):
+        return event
+    kept = pb.Event()
+    kept.CopyFrom(event)
+    body = getattr(kept, kind)
+    for f in fields:
+        text = getattr(body, f)
+        if len(text) > MAX_TEXT_CHARS:
+            setattr(body, f, text[-MAX_TEXT_CHARS:] if f == "traceback" else text[:MAX_TEXT_CHARS])
+    if kind == "error_file":
+        kept.error_file.truncated = True
+    return kept
+
+
+def retained(event: pb.Event, keep: int = RETAINED_TAIL_CHARS) -> pb.Event:
+    """The part of a log tail the book keeps: its last `keep` characters, plus the line a log rule matched
+    when that lies earlier. Thousands of members x 64 KiB tails held until the incident is decided were
+    most of the aggregator's memory in a burst; the decision needs the end of the log (torch's failure
+    summary, the last tracebacks) and the lines that name a cause, not the training chatter before."""
+    text, cut = retained_text(event.log_tail.text, keep)
+    if not cut:
+        return event
+    kept = pb.Event()
+    kept.CopyFrom(event)
+    kept.log_tail.text = text
+    kept.log_tail.truncated = True
+    return kept
+
+
+def retained_text(text: str, keep: int = RETAINED_TAIL_CHARS) -> tuple[str, bool]:
+    """`retained` on the text itself: (what is kept, whether anything was cut)."""
+    if len(text) <= keep:
+        return text, False
+    tail = text[-keep:]
+    cut = tail.find("\n")
+    tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
+    # The line a rule names, looked for only in the part not kept (the rest is in `tail` anyway).
+    hit = logtail.first_log_line(text[: len(text) - len(tail)])
+    head = f"{hit}\n" if hit else ""
+    return f"{head}[... {len(text) - len(tail) - len(head)} characters of the log not kept ...]\n{tail}", True
+
+
+def without_text(event: pb.Event, truncated: bool) -> pb.Event:
+    """A log-tail event as the book stores it: every field but the text. Built field by field, not copied
+    and cleared: a copy's protobuf arena keeps the 64 KiB message it copied (the aggregator's peak RSS
+    under a burst: `bench/burst.py`)."""
+    stripped = pb.Event(id=event.id, monotonic_ns=event.monotonic_ns, log_tail=pb.LogTail(truncated=truncated))
+    if event.HasField("wall_time"):
+        stripped.wall_time.CopyFrom(event.wall_time)
+    return stripped
