@@ -274,7 +274,13 @@ class HoldDesk:
         )
         if condition is None:
             state.outcome = Outcome(None, written=False)
-            log.info("pod %s: no condition (verdict: %s, %s)", key.pod, verdict.pod, verdict.category)
+            log.info(
+                "pod %s: no condition (verdict: %s, %s, confidence %.2f)",
+                key.pod,
+                verdict.pod,
+                verdict.category,
+                verdict.confidence,
+            )
             return state.outcome
         refused = self._refusal(key)
         if refused:

@@ -40,7 +40,7 @@ def error_doc(message: str) -> str:
     return json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": "tb", "timestamp": ts}}})
 
 
-def with_sidecar(api: EmulatorHandle, pod: dict[str, Any], index: int) -> str:
+def with_sidecar(api: EmulatorHandle, pod: dict[str, Any], index: int, ip: str = "") -> str:
     """The pod as the injection webhook leaves it: a native podmortem sidecar; and an IP peers can name."""
     name = str(pod["metadata"]["name"])
     api.change(
@@ -60,7 +60,7 @@ def with_sidecar(api: EmulatorHandle, pod: dict[str, Any], index: int) -> str:
             },
             "status": {
                 "phase": "Running",
-                "podIP": f"10.1.0.{10 + index}",
+                "podIP": ip or f"10.1.0.{10 + index}",
                 "containerStatuses": [{"name": _container(pod), "state": {"running": {}}}],
             },
         },
@@ -152,11 +152,17 @@ class Kubelet:
         if message is not None:
             sidecar.error_file.write_text(error_doc(message))
         await asyncio.sleep(0.2)  # the container exits after writing its error file
+        await self.exited(sidecar, exit_code, message or "", extra)
+
+    async def exited(
+        self, sidecar: Sidecar, exit_code: int, message: str = "", extra: dict[str, Any] | None = None
+    ) -> None:
+        """The training container has just exited with `exit_code`: the rest of the kubelet's order."""
         sidecar.sigterm_at = time.monotonic()
         sidecar.proc.terminate()  # the training container is gone: SIGTERM to the native sidecar
         await asyncio.sleep(STATUS_LAG)
-        status = ended(sidecar.container, exit_code, message or "")
-        status["status"].update(extra)
+        status = ended(sidecar.container, exit_code, message)
+        status["status"].update(extra or {})
         await asyncio.to_thread(self.api.change, PODS, NS, sidecar.pod, status)
         async with asyncio.timeout(GUARD):
             sidecar.code = await sidecar.proc.wait()
