@@ -210,11 +210,14 @@ class HoldDesk:
         if state.outcome is None and state.deciding is None:
             decide_by = now + min(self.peer_wait, max(limit - WRITE_MARGIN, 0.0))
             self._start(key, state, decide_by, give_up)
-        if state.deciding is not None:
+        task = state.deciding
+        outcome = state.outcome
+        if task is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(give_up - loop.time(), 0.0)):
-                    await asyncio.shield(state.deciding)
-        outcome = state.outcome or Outcome(None, written=False, detail="not decided within the hold")
+                    outcome = await asyncio.shield(task)
+        if outcome is None:
+            outcome = Outcome(None, written=False, detail="not decided within the hold")
         return outcome.reply(request.seq)
 
     async def settle(self) -> None:
