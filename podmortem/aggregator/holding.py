@@ -13,8 +13,11 @@ timeout, less a margin for the write. The verdict it is decided against is the e
 as known then.
 
 Pods that cannot be held get their condition when the pod watch shows their end (`pod_seen`): no
-podmortem sidecar in the pod's spec, a sidecar that does not hold (an older one; `registered`), a pod
-being deleted (its sidecar does not hold) or on a lost node. The Job controller may have acted by then.
+podmortem sidecar in the pod's spec, a sidecar that does not hold (an older one; `registered`), a pod on
+a lost node. The Job controller may have acted by then. A pod being deleted and not held gets none:
+whoever deletes it (the Job controller after FailJob, a JobSet restart, a drain, a preemption, which
+Kubernetes' DisruptionTarget condition names) has acted already, and a large job torn down at once would
+otherwise cost a write per pod.
 A pod whose sidecar could hold it but which became terminal without a decision (the aggregator was
 unreachable, or the sidecar's hold timed out) gets none, ever: a condition written after the Job
 controller acted would say something the retry did not follow.
@@ -97,8 +100,6 @@ class _Pod:
         """Why no sidecar will hold this pod ("" when one should)."""
         if self.holds is False:
             return "its sidecar does not hold (an older version)"
-        if self.deleting:
-            return "it is being deleted"
         if self.node_lost:
             return "its node was lost"
         if self.sidecar is False and not self.holds:
@@ -189,6 +190,12 @@ class HoldDesk:
             state.outcome = Outcome(found, written=True, detail="found on the pod")
         self.changed(key.job)
         if state.outcome is not None or state.deciding is not None:
+            return
+        if state.deleting and not state.node_lost:
+            # Deleted (Job cleanup after FailJob, a JobSet restart, a drain, a preemption: Kubernetes' own
+            # DisruptionTarget says so): whoever deletes it has acted already. No condition, and no write
+            # for each pod of a large job torn down at once.
+            state.outcome = Outcome(None, written=False, detail="the pod is being deleted")
             return
         if why := state.unholdable():
             if _ended(pod):

@@ -128,3 +128,23 @@ async def test_a_failed_write_is_not_written_and_a_later_hold_tries_again(
     written = await asyncio.wait_for(desk.hold(keys[0], pb.Hold(seq=2, timeout_seconds=5)), 30)
     kube.close()
     assert written.outcome == pb.HoldReply.WRITTEN
+
+
+async def test_a_pod_being_deleted_and_not_held_gets_none(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # The Job controller deletes the pods after FailJob (or a JobSet restarts): it has acted already, and a
+    # big job torn down at once must not cost a write per pod. Nor is a later hold answered with one.
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    keys = [register(book, p) for p in pods]
+    failed(book, keys[1], "ValueError: label 7 out of range")
+    failed(book, keys[0], GLOO)
+    for key in keys:
+        pod = kube_api.get(PODS, NS, key.pod) or {}
+        pod["metadata"]["deletionTimestamp"] = "2026-11-25T19:00:00Z"
+        pod["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 143}}
+        desk.pod_seen(key, pod)
+    await desk.settle()
+    reply = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
+    kube.close()
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "deleted" in reply.detail
+    assert patches(kube_api) == []
