@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -344,6 +345,17 @@ async def test_hold_waits_for_the_confirmation_after_the_last_events(tmp_path: P
     [(hold, events_before)] = fake.hold_requests
     assert events_before == len(fake.events)  # asked after every event
     assert 0 < hold.timeout_seconds <= 30 - running.GRACE_MARGIN  # within the default grace of 30 s
+
+
+async def test_hold_is_asked_again_after_a_reconnect(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
+    fake = FakeCollector(holds=True, hold_reply=WRITTEN)
+    fake.break_on_hold = 1  # the stream breaks as the first hold arrives
+    async with serving(fake) as served:
+        code, _ = await _failed_and_stopped(served, tmp_path, POD, PODMORTEM_HOLD_TIMEOUT="30")
+    assert code == 0
+    assert len(fake.registers) == 2 and len(fake.hold_requests) == 2  # registered again, asked again
+    assert "condition podmortem.io/Victim written on this pod" in caplog.text
 
 
 async def test_hold_ends_at_its_timeout_when_nobody_answers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -37,6 +37,7 @@ class FakeCollector(pb_grpc.CollectorServicer):
     ) -> None:
         self.holds = holds  # says Registered.holds and answers `hold` (with `hold_reply`; None: never)
         self.hold_reply = hold_reply
+        self.break_on_hold = 0  # end this many streams (UNAVAILABLE) when a hold arrives on them
         self.hold_requests: list[tuple[pb.Hold, int]] = []  # each hold, with the events received before it
         self.clock_offset_ns = clock_offset_ns
         self.ack = ack
@@ -87,6 +88,9 @@ class FakeCollector(pb_grpc.CollectorServicer):
             elif kind == "hold":
                 self.hold_requests.append((msg.hold, len(self.events)))
                 self._changed.set()
+                if self.break_on_hold > 0:
+                    self.break_on_hold -= 1
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "test: the aggregator went away")
                 if self.holds and self.hold_reply is not None:
                     answer = pb.HoldReply()
                     answer.CopyFrom(self.hold_reply)
