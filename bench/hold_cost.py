@@ -13,7 +13,7 @@ victims, which end 1 s after it. Each round runs the same job twice, with the ho
 p50 and max per role (the root waits for its peers' first evidence; a victim is decided at once), and
 whether each pod got the condition it should (exit 1 otherwise).
 
-    python bench/hold_cost.py [--rounds 3] [--pods 4] [--json]
+    python -m bench.hold_cost [--rounds 3] [--pods 4] [--json]
 
 Uses the test emulator (kmock, the dev extra). Run it alone and report the load (`uptime`) with the figures.
 """
@@ -32,7 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.kube_emulator import JOBS, NS, PODS, indexed_job, indexed_pod, running_emulator
+from support.kube_emulator import JOBS, PODS, running_emulator
+from support.kube_objects import NS, indexed_job, indexed_pod
 from support.kubelet_order import our_condition, run_incident
 
 HELD = re.compile(r"\(held ([0-9.]+)s\)")

@@ -23,17 +23,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from support.kube_emulator import (
-    JOBS,
-    NS,
-    PODS,
-    EmulatorHandle,
-    eventually,
-    indexed_job,
-    indexed_pod,
-    seed_jobset,
-    seed_pytorchjob,
-)
+from support.common import eventually
+from support.kube_emulator import JOBS, PODS, EmulatorHandle
+from support.kube_objects import NS, indexed_job, indexed_pod, seed_jobset, seed_pytorchjob
 from support.kubelet_order import (
     GLOO_PEER,
     GUARD,
@@ -131,7 +123,7 @@ async def test_an_older_sidecar_that_does_not_hold_gets_its_condition_at_its_end
     old = sidecars[1]
     assert old.code == 0
     assert not any("holding the pod" in line for line in old.lines)
-    await eventually(lambda: our_condition(kube_api.get(PODS, NS, old.pod)) is not None, "its condition", GUARD)
+    await eventually(lambda: our_condition(kube_api.get(PODS, NS, old.pod)) is not None, "its condition", within=GUARD)
     assert (our_condition(kube_api.get(PODS, NS, old.pod)) or {})["type"] == "podmortem.io/Victim"
     check_order(kube_api, sidecars[:1])  # the one that held: before its exit, as ever
 
@@ -148,7 +140,7 @@ async def test_unreachable_aggregator_no_condition_is_written_late(kube_api: Emu
             await start_sidecar(kube_api, tmp_path, kube_api.get(PODS, NS, n) or {}, nobody, "2") for n in names
         ]
         for s in sidecars:  # started (signal handlers in place) and trying to reach the aggregator
-            await eventually(partial(says, s.log, "opening stream 1"), f"{s.pod} started", GUARD)
+            await eventually(partial(says, s.log, "opening stream 1"), f"{s.pod} started", within=GUARD)
         kubelet = Kubelet(kube_api)
         kubelet.fail(sidecars[1], ROOT_ERROR)
         await asyncio.sleep(1.0)
@@ -160,9 +152,9 @@ async def test_unreachable_aggregator_no_condition_is_written_late(kube_api: Emu
         await eventually(
             lambda: all((p := holds._pods.get(k)) is not None and p.outcome is not None for k in _keys(agg, names)),
             "the aggregator saw both pods end",
-            GUARD,
+            within=GUARD,
         )
-        await asyncio.sleep(1.0)  # room for a late write, had one been made
+        # Both outcomes are settled (no write): nothing can write a condition on them any more.
     for s in sidecars:
         assert s.code == 0, "\n".join(s.lines)
         # Held until 2 s after its SIGTERM, the flush of its unacknowledged events included, then gone.

@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import JOBS, NS, PODS, EmulatorHandle, eventually, indexed_job, indexed_pod
+from support.common import eventually
+from support.kube_emulator import JOBS, PODS, EmulatorHandle
+from support.kube_objects import NS, indexed_job, indexed_pod
 from support.kubelet_order import (
     GUARD,
     Kubelet,
@@ -80,7 +82,7 @@ async def test_real_torchrun_failure_conditions_in_the_kubelets_order(kube_api: 
             for n in names
         ]
         try:
-            await eventually(lambda: agg.metrics.connected._value.get() == PODS_N, "every sidecar", limit=GUARD)
+            await eventually(lambda: agg.metrics.connected._value.get() == PODS_N, "every sidecar", within=GUARD)
             port = _port()
             agents = [await _agent(i, ips[i], s.error_file, port, tmp_path) for i, s in enumerate(sidecars)]
 

@@ -13,7 +13,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from support.kube_emulator import NS, PODS, EmulatorHandle, make_kube, seed_pytorchjob
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, make_kube, seed_pytorchjob
 
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey

@@ -26,7 +26,9 @@ from prometheus_client import CollectorRegistry
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.running import Aggregator
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS
 
 ROOT_ERROR = "ValueError: label 7 out of range"
 GLOO_PEER = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [{ip}]:29500"
@@ -210,7 +212,7 @@ async def run_incident(
             for i, n in enumerate(names)
         ]
         try:
-            await eventually(lambda: agg.metrics.connected._value.get() == len(pods), "every sidecar", limit=GUARD)
+            await eventually(lambda: agg.metrics.connected._value.get() == len(pods), "every sidecar", within=GUARD)
             kubelet = Kubelet(api)
             kubelet.fail(sidecars[root], root_message, root_exit, root_extra)
             await asyncio.sleep(1.0)  # the root ends a second before its victims
