@@ -220,9 +220,13 @@ class HoldDesk:
         task = state.deciding
         outcome = state.outcome
         if task is not None:
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(max(give_up - loop.time(), 0.0)):
                     outcome = await asyncio.shield(task)
+            except TimeoutError:
+                pass
+            except Exception as exc:  # logged where the task ends (`_start`); the sidecar is answered
+                outcome = Outcome(None, written=False, detail=f"deciding the condition failed: {exc}")
         if outcome is None:
             outcome = Outcome(None, written=False, detail="not decided within the hold")
         return outcome.reply(request.seq)
