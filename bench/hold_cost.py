@@ -14,6 +14,12 @@ p50 and max per role (the root waits for its peers' first evidence; a victim is 
 whether each pod got the condition it should (exit 1 otherwise).
 
     python -m bench.hold_cost [--rounds 3] [--pods 4] [--json]
+    python -m bench.hold_cost --desk 1024,4096     # the hold desk alone: W pods holding at once
+
+`--desk` measures the desk's own work for a large job in process: W members registered and placed by a
+pod watch, one root raising, W-1 victims echoing; every victim holds at once; the write goes nowhere (no
+API: the client's rate limit is the bound there, see docs/kubernetes.md). It prints the seconds until
+every hold was answered and the CPU the process spent, to show the desk stays linear in W.
 
 Uses the test emulator (kmock, the dev extra). Run it alone and report the load (`uptime`) with the figures.
 """
@@ -27,6 +33,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +79,47 @@ def quantiles(values: list[float]) -> str:
     return f"p50 {statistics.median(values):.2f} s, max {max(values):.2f} s (n={len(values)})"
 
 
+async def desk_only(pods: int) -> tuple[float, float, int]:
+    """(seconds until every hold was answered, CPU seconds, victims answered Victim) for `pods` members."""
+    from podmortem.aggregator.holding import HoldDesk
+    from podmortem.aggregator.incidents import IncidentBook
+    from podmortem.aggregator.running import make_decide
+    from podmortem.core.model import ErrorRecord, Termination
+    from podmortem.protocol.v1 import collector_pb2 as pb
+    from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
+
+    async def nowhere(namespace: str, pod: str, condition: Any) -> None:
+        return None
+
+    book = IncidentBook(make_decide(), lambda d: None, quorum_timeout=600)
+    desk = HoldDesk(book, make_decide(), nowhere, peer_wait=5.0)
+    keys = []
+    for i in range(pods):
+        reg = pb.Register(job=pb.JobRef(namespace=NS, name="big", kind="Job"), pod=f"big-{i}", holds=True)
+        reg.world_size_hint = pods
+        key = book.register(reg)
+        desk.pod_seen(key, {"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}})
+        keys.append(key)
+    cpu0, t0 = time.process_time(), time.monotonic()
+    for i, key in enumerate(keys):
+        text = "ValueError: label 7" if i == 0 else "RuntimeError: Connection closed by peer [10.0.0.1]:29500"
+        book.ingest(
+            key, make_event(error_to_pb(ErrorRecord(message=text, exception_type=text.split(":")[0])), f"{i}/e")
+        )
+        book.ingest(key, make_event(termination_to_pb(Termination(exit_code=1, reason="Error")), f"{i}/t"))
+    replies = await asyncio.gather(*(desk.hold(k, pb.Hold(seq=1, timeout_seconds=15)) for k in keys))
+    victims = sum(r.condition_type == "podmortem.io/Victim" for r in replies)
+    return time.monotonic() - t0, time.process_time() - cpu0, victims
+
+
 async def main_async(args: argparse.Namespace) -> int:
+    if args.desk:
+        failures = 0
+        for w in (int(x) for x in args.desk.split(",")):
+            took, cpu, marked = await desk_only(w)
+            failures += marked != w - 1
+            print(f"desk W={w}: every hold answered in {took:.2f} s, CPU {cpu:.2f} s, victims {marked}/{w - 1}")
+        return 1 if failures else 0
     rows: list[dict[str, Any]] = []
     for r in range(args.rounds):
         for hold in (True, False):
@@ -101,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--desk", default="", help="comma-separated W: the hold desk alone, in process")
     return asyncio.run(main_async(parser.parse_args(argv)))
 
 

@@ -44,6 +44,7 @@ from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core import conditions
 from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition
+from podmortem.core.engine import assess
 from podmortem.core.model import Incident, Member, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -57,9 +58,13 @@ WRITE_MARGIN = 1.0
 # Of the peers' first evidence, the most a member that failed on its own waits for (seconds, aggregator
 # flag --peer-wait); the root usually ends a second or more before its victims.
 PEER_WAIT = 5.0
-# A verdict computed for one member of a job is reused for the next ones decided within this long (a burst
-# of victims holding at once: one engine decision, not one per pod).
+# The incident and its verdict, built for one member of a job, are reused for the next ones decided within
+# this long (a burst of victims holding at once: one incident and one engine decision, not one per pod;
+# each member's own facts are read fresh).
 VERDICT_REUSE = 0.25
+# A waiting decision looks again at most this often, however many events wake it (each look reads every
+# member of the job).
+MIN_RECHECK = 0.1
 # How often a waiting decision looks again when nothing woke it (pod-watch events that arrive after a
 # log read do not wake it).
 RECHECK = 0.5
@@ -152,7 +157,8 @@ class HoldDesk:
         self._verified = verified
         self._pods: dict[MemberKey, _Pod] = {}
         self._changes: dict[JobKey, asyncio.Event] = {}
-        self._verdicts: dict[JobKey, tuple[float, Verdict]] = {}
+        self._views: dict[JobKey, tuple[float, Incident, asyncio.Task[Verdict] | None]] = {}
+        self._victims: dict[JobKey, set[str]] = {}  # pods decided Victim, per job (the last-member guard)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- inputs --------------------------------------------------------------------------------
@@ -271,13 +277,8 @@ class HoldDesk:
             return Outcome(None, written=False, detail="the member is not known to the aggregator")
         if state.outcome is not None:  # found on the pod meanwhile, or the pod ended without a hold
             return state.outcome
-        verdict = await self._verdict(key.job, incident, fresh=not conditions.ready(member, incident, self.rules))
-        victims = frozenset(
-            k.pod
-            for k, p in self._pods.items()
-            if k.job == key.job and p.outcome is not None and p.outcome.condition is not None
-            if p.outcome.condition.type == VICTIM
-        )
+        verdict = await self._verdict(key.job, incident)
+        victims = self._victims.setdefault(key.job, set())
         condition = conditions.decide(
             member,
             incident,
@@ -286,6 +287,8 @@ class HoldDesk:
             permanent_confidence=self.permanent_confidence,
             victims=victims,
         )
+        if condition is not None and condition.type == VICTIM:
+            victims.add(key.pod)  # at the decision, not the write: two last echoes must not both pass
         if condition is None:
             state.outcome = Outcome(None, written=False)
             log.info(
@@ -331,29 +334,48 @@ class HoldDesk:
         loop = asyncio.get_running_loop()
         while True:
             event = self._changes.setdefault(key.job, asyncio.Event())
-            incident = self.book.incident(key.job)
-            member = _find(incident, key.pod)
+            looked = loop.time()
+            member = self.book.member(key)
+            incident = self._incident(key.job, fresh=False)
             if incident is None or member is None:
                 return None, None
-            if loop.time() >= decide_by:
+            if looked >= decide_by:
                 return member, incident
-            if is_terminal(member) and conditions.ready(member, incident, self.rules):
-                return member, incident
+            if is_terminal(member):
+                if conditions.plain_echo(assess(member, self.rules)):
+                    return member, incident  # a Victim at once: the others as known a moment ago will do
+                incident = self._incident(key.job, fresh=True)
+                if incident is not None and conditions.ready(member, incident, self.rules):
+                    return member, incident
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(decide_by - loop.time(), RECHECK)):
+                async with asyncio.timeout(max(min(decide_by - loop.time(), RECHECK), 0.0)):
                     await event.wait()
+            await asyncio.sleep(max(looked + MIN_RECHECK - loop.time(), 0.0))
 
-    async def _verdict(self, job: JobKey, incident: Incident, fresh: bool) -> Verdict:
+    def _incident(self, job: JobKey, fresh: bool) -> Incident | None:
+        """The job's incident: built now when `fresh` or when the one kept is older than VERDICT_REUSE."""
         loop = asyncio.get_running_loop()
-        cached = self._verdicts.get(job)
-        if cached is not None and not fresh and loop.time() - cached[0] < VERDICT_REUSE:
-            return cached[1]
+        kept = self._views.get(job)
+        if kept is not None and not fresh and loop.time() - kept[0] < VERDICT_REUSE:
+            return kept[1]
+        incident = self.book.incident(job)
+        if incident is not None:
+            self._views[job] = (loop.time(), incident, None)
+        return incident
+
+    async def _verdict(self, job: JobKey, incident: Incident) -> Verdict:
+        """The engine's verdict on `incident`, computed once per incident kept (see `_incident`): the holds
+        that ask meanwhile await the same computation."""
+        kept = self._views.get(job)
+        if kept is not None and kept[1] is incident and kept[2] is not None:
+            return await asyncio.shield(kept[2])
         if len(incident.members) >= self.book.offload_members:
-            verdict = await asyncio.to_thread(self._decide_verdict, incident)
+            task = asyncio.ensure_future(asyncio.to_thread(self._decide_verdict, incident))
         else:
-            verdict = self._decide_verdict(incident)
-        self._verdicts[job] = (loop.time(), verdict)
-        return verdict
+            task = asyncio.ensure_future(_now(self._decide_verdict, incident))
+        if kept is not None and kept[1] is incident:
+            self._views[job] = (kept[0], incident, task)
+        return await asyncio.shield(task)
 
     def vanished(self, key: MemberKey) -> None:
         """The pod is gone from the API: nothing more to write on it; its record goes."""
@@ -362,13 +384,12 @@ class HoldDesk:
             state.deciding.cancel()
         self._pods.pop(key, None)
         if not any(k.job == key.job for k in self._pods):
-            self._verdicts.pop(key.job, None)
+            self._views.pop(key.job, None)
+            self._victims.pop(key.job, None)
 
 
-def _find(incident: Incident | None, pod: str) -> Member | None:
-    if incident is None:
-        return None
-    return next((m for m in incident.members if m.pod == pod), None)
+async def _now(decide: Decide, incident: Incident) -> Verdict:
+    return decide(incident)
 
 
 def _ended(pod: Mapping[str, Any]) -> bool:

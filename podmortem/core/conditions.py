@@ -33,6 +33,7 @@ yet when this pod's condition was decided: a victim is marked as soon as its own
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,11 +95,19 @@ def ready(member: Member, incident: Incident, rules: RuleSet = DEFAULT_RULES) ->
         return True
     if len(incident.members) < incident.world_size:
         return False
-    return all(m.pod == member.pod or _shown(assess(m, rules)) for m in incident.members)
+    return all(m.pod == member.pod or shown(m) for m in incident.members)
 
 
-def _shown(finding: Finding) -> bool:
-    return finding.role != "unknown" or (not finding.member.running and finding.member.termination is not None)
+def shown(member: Member) -> bool:
+    """Has this member shown anything of a failure or its end yet? Read from the member's facts alone, not
+    assessed: it is asked of every member each time a held pod looks again."""
+    return (
+        member.error is not None
+        or member.termination is not None
+        or member.phase in ("Failed", "Succeeded", "Unknown")
+        or member.deleted_at is not None
+        or any(c.type == "DisruptionTarget" and c.status == "True" for c in member.conditions)
+    )
 
 
 def decide(
@@ -108,11 +117,12 @@ def decide(
     *,
     rules: RuleSet = DEFAULT_RULES,
     permanent_confidence: float = PERMANENT_CONFIDENCE,
-    victims: frozenset[str] = frozenset(),
+    victims: AbstractSet[str] = frozenset(),
 ) -> PodCondition | None:
     """The condition of `member` (None: write none), given the incident and its verdict as known now.
 
-    `victims`: the pods of this incident already marked Victim (to keep one member unmarked)."""
+    `victims`: the pods of this incident already marked Victim (to keep one member unmarked). O(1) in the
+    number of members: it is asked of every member of a job failing at once."""
     finding = assess(member, rules)
     if not finding.failed:
         return None
@@ -122,8 +132,9 @@ def decide(
         assert verdict is not None
         return _root_condition(member.pod, finding, verdict, permanent_confidence, tag)
     if plain_echo(finding):
-        others = [m.pod for m in incident.members if m.pod != member.pod]
-        if len(incident.members) >= incident.world_size and others and all(p in victims for p in others):
+        others = len(incident.members) - 1
+        marked = len(victims) - (member.pod in victims)
+        if len(incident.members) >= incident.world_size and 0 < others <= marked:
             return None  # every other member is a victim already: this one may be the root
         assert finding.rule is not None
         why = finding.rule.describe()
