@@ -1,4 +1,5 @@
-"""`kubectl podmortem explain <kind>/<name>`: the verdict on a job or pod, the way `kubectl describe` shows things.
+"""`kubectl podmortem explain <kind>/<name>`: the verdict on a job or pod, the way `kubectl describe` shows
+things; `kubectl podmortem bundle <kind>/<name> DIR`: the job's incident bundle, for `podmortem analyze`.
 
 The aggregator writes its verdict into the cluster (`podmortem.io/summary` and `podmortem.io/verdict`
 annotations on the job and on the root-cause pod, a `PodmortemRootCause` condition on the job); this
@@ -8,7 +9,9 @@ plugin reads it back for a person at a terminal. It is installed as the console 
 It reads through the `kubectl` binary itself (`kubectl get -o json`; `$KUBECTL` overrides which), so
 it uses exactly the user's kubeconfig, context, credentials plugins and flags — and needs no
 Kubernetes client library. Asked about a pod that carries no verdict, it follows the pod's controller
-ownerReference to its job and explains that.
+ownerReference to its job and explains that. It then lists the job's pods (by the label each kind puts on
+them) and shows each one's `podmortem.io/*` condition: Victim, PermanentFailure, RetryableFailure, or
+none — what a `podFailurePolicy` acted on.
 
 Under the verdict it shows the root pod's node's hardware-fault record (`podmortem.io/hardware-faults`,
 and the `podmortem.io/SuspectHardware` condition) when podmortem keeps one there.
@@ -20,15 +23,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from podmortem import settings
+from podmortem.settings import Setting
 
 SUMMARY = "podmortem.io/summary"
 VERDICT = "podmortem.io/verdict"
 CONDITION_TYPE = "PodmortemRootCause"
+POD_CONDITION_TYPES = ("podmortem.io/Victim", "podmortem.io/PermanentFailure", "podmortem.io/RetryableFailure")
 
 
 class PluginError(Exception):
@@ -44,8 +51,39 @@ def _field(label: str, value: Any, indent: int = 0) -> str:
     return f"{' ' * indent}{label + ':':<{16 - indent}}{text}"
 
 
-def render(obj: dict[str, Any]) -> str | None:
-    """The describe-style text for an object carrying a verdict; None when it carries none (pure)."""
+def pod_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's podmortem.io/* condition, if it carries one."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") in POD_CONDITION_TYPES and c.get("status") == "True":
+            return c
+    return None
+
+
+def pod_lines(pods: Sequence[dict[str, Any]]) -> list[str]:
+    """'Pod Conditions:' with each pod's podmortem condition (or <none>), by name (pure)."""
+    if not pods:
+        return []
+    named = sorted(((str((p.get("metadata") or {}).get("name", "")), pod_condition(p)) for p in pods), key=_first)
+    width = max(len(name) for name, _ in named)
+    lines = ["Pod Conditions:"]
+    for name, c in named:
+        if c is None:
+            lines.append(f"  {name:<{width}}  <none>")
+        else:
+            kind = str(c.get("type", "")).rpartition("/")[2]
+            lines.append(
+                f"  {name:<{width}}  {kind} ({c.get('reason')}, {c.get('lastTransitionTime')}): {c.get('message')}"
+            )
+    return lines
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | None:
+    """The describe-style text for an object carrying a verdict; None when it carries none (pure). With
+    `pods` (the job's), each one's podmortem condition."""
     annotations = _annotations(obj)
     if VERDICT not in annotations and SUMMARY not in annotations:
         return None
@@ -86,6 +124,7 @@ def render(obj: dict[str, Any]) -> str | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
             lines.append(_field("Condition", f"{CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
+    lines += pod_lines(pods)
     return "\n".join(lines) + "\n"
 
 
@@ -118,6 +157,8 @@ def render_node(node: dict[str, Any]) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+# -n, --kubeconfig and --context are kubectl's own flags, handed to it (kubectl reads KUBECONFIG itself).
+SETTINGS = (Setting("kubectl", "--kubectl", "KUBECTL", "the kubectl binary to run", default="kubectl"),)
 MAX_OWNER_HOPS = 3  # pod -> batch Job -> JobSet -> TrainJob
 
 
@@ -149,16 +190,114 @@ class Kubectl:
             raise PluginError(f"{target}: name one object, as <kind>/<name>")
         return obj
 
+    def pods_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """The job's pods (by its kind's pod label); [] when its kind is not known or they cannot be listed."""
+        label = POD_LABELS.get(str(job.get("kind", "")))
+        name = (job.get("metadata") or {}).get("name")
+        text = self.text("get", "pods", "-l", f"{label}={name}", "-o", "json") if label and name else None
+        try:
+            listed = json.loads(text) if text else {}
+        except ValueError:
+            return []
+        items = listed.get("items") if isinstance(listed, dict) else None
+        return [p for p in items or [] if isinstance(p, dict)]
+
+    def text(self, *args: str) -> str | None:
+        """The output of `kubectl <flags> <args>`; None when kubectl fails (the caller goes without)."""
+        try:
+            done = subprocess.run([self.binary, *self.flags, *args], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+
+# How a job's pods are labelled, per kind (the labels the aggregator's pod watch selects by).
+POD_LABELS = {
+    "PyTorchJob": "training.kubeflow.org/job-name",
+    "Job": "batch.kubernetes.io/job-name",
+    "JobSet": "jobset.sigs.k8s.io/jobset-name",
+    "TrainJob": "jobset.sigs.k8s.io/jobset-name",  # a TrainJob's JobSet has its name
+}
+LOG_LINES = 300
+
+
+def _training_container(pod: dict[str, Any]) -> str:
+    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    chosen = _annotations(pod).get("podmortem.io/container")
+    if chosen in names:
+        return str(chosen)
+    return "pytorch" if "pytorch" in names else next((n for n in names if not n.startswith("podmortem")), "")
+
+
+def _error_file_path(pod: dict[str, Any], container: str) -> str:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if isinstance(c, dict) and c.get("name") == container:
+            for e in c.get("env") or []:
+                if isinstance(e, dict) and e.get("name") == "TORCHELASTIC_ERROR_FILE" and e.get("value"):
+                    return str(e["value"])
+    return ""
+
+
+def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
+    """Write the incident bundle of a job (`podmortem analyze DIR` reads it: podmortem/offline/bundle.py):
+    `incident.json`, and per pod `pod.json`, `log.txt` (the training container's last LOG_LINES lines, of
+    its failed run when it has restarted) and `error.json` (the TorchElastic error file, read through the
+    sidecar while the pod still runs). Returns the number of pods written."""
+    from podmortem.aggregator.kube.jobs import world_size  # pure: a job object's size
+
+    job = kubectl.get(target)
+    kind, meta = str(job.get("kind", "")), job.get("metadata") or {}
+    label = POD_LABELS.get(kind)
+    if label is None:
+        raise PluginError(f"{target}: a {kind or 'object'} is not a job kind podmortem knows ({', '.join(POD_LABELS)})")
+    listed = kubectl.text("get", "pods", "-l", f"{label}={meta.get('name')}", "-o", "json")
+    pods = [p for p in (json.loads(listed).get("items") or []) if isinstance(p, dict)] if listed else []
+    if not pods:
+        raise PluginError(f"{target}: no pods labelled {label}={meta.get('name')} (gone already?)")
+    directory.mkdir(parents=True, exist_ok=True)
+    ref = {
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "kind": kind,
+        "uid": meta.get("uid", ""),
+    }
+    incident = {"job": ref, "world_size": world_size(job) or len(pods)}
+    (directory / "incident.json").write_text(json.dumps(incident, indent=2) + "\n")
+    for pod in pods:
+        name = str((pod.get("metadata") or {}).get("name", ""))
+        pod_dir = directory / "pods" / name
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        (pod_dir / "pod.json").write_text(json.dumps(pod, indent=2) + "\n")
+        container = _training_container(pod)
+        if not container:
+            continue
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        status = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), {})
+        restarted = "running" in (status.get("state") or {}) and status.get("lastState", {}).get("terminated")
+        log = kubectl.text("logs", name, "-c", container, f"--tail={LOG_LINES}", *(["--previous"] if restarted else []))
+        if log:
+            (pod_dir / "log.txt").write_text(log)
+        path = _error_file_path(pod, container)
+        error = kubectl.text("exec", name, "-c", "podmortem-sidecar", "--", "cat", path) if path else None
+        if error:
+            (pod_dir / "error.json").write_text(error)
+    return len(pods)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kubectl podmortem", description="Why did this training job fail?")
     sub = parser.add_subparsers(dest="command", required=True)
     explain = sub.add_parser("explain", help="show the verdict on a job or pod, e.g. pytorchjob/my-job")
     explain.add_argument("target", help="<kind>/<name>, e.g. pytorchjob/llm, job/ddp, jobset/x, pod/llm-worker-3")
-    explain.add_argument("-n", "--namespace")
-    explain.add_argument("--kubeconfig")
-    explain.add_argument("--context")
     explain.add_argument("-o", "--output", choices=("describe", "json"), default="describe")
+    collect = sub.add_parser("bundle", help="copy a job's pods, logs and error files into DIR for 'podmortem analyze'")
+    collect.add_argument("target", help="<kind>/<name> of the job, e.g. pytorchjob/llm, job/ddp, jobset/x")
+    collect.add_argument("directory", metavar="DIR", help="where to write the bundle (created)")
+    for command in (explain, collect):
+        command.add_argument("-n", "--namespace")
+        command.add_argument("--kubeconfig")
+        command.add_argument("--context")
+        settings.add_arguments(command, SETTINGS, "plugin settings")
     return parser
 
 
@@ -168,7 +307,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: name the object as <kind>/<name>, e.g. pytorchjob/my-job", file=sys.stderr)
         return 2
     flags = [f"--{name}={value}" for name in ("namespace", "kubeconfig", "context") if (value := getattr(args, name))]
-    kubectl = Kubectl(os.environ.get("KUBECTL", "kubectl"), flags)
+    kubectl = Kubectl(settings.read(SETTINGS, None, args)["kubectl"] or "kubectl", flags)
+    if args.command == "bundle":
+        try:
+            count = bundle(kubectl, args.target, Path(args.directory))
+        except (PluginError, OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{count} pod(s) of {args.target} in {args.directory}: podmortem analyze {args.directory}")
+        return 0
     try:
         obj = kubectl.get(args.target)
         # The verdict lives on the outermost workload (pod -> batch Job -> JobSet -> TrainJob): follow the
@@ -190,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(verdict)
         return 0
-    text = render(obj)
+    text = render(obj, kubectl.pods_of(obj) if render(obj) is not None else [])
     if text is None:
         print(f"No podmortem verdict on {args.target} (yet).")
         return 1

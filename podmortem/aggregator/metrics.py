@@ -2,8 +2,9 @@
 
 Names follow `namespace_subsystem_name_unit`; counters end in `_total`. Label sets are small and
 fixed (category from the fixed vocabulary, event kind from the contract, namespace of the job — as
-bounded as the cluster's namespaces), and the category series are created up front so dashboards
-see zeros from the first scrape rather than gaps. Values that come from user code or the cluster
+bounded as the cluster's namespaces), and the series of known label values (categories, event kinds,
+limits, publishers) are created up front so dashboards and alerts see zeros from the first scrape
+rather than no series. Values that come from user code or the cluster
 (exception class, node) are bounded: the first N distinct values are labels, later ones count as
 `other`. The one per-incident gauge keeps only the most recent incidents, for alerting on each.
 Publisher failures are counted by wrapping each publisher (`Metrics.counting`).
@@ -21,8 +22,26 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
+from podmortem.core.conditions import CONDITION_TYPES, VICTIM
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
+# Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
+LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
+# Why a stream is refused (`podmortem_streams_rejected_total{reason}`): authentication and authorization
+# (aggregator/auth.py), the server's own refusals, and a limit reached.
+REJECT_REASONS = (
+    "no_token",
+    "expired",
+    "rejected",
+    "review_failed",
+    "not_pod_bound",
+    "other_pod",
+    "namespace",
+    "standby",
+    "state_write",
+    "register_deadline",
+    *LIMITS,
+)
 NO_CATEGORY = "none"  # an incident with no failed pod (e.g. a clean exit)
 LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600)
 # Bounds on the label values that come from the cluster or from user code (see `_Bounded`).
@@ -55,6 +74,11 @@ def exception_label(exception_type: str) -> str:
     """'torch.cuda.OutOfMemoryError' -> 'OutOfMemoryError': the class name only, at most 64 name characters."""
     name = exception_type.strip().rsplit(".", 1)[-1]
     return _NOT_NAME.sub("_", name)[:64]
+
+
+def condition_label(condition_type: str) -> str:
+    """'podmortem.io/Victim' -> 'Victim' (the `type` label of podmortem_pod_conditions_total)."""
+    return condition_type.rsplit("/", 1)[-1]
 
 
 def _retryable(value: bool | None) -> str:
@@ -111,8 +135,7 @@ class Metrics:
         )
         self.limit_hits = Counter(
             "podmortem_limit_hits_total",
-            "Things refused at a limit (event_rate, members_per_job, namespaces, open_incidents): "
-            "nothing already held is dropped.",
+            f"Things refused at a limit ({', '.join(LIMITS)}): nothing already held is dropped.",
             ["limit"],
             registry=self.registry,
         )
@@ -158,13 +181,36 @@ class Metrics:
             ["namespace", "job", "incident", "pod", "node", "category", "retryable"],
             registry=self.registry,
         )
+        self.pod_conditions = Counter(
+            "podmortem_pod_conditions_total",
+            "podmortem.io/* conditions written on member pods, by type (Victim, PermanentFailure, RetryableFailure).",
+            ["type"],
+            registry=self.registry,
+        )
+        self.retry_budget_saved = Counter(
+            "podmortem_retry_budget_saved_total",
+            "Victim conditions written: failed pods a podFailurePolicy need not count against the retry budget.",
+            registry=self.registry,
+        )
+        for condition_type in CONDITION_TYPES:
+            self.pod_conditions.labels(type=condition_label(condition_type))
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
         self._node_label = _Bounded(MAX_NODES, "unknown")
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # Series with a known label set exist from the first scrape (zero), so an alert has one to match.
         for category in (*CATEGORIES, NO_CATEGORY):
             self.verdicts_by_category.labels(category=category)
+        for limit in LIMITS:
+            self.limit_hits.labels(limit=limit)
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason=reason)
         # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
         self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
+
+    def pod_condition_written(self, condition_type: str) -> None:
+        self.pod_conditions.labels(type=condition_label(condition_type)).inc()
+        if condition_type == VICTIM:
+            self.retry_budget_saved.inc()
 
     def observe_decision(self, decision: Decision) -> None:
         category = decision.verdict.category or NO_CATEGORY

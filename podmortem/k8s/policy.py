@@ -28,11 +28,10 @@ from typing import Any, Literal
 
 import yaml
 
+from podmortem.core.conditions import PERMANENT, RETRYABLE, VICTIM  # the contract's names, defined once
+
 JSON = dict[str, Any]
 
-VICTIM = "podmortem.io/Victim"
-PERMANENT = "podmortem.io/PermanentFailure"
-RETRYABLE = "podmortem.io/RetryableFailure"
 DISRUPTION = "DisruptionTarget"  # set by Kubernetes (preemption, eviction, taint manager, pod GC of a lost node)
 CONDITION_TYPES = (VICTIM, PERMANENT, RETRYABLE)
 

@@ -13,9 +13,16 @@ moment later: so when the pod's end is not known yet, it keeps watching the pod 
 until it is, at most `flush_timeout` — the termination (exit code, signal, OOMKilled) and the log tail
 are what the verdict needs. Then a flush — it waits, at most
 `flush_timeout`, until the aggregator has acknowledged every event (the watchers keep running
-meanwhile, so a file written during the flush still goes out). Then everything is cancelled and
-awaited, and the failure of any task is re-raised. Exit code 0 after a stop, 2 for a configuration
-error (bad settings, or INVALID_ARGUMENT from the aggregator).
+meanwhile, so a file written during the flush still goes out). Then the hold (`_hold`): when the
+training container did not end cleanly and the pod is not being deleted, the sidecar asks the aggregator
+to confirm this pod's condition (`podmortem.io/Victim`, `PermanentFailure`, `RetryableFailure`, or none)
+and waits for the answer, until `hold_timeout` after the SIGTERM (the flush included: an unreachable
+aggregator keeps a held pod no longer than that) and never past its pod's grace period (less a margin
+for the rest of the stop path): the kubelet does not make the pod terminal while its native sidecar runs,
+so the Job controller sees the condition when it sees the failure. An aggregator that does not hold
+(older) or does not answer in time lets the pod fall back to Kubernetes' defaults. Then everything is
+cancelled and awaited, and the failure of any task is re-raised. Exit code 0 after a stop (SIGTERM
+included), 2 for a configuration error (bad settings, or INVALID_ARGUMENT from the aggregator).
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 import podmortem
+from podmortem.core import podstatus
+from podmortem.core.podstatus import PodSnapshot
 from podmortem.k8s.backoff import Backoff
-from podmortem.k8s.workloads import attempt_of, workload_from_labels
+from podmortem.k8s.workloads import attempt_from, attempt_of, workload_from_labels
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.settings import HelpFormatter
 from podmortem.sidecar import config
@@ -45,6 +54,10 @@ from podmortem.sidecar.watcher import ErrorFileWatcher
 
 logger = logging.getLogger("podmortem.sidecar")
 IDENTITY_WAIT = 10.0  # seconds to read our own pod for the job's identity at start
+# Kubernetes' default terminationGracePeriodSeconds, when the pod's own is not known.
+DEFAULT_GRACE = 30.0
+# Of the grace period the SIGTERM started, what the hold leaves for the rest of the stop path and the exit.
+GRACE_MARGIN = 2.0
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -59,7 +72,7 @@ def build_parser(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     """Run the sidecar with parsed flags (environment for the rest) until SIGTERM; the exit code."""
     try:
-        settings = config.from_env_and_args(os.environ, ns)
+        settings = config.from_env_and_args(None, ns)
     except ConfigError as exc:
         print(f"podmortem sidecar: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -95,6 +108,7 @@ def build_register(settings: Settings, session_id: str) -> pb.Register:
         session_id=session_id,
         sidecar_version=podmortem.__version__,
         pod_ip=settings.pod_ip,
+        holds=settings.hold_timeout > 0,
     )
     if settings.replica_index is not None:
         register.replica_index = settings.replica_index
@@ -134,11 +148,20 @@ async def serve(
         settings.pod_status_file if settings.pod_source == "file" else settings.pod_source,
     )
     watcher = ErrorFileWatcher(
-        settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
+        settings.error_file,
+        settings.pod_key,
+        outbox.put,
+        settle_seconds=settings.settle_seconds,
+        force_polling=settings.force_polling or None,
     )
     source = pod_source if pod_source is not None else make_pod_source(settings)
-    if not settings.job_name and source is not None:
-        settings = await _identity_from_pod(settings, source)
+    derive_attempt = not settings.attempt  # not given: JobSet's attempt and the container's restarts
+    run = 0  # the training container's run the registration speaks for
+    if source is not None:
+        settings, first = await _identity_from_pod(settings, source, derive_attempt)
+        if first is not None:
+            watcher.not_before = first.started_at
+            run = first.restart_count
 
     pod_changed = asyncio.Event()
 
@@ -161,6 +184,32 @@ async def serve(
         if source is not None
         else None
     )
+
+    async def on_snapshot(snap: PodSnapshot) -> None:
+        """A new run of the training container is a new job attempt (when none is given): what the
+        previous run said is flushed under its attempt, then the sidecar registers under the new one.
+        Its error file, still in the shared volume, is the previous run's until rewritten."""
+        nonlocal settings, run
+        if snap.started_at is not None:
+            watcher.not_before = snap.started_at
+        attempt = attempt_from(snap.labels, snap.restart_count) if derive_attempt else settings.attempt
+        node = settings.node_name or snap.node
+        if (attempt, node) == (settings.attempt, settings.node_name):
+            return
+        if attempt != settings.attempt:
+            logger.info(
+                "the container restarted (run %d): job attempt %r -> %r", snap.restart_count, settings.attempt, attempt
+            )
+            await _flush(outbox, streamer, settings.flush_timeout)
+            run = snap.restart_count
+            assert reporter is not None
+            reporter.min_run = run
+        settings = dataclasses.replace(settings, attempt=attempt, node_name=node)
+        client.reregister(build_register(settings, session_id))
+
+    if reporter is not None:
+        reporter.min_run = run
+        reporter.on_snapshot = on_snapshot
     client = StreamClient(
         settings.aggregator,
         build_register(settings, session_id),
@@ -184,13 +233,20 @@ async def serve(
         await asyncio.wait(everything, return_when=asyncio.FIRST_COMPLETED)
         if stopper.done() and not streamer.done():
             logger.info("stopping: a last look at the error file and the pod, then flushing")
+            stopped_at = loop.time()
             watcher.check(force=True, final=True)
             deadline = loop.time() + settings.flush_timeout
             if reporter is not None:
                 await reporter.refresh()
                 await _await_end(reporter, pod_changed, settings.flush_timeout)
                 watcher.check(force=True, final=True)
+            if will_hold(settings, reporter, client):
+                # A held pod waits for the aggregator at most until its hold deadline, the flush included.
+                grace = reporter.grace_seconds if reporter is not None else None
+                deadline = min(deadline, loop.time() + hold_budget(settings, grace, stopped_at, loop.time()))
             await _flush(outbox, streamer, max(deadline - loop.time(), min(settings.flush_timeout, 1.0)))
+            if not streamer.done():
+                await _hold(client, reporter, settings, stopped_at)
     finally:
         for task in everything:
             task.cancel()
@@ -206,27 +262,44 @@ async def serve(
     return EXIT_OK
 
 
-async def _identity_from_pod(settings: Settings, source: PodSource) -> Settings:
-    """Without PODMORTEM_JOB_NAME, the job and attempt come from this pod's labels and owner, by the same
-    rules as the aggregator's pod watch (`podmortem.k8s.workloads`): a JobSet pod registers under its
-    JobSet (not its child batch Job), so sidecars and the pod watch file one failure as one incident."""
+async def _identity_from_pod(
+    settings: Settings, source: PodSource, derive_attempt: bool
+) -> tuple[Settings, PodSnapshot | None]:
+    """What the settings leave out, from this pod as it is at start, by the same rules as the aggregator's
+    pod watch (`podmortem.k8s.workloads`), so sidecars and the pod watch file one failure as one incident:
+    the job from the pod's labels and owner (a JobSet pod registers under its JobSet, not its child batch
+    Job), the attempt (JobSet's, and the training container's restarts), the node (spec.nodeName)."""
     try:
         async with asyncio.timeout(IDENTITY_WAIT):
             pod = await source.read()
     except TimeoutError:
         pod = None
-    ref = workload_from_labels(pod) if pod else None
-    if pod is None or ref is None:
-        logger.warning("no job name given and none found on the pod: registering without one")
-        return settings
-    logger.info("job from the pod's labels: %s %s/%s, attempt %r", ref.kind, ref.namespace, ref.name, attempt_of(pod))
-    return dataclasses.replace(
-        settings,
-        job_name=ref.name,
-        job_kind=settings.job_kind or ref.kind,
-        job_uid=settings.job_uid or ref.uid,
-        attempt=settings.attempt or attempt_of(pod),
+    if pod is None:
+        if not settings.job_name:
+            logger.warning("no job name given and the pod could not be read: registering without one")
+        return settings, None
+    snap = podstatus.snapshot(pod, settings.container)
+    if derive_attempt:
+        settings = dataclasses.replace(settings, attempt=attempt_of(pod, snap.restart_count))
+    if not settings.node_name and snap.node:
+        settings = dataclasses.replace(settings, node_name=snap.node)
+    if not settings.job_name:
+        ref = workload_from_labels(pod)
+        if ref is None:
+            logger.warning("no job name given and none found on the pod: registering without one")
+            return settings, snap
+        settings = dataclasses.replace(
+            settings, job_name=ref.name, job_kind=settings.job_kind or ref.kind, job_uid=settings.job_uid or ref.uid
+        )
+    logger.info(
+        "from the pod: job %s %s/%s, attempt %r, node %r",
+        settings.job_kind,
+        settings.namespace,
+        settings.job_name,
+        settings.attempt,
+        settings.node_name,
     )
+    return settings, snap
 
 
 def _tls_ca(settings: Settings) -> bytes | None:
@@ -266,6 +339,65 @@ async def _await_end(reporter: PodReporter, changed: asyncio.Event, limit: float
         logger.warning("the pod's end was not seen within %gs; flushing what is known", limit)
     else:
         logger.info("the pod's end is known: flushing")
+
+
+def hold_budget(settings: Settings, grace: float | None, stopped_at: float, now: float) -> float:
+    """Seconds left of the hold at `now`: it ends `hold_timeout` after the SIGTERM (at `stopped_at`, loop
+    clock; the flush before it counts), and never past the pod's grace period less `GRACE_MARGIN`."""
+    grace_left = stopped_at + (DEFAULT_GRACE if grace is None else grace) - GRACE_MARGIN
+    return max(min(stopped_at + settings.hold_timeout, grace_left) - now, 0.0)
+
+
+def will_hold(settings: Settings, reporter: PodReporter | None, client: StreamClient) -> bool:
+    """Is this pod to be held (as far as is known before the flush)?"""
+    return settings.hold_timeout > 0 and not hold_skipped(reporter) and client.may_hold()
+
+
+def hold_skipped(reporter: PodReporter | None) -> str:
+    """Why this pod is not held ("" when it is): being deleted (the grace period is shared with the
+    deletion, and the Job controller, a JobSet restart, a drain or a preemption is already acting), or its
+    training container exited 0 (a pod that succeeded gets no condition)."""
+    snap = reporter.previous if reporter is not None else None
+    if snap is None:
+        return ""
+    if snap.deleted_at is not None:
+        return "the pod is being deleted"
+    t = snap.termination
+    if t is not None and t.exit_code == 0 and not t.signal and snap.phase != "Failed":
+        return "the training container exited 0"
+    return ""
+
+
+async def _hold(client: StreamClient, reporter: PodReporter | None, settings: Settings, stopped_at: float) -> None:
+    """Wait for the aggregator to confirm this pod's condition (see the module docstring)."""
+    if settings.hold_timeout <= 0:
+        return
+    if not client.may_hold():
+        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+        return
+    if why := hold_skipped(reporter):
+        logger.info("not holding the pod: %s", why)
+        return
+    loop = asyncio.get_running_loop()
+    grace = reporter.grace_seconds if reporter is not None else None
+    budget = hold_budget(settings, grace, stopped_at, loop.time())
+    if budget <= 0:
+        logger.warning("no confirmation within the hold (%gs from the SIGTERM): exiting", settings.hold_timeout)
+        return
+    logger.info("holding the pod until the aggregator confirms its condition (at most %.1fs)", budget)
+    started = loop.time()
+    reply = await client.hold(budget)
+    waited = loop.time() - started
+    if reply is None and not client.may_hold():
+        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+    elif reply is None:
+        logger.warning("no confirmation within %.1fs: exiting; Kubernetes' defaults apply to this pod", budget)
+    elif reply.outcome == pb.HoldReply.WRITTEN:
+        logger.info("condition %s written on this pod (held %.2fs)", reply.condition_type, waited)
+    elif reply.outcome == pb.HoldReply.NO_CONDITION:
+        logger.info("the aggregator gives this pod no condition (held %.2fs)", waited)
+    else:
+        logger.warning("the aggregator wrote no condition: %s (held %.2fs)", reply.detail or "no reason", waited)
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

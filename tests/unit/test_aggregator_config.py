@@ -38,8 +38,16 @@ def test_a_bad_address_is_a_clear_error() -> None:
         config.load(_ns("--listen", "nowhere"), env={})
 
 
+def test_verdict_files_are_private_unless_the_operator_opens_them() -> None:
+    assert config.load(_ns(), env={}).verdict_file_mode == 0o600
+    assert config.load(_ns("--verdict-file-mode", "0640"), env={}).verdict_file_mode == 0o640
+    assert config.load(_ns(), env={"PODMORTEM_VERDICT_FILE_MODE": "644"}).verdict_file_mode == 0o644
+    with pytest.raises(config.ConfigError, match="PODMORTEM_VERDICT_FILE_MODE"):
+        config.load(_ns("--verdict-file-mode", "0666"), env={})  # others may not write verdicts
+
+
 def test_node_action_settings() -> None:
-    from podmortem.aggregator.kube.client import duration, load_kube_settings
+    from podmortem.aggregator.config import duration, load_kube_settings
 
     default = load_kube_settings(argparse.Namespace(), {})
     assert (default.node_actions, default.suspect_node_threshold, default.suspect_node_taint) == (True, 2, False)

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from support.job_controllers import JobModel, JobSetModel, condition, match_pod_failure_policy, pod
 
+from podmortem.core import conditions
 from podmortem.k8s import policy
 
-VICTIM = condition(policy.VICTIM, "Victim")
-PERMANENT = condition(policy.PERMANENT, "UserCode")
-RETRYABLE = condition(policy.RETRYABLE, "Hardware")
+VICTIM = condition(conditions.VICTIM, "Victim")
+PERMANENT = condition(conditions.PERMANENT, "UserCode")
+RETRYABLE = condition(conditions.RETRYABLE, "Hardware")
 DISRUPTED = condition("DisruptionTarget", "DeletionByPodGC")
 
 JSON = dict[str, Any]
