@@ -1,4 +1,4 @@
-"""`podmortem policy`: what it prints is valid where it goes (Kubernetes' Job schema, JobSet's CRD schema and
+"""`podmortem policy`: what it prints is valid where it goes (Kubernetes' Job schema, JobSet's API schema and
 webhook rules), says what it does in comments, and loads to exactly the data the webhook injects."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import yaml
 
 from podmortem.k8s import policy
 
-SUBSCHEMAS = Path(__file__).parent.parent / "fixtures" / "jobset" / "jobset-v0.12.0-crd-subschemas.json"
+SUBSCHEMAS = Path(__file__).parent.parent / "fixtures" / "jobset" / "jobset-v1alpha2-schema.json"
 SPEC = "/properties/spec/properties"
 REPLICATED = SPEC + "/replicatedJobs/items/properties"
 JOB_SPEC = REPLICATED + "/template/properties/spec/properties"
-# JobSet's webhook (pkg/webhooks/jobset_webhook.go, v0.12.0) checks what its CRD schema does not.
+# JobSet's webhook (pkg/webhooks/jobset_webhook.go, v0.12.0) checks what the API types' schema does not.
 RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 JOB_FAILURE_REASONS = {
     "BackoffLimitExceeded",
@@ -92,7 +92,7 @@ def test_every_rule_is_explained_by_a_comment_above_it() -> None:
 
 
 @pytest.mark.parametrize("kind", ["jobset", "trainjob"])
-def test_the_jobset_fragment_validates_against_the_jobset_crd(kind: str) -> None:
+def test_the_jobset_fragment_validates_against_the_jobset_schema(kind: str) -> None:
     fragment = yaml.safe_load(run("policy", kind, "--max-restarts", "5").stdout)
     jsonschema.validate(fragment["failurePolicy"], schema(SPEC + "/failurePolicy"))
     assert fragment["failurePolicy"]["maxRestarts"] == 5  # explicit: adding a failurePolicy changes the default
@@ -111,7 +111,7 @@ def test_the_jobset_fragment_validates_against_the_jobset_crd(kind: str) -> None
         kubernetes_validate.validate(job({"podFailurePolicy": job_spec["podFailurePolicy"]}), "1.33.0", strict=True)
 
 
-def test_a_bad_rule_fails_the_crd_schema() -> None:
+def test_a_bad_rule_fails_the_jobset_schema() -> None:
     """The schema check can fail: an action JobSet does not know is refused."""
     bad = policy.jobset_failure_policy()
     bad["rules"][0]["action"] = "FailJob"

@@ -16,7 +16,7 @@ from podmortem.k8s import policy
 from podmortem.webhook import retrypolicy
 from podmortem.webhook.retrypolicy import mutate_job, mutate_jobset
 
-SUBSCHEMAS = Path(__file__).parent.parent / "fixtures" / "jobset" / "jobset-v0.12.0-crd-subschemas.json"
+SUBSCHEMAS = Path(__file__).parent.parent / "fixtures" / "jobset" / "jobset-v1alpha2-schema.json"
 OPT_IN = {retrypolicy.LABEL: retrypolicy.ENABLED}
 
 
