@@ -35,6 +35,7 @@ from podmortem.aggregator import config as config_mod
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.decisions import Term
+from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
@@ -60,8 +61,10 @@ async def _unfenced() -> Term:
 
 def make_decide(rules_path: str = "") -> Decide:
     """The engine with the built-in rules, extended by the operator's rules file when given."""
-    ruleset = rules.load_rules(rules_path) if rules_path else None
+    return _decide_with(rules.load_rules(rules_path) if rules_path else rules.DEFAULT_RULES)
 
+
+def _decide_with(ruleset: rules.RuleSet) -> Decide:
     def decide(incident: Incident) -> Verdict:
         return engine.decide(incident, ruleset)
 
@@ -89,13 +92,18 @@ class Aggregator:
         if self.verdict_files is not None:
             chain.append(self.verdict_files)
         self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
+        self._leading: Callable[[], bool] = lambda: True  # start() narrows it to the Lease holder
         self._kube: Kube | None = None
         if self.kube_settings is not None:
             from podmortem.aggregator.kube.publish import kube_publishers
 
             # One client for the pod watch and the publishers, so they share one rate limit.
             self._kube = Kube.from_settings(self.kube_settings)
-            chain.extend(kube_publishers(self.kube_settings, self._kube))
+            chain.extend(
+                kube_publishers(
+                    self.kube_settings, self._kube, fence=self.may_write, on_suspects=self.metrics.suspect_nodes.set
+                )
+            )
         chain.extend(publishers)
         self.store = StateStore(config.state_dir, clock=clock) if config.state_dir else None
         if self.store is not None:
@@ -103,14 +111,35 @@ class Aggregator:
         self.queue = PublishQueue(
             [self.metrics.counting(p) for p in chain], on_fenced=lambda _: self.metrics.fenced.inc()
         )
+        ruleset = rules.load_rules(config.rules) if config.rules else rules.DEFAULT_RULES
+        decide = decide or _decide_with(ruleset)
         self.book = IncidentBook(
-            decide or make_decide(config.rules),
+            decide,
             self.queue.submit,
             quorum_timeout=config.quorum_timeout,
             default_world_size=config.world_size,
             clock=clock,
             metrics=self.metrics,
         )
+        # Pod conditions (podmortem.io/Victim, ...): decided while each sidecar holds its pod, written by the
+        # Lease holder only (`_may_act`). Without Kubernetes there is nothing to write: sidecars do not hold.
+        self.holds: HoldDesk | None = None
+        self._elector: LeaderElector | None = None
+        if self._kube is not None and self.kube_settings is not None and "pod-conditions" in self.kube_settings.publish:
+            from podmortem.aggregator.kube.podconditions import PodConditionWriter
+
+            self.condition_writer = PodConditionWriter(self._kube, clock)
+            self.holds = HoldDesk(
+                self.book,
+                decide,
+                self.condition_writer.write,
+                rules=ruleset,
+                permanent_confidence=config.permanent_confidence,
+                peer_wait=config.peer_wait,
+                metrics=self.metrics,
+                may_act=self._may_act,
+                verified=self.book.is_verified,  # the pod watch's members and streams verified against the API
+            )
         authenticator = None
         self._review_kube: Kube | None = None
         self.membership: MembershipVerifier | None = None
@@ -132,6 +161,7 @@ class Aggregator:
             namespaces=namespaces or (),
             store=self.store,
             membership=self.membership.verify if self.membership is not None else None,
+            holds=self.holds,
         )
         # "May I act now?" for any writer (the publish queue, pod conditions): `await self.fence()` is the
         # term to write under, or None (do not write). Under leader election it is the elector's
@@ -148,10 +178,16 @@ class Aggregator:
         self._extra = list(tasks)
         self._roots: list[asyncio.Task[None]] = []  # every root task; one ending early ends `run_until`
 
+    def may_write(self) -> bool:
+        """May actions with effects beyond podmortem's own records (node marks) be taken now: this replica
+        holds the Lease (its last renewal within the renew deadline: fencing), or runs alone."""
+        return self._leading()
+
     async def start(self, elector: LeaderElector | None = None, stop: asyncio.Event | None = None) -> bool:
         """Open the port and start the root tasks. With an `elector`, first stand by — alive (the
         process's health SERVING) but not Ready (the Collector's NOT_SERVING, streams refused) — until
         this replica holds the Lease; False when `stop` came first (nothing else was started)."""
+        self._elector = elector
         if self.store is not None:
             self.store.replay(self.book)  # before the port opens: what was acked before a restart comes first
         credentials = None
@@ -172,6 +208,7 @@ class Aggregator:
             self.service.standby = False
             self._extra.append(elector.hold)
             self.fence = self.queue.fence = elector.confirm  # nothing is published outside a confirmed term
+            self._leading = elector.may_act  # the same, synchronously: a renewal within the renew deadline
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)
@@ -187,6 +224,7 @@ class Aggregator:
                     self._kube_stop,
                     self._kube,
                     index=self.membership.index if self.membership is not None else None,
+                    holds=self.holds,
                 ),
                 name="pod-watch",
             )
@@ -206,6 +244,11 @@ class Aggregator:
         if self.config.ready_file:
             await asyncio.to_thread(_write_atomically, Path(self.config.ready_file), address + "\n")
         return True
+
+    def _may_act(self) -> bool:
+        """May this replica write to pods now? Without leader election, always; with it, while its last
+        renewal of the Lease is within the renew deadline (`LeaderElector.may_act`: fencing)."""
+        return self._leading()
 
     async def run_until(self, stop: asyncio.Event) -> asyncio.Task[None] | None:
         """Wait for the stop event or the first root task to end; the task that ended, else None."""

@@ -64,3 +64,70 @@ def test_compact_text_is_the_character_rule(text: str) -> None:
 
     expected = "".join("?" if ord(c) > 0xFFFF else "" if c in "\ufe0f\ufe0e\u200d" else c for c in text)
     assert compact_text(text) == expected
+
+
+# The contract as released before the hold (tests/fixtures/protos/collector-before-hold.proto): an older
+# sidecar or aggregator speaks it. Its generated code runs in a process of its own (its descriptors carry
+# the same names as ours).
+OLD_PEER = r"""
+import base64, json, sys
+sys.path.insert(0, sys.argv[1])
+import collector_before_hold_pb2 as old
+
+given = json.loads(sys.stdin.read())
+hold = old.SidecarMessage.FromString(base64.b64decode(given["hold"]))
+registered = old.AggregatorMessage.FromString(base64.b64decode(given["registered"]))
+reply = old.AggregatorMessage.FromString(base64.b64decode(given["hold_reply"]))
+register = old.SidecarMessage(register=old.Register(pod="p", job=old.JobRef(namespace="ns", name="j")))
+print(json.dumps({
+    "hold_body": hold.WhichOneof("body"),
+    "registered_id": registered.registered.aggregator_id,
+    "reply_body": reply.WhichOneof("body"),
+    "register": base64.b64encode(register.SerializeToString()).decode(),
+    "registered": base64.b64encode(old.AggregatorMessage(
+        registered=old.Registered(aggregator_id="old")).SerializeToString()).decode(),
+}))
+"""
+
+
+def test_peers_from_before_the_hold_ignore_it_and_are_told_apart(tmp_path: Path) -> None:
+    import base64
+    import json
+    from importlib import resources
+
+    from grpc_tools import protoc
+
+    from podmortem.protocol.v1 import collector_pb2 as pb
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "collector_before_hold.proto").write_text(
+        (ROOT / "tests/fixtures/protos/collector-before-hold.proto").read_text()
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    well_known = str(resources.files("grpc_tools") / "_proto")
+    assert (
+        protoc.main(["protoc", f"-I{src}", f"-I{well_known}", f"--python_out={out}", "collector_before_hold.proto"])
+        == 0
+    )
+    new = {
+        "hold": pb.SidecarMessage(hold=pb.Hold(seq=1, timeout_seconds=15)),
+        "registered": pb.AggregatorMessage(registered=pb.Registered(aggregator_id="new", holds=True)),
+        "hold_reply": pb.AggregatorMessage(hold_reply=pb.HoldReply(seq=1, outcome=pb.HoldReply.WRITTEN)),
+    }
+    given = {k: base64.b64encode(m.SerializeToString()).decode() for k, m in new.items()}
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_PEER, str(out)], input=json.dumps(given), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # An older aggregator reads a hold as a message with no body it knows: its loop skips it.
+    assert seen["hold_body"] is None
+    # An older sidecar registers as usual and never sees a hold reply (none is sent to it; one would be skipped).
+    assert seen["registered_id"] == "new" and seen["reply_body"] is None
+    # ... and we tell them apart: an older sidecar does not hold, an older aggregator does not answer holds.
+    register = pb.SidecarMessage.FromString(base64.b64decode(seen["register"]))
+    assert register.WhichOneof("body") == "register" and register.register.holds is False
+    registered = pb.AggregatorMessage.FromString(base64.b64decode(seen["registered"]))
+    assert registered.registered.holds is False

@@ -117,6 +117,11 @@ annotations, their status patched for the condition; Events are created for even
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
+{{- if has "pod-conditions" $publish }}
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- if has "events" $publish }}
 - apiGroups: [""]
   resources: ["events"]
@@ -190,4 +195,13 @@ the same CA.
 {{- end }}
 {{- end }}
 {{- index .Values "_webhookTls" | toJson }}
+{{- end }}
+
+{{/* on when the aggregator acts on nodes: asked for, and in cluster mode (nodes need a ClusterRole). */}}
+{{- define "podmortem.nodeActions" -}}
+{{- if and .Values.aggregator.nodeActions.enabled (ne .Values.installMode "namespace") -}}
+on
+{{- else -}}
+off
+{{- end -}}
 {{- end }}
