@@ -64,3 +64,36 @@ def test_compact_text_is_the_character_rule(text: str) -> None:
 
     expected = "".join("?" if ord(c) > 0xFFFF else "" if c in "\ufe0f\ufe0e\u200d" else c for c in text)
     assert compact_text(text) == expected
+
+
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(
+    st.text(
+        st.one_of(
+            st.characters(exclude_categories=["Cs"]),  # what UTF-8 can carry
+            st.sampled_from(["🏖", "\ufe0f", "\ufe0e", "\u200d", "\U0010ffff", "\U00020000", "é", "\n"]),
+        )
+    )
+)
+def test_a_log_tails_bytes_are_folded_by_the_same_rule(text: str) -> None:
+    """`tail_text` (the aggregator's and the bundle's path, from bytes) follows `compact_text`'s rule,
+    applied to characters; `utf8` leaves valid UTF-8 as it is."""
+    from podmortem.protocol.wire import tail_text, utf8
+
+    expected = "".join("?" if ord(c) > 0xFFFF else "" if c in "\ufe0f\ufe0e\u200d" else c for c in text)
+    data = text.encode()
+    assert tail_text(data) == expected
+    assert utf8(data) is data
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(st.binary(max_size=64))
+def test_a_log_tail_that_is_not_utf8_is_read_without_error(data: bytes) -> None:
+    """Bytes that are not UTF-8 (a broken or hostile sender) are read, not refused: `utf8` makes them
+    valid for the wire, and `tail_text` reads them whatever they are."""
+    from podmortem.protocol.wire import tail_text, utf8
+
+    valid = utf8(data)
+    assert valid.decode("utf-8") == data.decode("utf-8", "replace")
+    assert isinstance(tail_text(data), str)
+    assert tail_text(valid) == tail_text(valid.decode().encode())
