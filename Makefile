@@ -45,8 +45,10 @@ e2e: $(STAMP)
 proto: $(STAMP)
 	$(PY) scripts/gen_protos.py
 
+# The accuracy benchmark on the development corpus in tests/corpus-torchrun/ ($PODMORTEM_CORPUS overrides);
+# README, "Benchmarks", lists the others.
 bench: $(STAMP)
-	$(PY) bench/accuracy.py ../shared/corpus
+	$(PY) -m bench.accuracy
 
 clean:
 	rm -rf $(VENV) build *.egg-info

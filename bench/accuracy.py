@@ -1,10 +1,12 @@
 """Score the engine on a labelled corpus, next to two naive baselines computed the same way.
 
-    python bench/accuracy.py CORPUS_DIR [--rules FILE] [--json] [--misses] [--no-logs] [--skew S]
+    python -m bench.accuracy [CORPUS_DIR] [--rules FILE] [--json] [--misses] [--no-logs] [--skew S]
 
-For every bundle (a directory with incident.json) the engine decides from the bundle alone; the
-bundle's truth.json is read only afterwards, to score. Printed per scenario and overall: root-pod top-1,
-category and retryable accuracy for
+CORPUS_DIR defaults to `$PODMORTEM_CORPUS`, else the development corpus tests/corpus-torchrun/. For every
+bundle (a directory with incident.json) the engine decides from the bundle alone; the bundle's
+truth.json is read only afterwards, to score. A bundle that does not load is an error, listed, and
+the run exits 1: a score over fewer bundles than the corpus holds is not that corpus' score. Printed
+per scenario and overall: root-pod top-1, category and retryable accuracy for
 
 * engine      — `podmortem.core.engine.decide`
 * earliest    — smallest error-file timestamp, else earliest container finishedAt (torch's
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common import bundles, corpus_dir
 from podmortem.core.engine import assess, decide
 from podmortem.core.model import Incident, Member
 from podmortem.core.rules import DEFAULT_RULES, RuleSet, load_rules
@@ -105,14 +108,15 @@ def perturb(incident: Incident, no_logs: bool = False, skew: float = 0.0, seed: 
 
 
 def score(corpus: Path, rules: RuleSet, no_logs: bool = False, skew: float = 0.0) -> dict[str, Any]:
-    """{"rows": [...per incident...], "table": {scenario: {method: {pod, category, retryable, n}}}}"""
+    """{"rows": [...per incident...], "table": {scenario: {method: {pod, category, retryable, n}}},
+    "errors": [(bundle, why it did not load)...]}"""
     rows: list[dict[str, Any]] = []
-    bundles = sorted(p for p in corpus.iterdir() if (p / "incident.json").is_file())
-    for b in bundles:
+    errors: list[tuple[str, str]] = []
+    for b in bundles(corpus):
         try:
             incident = load_bundle(b)
         except BundleError as exc:
-            print(f"skipping {b.name}: {exc}", file=sys.stderr)
+            errors.append((b.name, str(exc)))
             continue
         if no_logs or skew:
             incident = perturb(incident, no_logs, skew)
@@ -133,7 +137,7 @@ def score(corpus: Path, rules: RuleSet, no_logs: bool = False, skew: float = 0.0
         scen: {name: {k: (v / cells["n"] if k != "n" else v) for k, v in cells.items()} for name, cells in per.items()}
         for scen, per in table.items()
     }
-    return {"rows": rows, "table": out}
+    return {"rows": rows, "table": out, "errors": errors}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -154,7 +158,9 @@ def render(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("corpus", type=Path)
+    ap.add_argument(
+        "corpus", type=Path, nargs="?", default=None, help="default: $PODMORTEM_CORPUS, else tests/corpus-torchrun"
+    )
     ap.add_argument("--rules", help="operator rules file to load in front of the built-in rules")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     ap.add_argument("--misses", action="store_true", help="list the incidents the engine got wrong")
@@ -167,11 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         help="robustness: shift error-file timestamps by a random skew in [-S, +S] seconds",
     )
     ns = ap.parse_args(argv)
-    if not ns.corpus.is_dir():
-        print(f"{ns.corpus}: not a directory", file=sys.stderr)
+    corpus = ns.corpus or corpus_dir()
+    if not corpus.is_dir():
+        print(f"{corpus}: not a directory", file=sys.stderr)
         return 2
     rules = load_rules(ns.rules) if ns.rules else DEFAULT_RULES
-    result = score(ns.corpus, rules, ns.no_logs, ns.skew)
+    result = score(corpus, rules, ns.no_logs, ns.skew)
     if ns.json:
         print(json.dumps(result["table"], indent=2, sort_keys=True))
     else:
@@ -185,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"MISS {row['incident']} [{row['scenario']}]: engine {pod} {cat} {retry}; "
                     f"truth {t.get('root_pod')} {t.get('category')} {t.get('retryable')}"
                 )
-    return 0
+    for name, why in result["errors"]:
+        print(f"NOT LOADED {name}: {why}", file=sys.stderr)
+    return 1 if result["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`podmortem analyze` of a large incident bundle, black box: the CLI as a separate process.
 
-    python bench/analyze_speed.py [--pods 10000] [--repeat 3] [--profile]
+    python -m bench.analyze_speed [--pods 10000] [--repeat 3] [--profile]
 
 Writes one bundle of `--pods` pods (the synthetic incident of bench/engine_speed.py: one root with a
 Python exception and victims with gloo "Connection closed by peer", collective timeouts and SIGTERM
@@ -24,10 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from engine_speed import build
-
+from bench.engine_speed import build
 from podmortem.core.model import Incident
 
 TARGET_S = 1.25

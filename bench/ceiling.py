@@ -1,6 +1,6 @@
 """One aggregator's ceiling: many jobs failing at once (concurrent incidents x world size), black box.
 
-    python bench/ceiling.py [--shapes 1x4096,16x256,64x64,256x16,2x4096,4x4096] [--tail-kib 64] [--smoke]
+    python -m bench.ceiling [--shapes 1x4096,16x256,64x64,256x16,2x4096,4x4096] [--tail-kib 64] [--smoke]
 
 Each shape KxW is K jobs of W pods that all fail in the same burst: every pod's stream registers and
 sends an error file (the root of each job a ValueError, the others gloo's "Connection closed by peer"),
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import aggregator_command, corpus_note, cpu_seconds, generator, peak_rss_mib, start
+from bench.common import aggregator_command, corpus_note, cpu_seconds, peak_rss_mib, start
+from bench.load import generator
 
 
 def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str, float]:

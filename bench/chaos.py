@@ -16,7 +16,7 @@ state's forgetting the job makes the restarted process decide the replayed job a
 same verdict (same incident id and revision) once more: publishing is at least once, and the
 Kubernetes publishers skip an incident#revision an object already shows; such cycles are counted.
 
-    python bench/chaos.py [--cycles 100] [--pods 3] [--seed 1] [--mid-stream]
+    python -m bench.chaos [--cycles 100] [--pods 3] [--seed 1] [--mid-stream]
 
 Prints the totals and exits 1 if any cycle failed.
 """

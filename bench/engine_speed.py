@@ -1,6 +1,6 @@
 """How long the engine takes to decide a large incident (it must stay linear in the members).
 
-    python bench/engine_speed.py [--members 10000] [--repeat 3]
+    python -m bench.engine_speed [--members 10000] [--repeat 3]
 
 Builds one synthetic incident: one root (a Python exception) and N-1 victims with realistic variety —
 gloo "Connection closed by peer" naming distinct addresses and ports, collective timeouts, SIGTERM

@@ -7,7 +7,7 @@ workload writes right before injecting it) to the final verdict file, split into
 whether the verdict named the right pod and category. The split matters: most of the time is torch
 noticing the failure and the controller tearing the job down; podmortem's own share is the second one.
 
-    python bench/fault_to_verdict.py [--pods 3] [--nproc 1] [--only exception,hang] [--json]
+    python -m bench.fault_to_verdict [--pods 3] [--nproc 1] [--only exception,hang] [--json]
                                      [--kubelet-order [--status-lag 0.5]]
 
 `--kubelet-order` plays the kubelet with native sidecars: each sidecar is SIGTERMed as its training

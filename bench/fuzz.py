@@ -1,10 +1,10 @@
 """Fuzz the three ways untrusted bytes reach podmortem — the error-file parser, the bundle loader and the
 engine — with atheris (coverage-guided, libFuzzer), and report crashes and slow inputs.
 
-    python bench/fuzz.py --target errorfile --runs 600000
-    python bench/fuzz.py --target bundle --runs 150000
-    python bench/fuzz.py --target engine --runs 250000
-    python bench/fuzz.py --smoke          # every target briefly (CI)
+    python -m bench.fuzz --target errorfile --runs 600000
+    python -m bench.fuzz --target bundle --runs 150000
+    python -m bench.fuzz --target engine --runs 250000
+    python -m bench.fuzz --smoke          # every target briefly (CI)
 
 * errorfile: any bytes as an error file (`errorfile.parse_bytes`), and split as the head and tail of an
   error file over the 1 MiB limit (`errorfile._salvage`); each must return a record, never raise.
@@ -36,13 +36,14 @@ from typing import Any
 
 import atheris
 
+from bench.common import DEV_CORPUS, REPO, corpus_dir
+
 # --retime runs saved inputs on the code as it is, without the coverage instrumentation.
 with contextlib.nullcontext() if "--retime" in sys.argv else atheris.instrument_imports(include=["podmortem"]):
     from podmortem.core import engine, errorfile
     from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
     from podmortem.offline.bundle import BundleError, load_bundle
 
-ROOT = Path(__file__).resolve().parent.parent
 SLOW = 0.100
 SEED_LINES = [
     "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455",
@@ -230,11 +231,11 @@ def _compact(path: Path) -> bytes:
 
 def _seeds(target: str, directory: Path) -> None:
     """Real inputs to start from: error files, pod.json files and logs of the dev corpus and tests."""
-    corpus = ROOT.parent / "shared" / "corpus"
+    corpus = corpus_dir()
     found: list[Path] = []
     for pattern in ("**/error.json", "**/pod.json", "**/log.txt"):
         found.extend(sorted(corpus.glob(pattern))[:40])
-        found.extend(sorted((ROOT / "tests").glob(pattern))[:20])
+        found.extend([p for p in sorted((REPO / "tests").glob(pattern)) if DEV_CORPUS not in p.parents][:20])
     for i, path in enumerate(found):
         try:
             (directory / f"seed-{i}").write_bytes(path.read_bytes()[:16384])
@@ -332,7 +333,8 @@ def main() -> int:
         code = 0
         for target in sorted(TARGETS):
             done = subprocess.run(
-                [sys.executable, __file__, "--target", target, "--runs", str(runs)],
+                [sys.executable, "-m", "bench.fuzz", "--target", target, "--runs", str(runs)],
+                cwd=REPO,
                 capture_output=True,
                 text=True,
                 env=dict(os.environ),

@@ -1,6 +1,6 @@
 """The aggregator's own work per burst, in process: W members' messages through `IncidentBook`.
 
-    python bench/ingest_speed.py [--pods 1024] [--tail-kib 64] [--repeat 3] [--profile]
+    python -m bench.ingest_speed [--pods 1024] [--tail-kib 64] [--repeat 3] [--profile]
 
 The same messages as bench/burst.py (a register, an error file, a 64 KiB log tail of real torchrun lines
 and a termination per member), serialized once and parsed from bytes as the server receives them, then
@@ -17,13 +17,10 @@ import cProfile
 import pstats
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from burst import GLOO, T0, corpus_note, log_tail
 from prometheus_client import CollectorRegistry
 
+from bench.common import GLOO, T0, corpus_note, log_tail
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.metrics import Metrics

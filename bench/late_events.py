@@ -11,7 +11,7 @@ events are coalesced into one revision per `revise_delay`; a revision with the s
 published again), the time spent in those calls, and the cost per event. Linear means the per-event
 figures stay flat as N doubles.
 
-    python bench/late_events.py [--counts 500,1000,2000] [--pods 8] [--repeat 3]
+    python -m bench.late_events [--counts 500,1000,2000] [--pods 8] [--repeat 3]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
-    python bench/realworld.py [--split train|heldout|both] [--seeds N] [--misses] [--from-line N] [--cross]
+    python -m bench.realworld [--split train|heldout|both] [--seeds N] [--misses] [--from-line N] [--cross]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
 log tails are victims' messages of the same split; victims end no later than the root and the root's
@@ -16,11 +16,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from bench.common import REALWORLD_CORPUS
 from podmortem.core.engine import assess, decide
 from podmortem.core.model import Incident
 from podmortem.offline.corpus import Answer, Case, Excerpt, compose, load, score
-
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus-realworld" / "excerpts.jsonl"
 
 
 def engine(incident: Incident) -> Answer:
@@ -78,7 +77,7 @@ def crossed(excerpts: list[Excerpt], split: str) -> list[Excerpt]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--corpus", type=Path, default=REALWORLD_CORPUS)
     ap.add_argument("--split", choices=("train", "heldout", "both"), default="train")
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")

@@ -8,7 +8,7 @@ N times (and once with a 50 MB file), and prints RSS, latencies and the CPU it u
 system time from /proc over `--idle` seconds: the sidecar waits for something to happen nearly all its
 life, in every pod).
 
-    .venv/bin/python bench/sidecar_rss.py [--writes 100] [--idle 20]
+    .venv/bin/python -m bench.sidecar_rss [--writes 100] [--idle 20]
 """
 
 from __future__ import annotations

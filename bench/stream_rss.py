@@ -1,9 +1,9 @@
 """What an open stream costs the aggregator: N sidecar streams registered and left open, black box.
 
-    python bench/stream_rss.py [--streams 2000] [--smoke]
+    python -m bench.stream_rss [--streams 2000] [--smoke]
 
 A real `podmortem aggregator` process (and, for the floor, the bare grpc.aio echo Collector of
-`bench/burst.py`) is started; a load-generator process opens N streams over real gRPC on 127.0.0.1 (64
+`bench/load.py`) is started; a load-generator process opens N streams over real gRPC on 127.0.0.1 (64
 to a connection, as burst.py does; a real cluster has one connection per pod), registers each as a
 sidecar does (one job, N pods) and keeps them open, idle. The server's RSS (from /proc) is read before
 the streams open and once they are all registered and have settled; printed: RSS per open stream, for
@@ -25,9 +25,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from burst import STREAMS_PER_CHANNEL, aggregator_command, start, status_kib
-
+from bench.common import aggregator_command, start, status_kib
+from bench.load import STREAMS_PER_CHANNEL, echo_command
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
@@ -85,12 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     n = 32 if ns.smoke else ns.streams
     print(f"stream_rss: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, {n} open streams")
-    burst = str(Path(__file__).resolve().parent / "burst.py")
     for name in ("aggregator", "echo"):
         work = Path(tempfile.mkdtemp(prefix="podmortem-streams-"))
         ready = work / "ready"
         if name == "echo":
-            cmd = [sys.executable, burst, "--serve-echo", str(ready)]
+            cmd = echo_command(ready)
         else:
             cmd = aggregator_command(ready, work / "verdicts")
         base, per_stream = measure(cmd, ready, n)

@@ -1,4 +1,5 @@
-"""Shared fixtures. Test helpers live in tests/support/ (a package importable as `support`).
+"""Shared fixtures. Test helpers live in tests/support/ (the package `support`, importable through
+pyproject's pytest `pythonpath`).
 
 Tiers: tests/unit (pure, fast: `make check`), tests/integration (real gRPC, the Kubernetes emulator,
 real sidecar processes) and tests/e2e (real torchrun, Prometheus, kubectl): `make e2e`.
@@ -6,14 +7,9 @@ real sidecar processes) and tests/e2e (real torchrun, Prometheus, kubectl): `mak
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # so that test modules can `import support.*`
-
 from support.kube_emulator import EmulatorHandle, running_emulator
 
 

@@ -491,7 +491,7 @@ class LocalJob:
                     self._on_agent_exit(pod, pod.agent.returncode)
                 elif pod.running and pod.kill_at is not None and time.monotonic() >= pod.kill_at:
                     kill_pids(pids_with_token(pod.token), signal.SIGKILL)
-            if self._cleanup_at is not None and time.monotonic() >= self._cleanup_at:
+            if self._cleanup_at is not None and time.monotonic() >= self._cleanup_at and not self._second_pending():
                 self._cleanup_at = None
                 doomed = [p for p in self.pods if p.running and p.deleted_at is None]
                 if doomed:
@@ -514,10 +514,21 @@ class LocalJob:
             self._note(
                 f"fault: {marker.get('fault')} on rank {marker.get('rank')} ({where}) at step {marker.get('step')}"
             )
+            if marker.get("fault") == "multi-second" and self._cleanup_at is not None:
+                # The controller's reaction is counted from the scenario's second error, so that the
+                # cleanup never races it (the second error is independent of the first, by design).
+                self._cleanup_at = max(self._cleanup_at, time.monotonic() + self.spec.controller_delay)
             if marker.get("fault") == "preempt":
                 pod = self.pods[int(marker["rank"]) // self.nproc]
                 if pod.running:
                     self.kubelet.preempt(pod)
+
+    def _second_pending(self) -> bool:
+        """The scenario has a second, independent error (multi, skew with a second pod) not yet raised:
+        the job controller's cleanup waits for it, or a loaded machine lets the deletion win the race."""
+        s = self.spec
+        expects = s.fault == "multi" or (s.fault == "skew" and s.second_pod is not None)
+        return expects and not any(m.get("fault") == "multi-second" for m in self._markers.values())
 
     def _on_agent_exit(self, pod: Pod, rc: int) -> None:
         oom_killed = any(

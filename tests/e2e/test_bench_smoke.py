@@ -8,35 +8,41 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [
-        ("burst.py", ["--smoke", "--echo"], "ratio"),
+        ("burst", ["--smoke", "--echo"], "ratio"),
         # Several jobs failing at once; exits 1 when a job's verdict names someone else.
-        ("ceiling.py", ["--smoke"], "verdicts right 3/3"),
+        ("ceiling", ["--smoke"], "verdicts right 3/3"),
         # One real torchrun job in the kubelet's order; exits 1 on a wrong verdict.
-        ("fault_to_verdict.py", ["--only", "sigkill", "--pods", "2", "--kubelet-order"], "quorum"),
-        ("stream_rss.py", ["--smoke"], "KiB per open stream"),
-        ("realworld.py", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
+        ("fault_to_verdict", ["--only", "sigkill", "--pods", "2", "--kubelet-order"], "quorum"),
+        ("stream_rss", ["--smoke"], "KiB per open stream"),
+        ("realworld", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
         # A few SIGKILLs: every cycle must end with one final verdict naming the root (exit 1 otherwise).
-        ("chaos.py", ["--cycles", "4", "--seed", "7"], "exactly one final verdict naming the root: 4/4"),
-        ("chaos.py", ["--cycles", "4", "--seed", "7", "--mid-stream"], "naming the root: 4/4"),
-        ("fuzz.py", ["--smoke"], "fuzz engine: 2000 inputs"),
-        ("late_events.py", ["--counts", "50,100", "--repeat", "1"], "members   100"),
+        ("chaos", ["--cycles", "4", "--seed", "7"], "exactly one final verdict naming the root: 4/4"),
+        ("chaos", ["--cycles", "4", "--seed", "7", "--mid-stream"], "naming the root: 4/4"),
+        ("fuzz", ["--smoke"], "fuzz engine: 2000 inputs"),
+        ("late_events", ["--counts", "50,100", "--repeat", "1"], "members   100"),
         # The CLI as a process on a written bundle; exits 1 when it names the wrong root.
-        ("analyze_speed.py", ["--pods", "60", "--repeat", "1", "--profile"], "podmortem analyze, 60 pods"),
-        ("sidecar_rss.py", ["--writes", "5", "--idle", "1"], "idle CPU over 1 s"),
-        ("engine_speed.py", ["--members", "200", "--repeat", "1"], "200"),
+        ("analyze_speed", ["--pods", "60", "--repeat", "1", "--profile"], "podmortem analyze, 60 pods"),
+        ("sidecar_rss", ["--writes", "5", "--idle", "1"], "idle CPU over 1 s"),
+        ("engine_speed", ["--members", "200", "--repeat", "1"], "200"),
+        ("errorfile_speed", ["--mib", "2", "--repeat", "1"], "ms (best of 1)"),
         # The book's share of a burst, in process; exits 1 when the verdict names someone else.
-        ("ingest_speed.py", ["--pods", "16", "--tail-kib", "4", "--repeat", "1", "--profile"], "ingest W=16"),
+        ("ingest_speed", ["--pods", "16", "--tail-kib", "4", "--repeat", "1", "--profile"], "ingest W=16"),
     ],
 )
 def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, "-m", f"bench.{script}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expect in done.stdout

@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,6 +27,7 @@ import grpc
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
+from support.common import eventually, free_port
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
@@ -57,12 +56,6 @@ def substitute(expr: str) -> str:
         expr = expr.replace(name, VARIABLES[name])
     assert "$" not in expr, expr
     return expr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def query(port: int, expr: str) -> list[dict[str, Any]]:
@@ -165,19 +158,17 @@ async def admit(hook: WebhookServer, ca: trustme.CA) -> None:
                 assert resp.status == 200
 
 
-async def poll(what: str, check: Any, within: float = 60.0) -> Any:
-    """Poll until `check()` is truthy; a deadline for Prometheus to scrape, not a timing assertion."""
-    deadline = time.monotonic() + within
-    while True:
+async def scraped(what: str, check: Any, within: float = 60.0) -> Any:
+    """`check()` (a query to Prometheus, in a thread) once it returns data; Prometheus scrapes every
+    second, so the deadline is for it to start and scrape, not a timing assertion."""
+
+    async def attempt() -> Any:
         try:
-            result = await asyncio.to_thread(check)
+            return await asyncio.to_thread(check)
         except (OSError, urllib.error.URLError):
-            result = None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.5)
+            return None
+
+    return await eventually(attempt, what, within=within, every=0.5)
 
 
 def dashboard_exprs() -> list[tuple[str, str]]:
@@ -203,14 +194,14 @@ async def test_every_dashboard_query_returns_data(stack: tuple[Aggregator, Webho
     )  # fmt: skip
     try:
         # Both targets scraped a few times before anything happens, so increase() sees the change.
-        await poll("both targets up", lambda: len(query(prom_port, "count_over_time(up[1m]) >= 3 and up == 1")) == 2)
+        await scraped("both targets up", lambda: len(query(prom_port, "count_over_time(up[1m]) >= 3 and up == 1")) == 2)
         await drive_incidents(agg)
         await admit(hook, hook.ca)  # type: ignore[attr-defined]
-        await poll("3 verdicts published", lambda: agg.queue.published >= 3)
+        await scraped("3 verdicts published", lambda: agg.queue.published >= 3)
         assert agg.metrics.registry.get_sample_value("podmortem_publish_errors_total", {"publisher": "json-file"}) == 3
 
         # A counter series first seen at 1 needs a second sample before increase() returns it.
-        await poll(
+        await scraped(
             "the timeout verdict scraped twice",
             lambda: query(prom_port, 'count_over_time(podmortem_root_causes_total{closed_by="timeout"}[1m]) >= 2'),
         )
@@ -219,7 +210,7 @@ async def test_every_dashboard_query_returns_data(stack: tuple[Aggregator, Webho
         results: dict[str, list[dict[str, Any]]] = {}
         for title, expr in exprs:
             concrete = substitute(expr)
-            results[title + ": " + expr] = await poll(
+            results[title + ": " + expr] = await scraped(
                 f"data for {title!r}: {concrete}", lambda e=concrete: query(prom_port, e)
             )
 

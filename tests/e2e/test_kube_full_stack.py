@@ -19,17 +19,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import (
-    CONTROLLER_CONDITIONS,
-    JOB,
-    NS,
-    PODS,
-    PYTORCHJOBS,
-    EmulatorHandle,
-    eventually,
-    seed_pytorchjob,
-    terminated,
-)
+from support.common import GLOO_PEER, eventually
+from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
+from support.kube_objects import CONTROLLER_CONDITIONS, JOB, NS, seed_pytorchjob, terminated
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings
@@ -39,10 +31,6 @@ from podmortem.sidecar import config, running
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
 ROOT = "mixtral-cpt-worker-1"
-GLOO_PEER = (
-    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
-    "peer [10.0.0.11]:29500. This is typically caused by a remote worker crashing."
-)
 
 
 def error_doc(message: str, ts: int) -> str:
@@ -103,7 +91,7 @@ async def test_verdict_lands_on_kubernetes_objects(kube_api: EmulatorHandle, tmp
                     in (kube_api.get(PYTORCHJOBS, NS, JOB) or {})["metadata"].get("annotations", {})
                 ),
                 "the verdict annotation on the job",
-                limit=30,
+                within=30,
             )
     finally:
         await agg.stop(grace=2)

@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_jobset, terminated
+from support.common import GLOO_PEER, eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, seed_jobset, terminated
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings
@@ -21,8 +23,6 @@ from podmortem.aggregator.running import Aggregator
 from podmortem.k8s.backoff import Backoff
 from podmortem.sidecar import config, running
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
-
-GLOO_PEER = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.9]:29500"
 
 
 def error_doc(message: str, ts: int) -> str:
@@ -74,7 +74,7 @@ async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
     await agg.start()
     try:
         async with sidecars(kube_api, pods, agg.port, tmp_path):
-            await eventually(lambda: agg.metrics.connected._value.get() == 6, "six sidecars registered", limit=60)
+            await eventually(lambda: agg.metrics.connected._value.get() == 6, "six sidecars registered", within=60)
             # Adversarial kubelet timing: the victims' ends are reported first and read a second earlier.
             for pod in pods:
                 if pod != root:
@@ -84,7 +84,7 @@ async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
             (tmp_path / root).mkdir(exist_ok=True)
             (tmp_path / root / "error.json").write_text(error_doc("ValueError: label 7 out of range", 1795300000))
             kube_api.change(PODS, NS, root, terminated(1, finished="2026-11-21T15:06:10Z"))
-            await eventually(lambda: any(verdicts.glob("*.json")), "a verdict", limit=60)
+            await eventually(lambda: any(verdicts.glob("*.json")), "a verdict", within=60)
             keys = list(agg.book._jobs)
             incident = agg.book.incident((NS, "llm", "0"))
     finally:

@@ -9,16 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import (
-    NS,
-    TRAINJOBS,
-    EmulatorHandle,
-    decision,
-    make_kube,
-    seed_jobset,
-    seed_pytorchjob,
-    trainjob,
-)
+from support.kube_emulator import TRAINJOBS, EmulatorHandle
+from support.kube_objects import NS, decision, make_kube, seed_jobset, seed_pytorchjob, trainjob
 
 from podmortem import kubectl_plugin
 from podmortem.aggregator.kube.client import KubeSettings

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -16,34 +14,37 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support.common import eventually, free_port
+from support.kube_objects import decision as shared_decision
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.categories import CATEGORIES
-from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.core.model import JobRef
 
 
-def decision(category: str | None, revision: int = 1, namespace: str = "ml") -> Decision:
-    incident = Incident(
+def ml_decision(category: str | None, revision: int = 1, namespace: str = "ml") -> Decision:
+    """The shared decision in job `namespace`/j of two pods, decided 3.5 s after its incident opened."""
+    return shared_decision(
+        "a" if category else None,
+        revision,
+        category,
         job=JobRef(namespace, "j"),
-        world_size=2,
-        members=(Member(pod="a"), Member(pod="b")),
+        members=("a", "b"),
         incident_id="ml.j.0",
+        retryable=None,
         opened_at=100.0,
-    )
-    verdict = Verdict(pod="a" if category else None, category=category, retryable=None, summary="s")  # type: ignore[arg-type]
-    return Decision(
-        incident=incident, verdict=verdict, decided_at=103.5, revision=revision, closed_by="quorum", reported=2
+        decided_at=103.5,
     )
 
 
 async def test_first_verdicts_and_revisions_are_counted_apart() -> None:
     metrics = Metrics(CollectorRegistry())
     publisher = MetricsPublisher(metrics)
-    await publisher.publish(decision("user_code"))
-    await publisher.publish(decision("hang", revision=2))
+    await publisher.publish(ml_decision("user_code"))
+    await publisher.publish(ml_decision("hang", revision=2))
     sample = metrics.registry.get_sample_value
     assert sample("podmortem_incidents_total", {"namespace": "ml", "category": "user_code"}) == 1
     assert sample("podmortem_incidents_total", {"namespace": "ml", "category": "hang"}) is None
@@ -60,19 +61,13 @@ def test_every_category_series_exists_before_any_incident() -> None:
         assert metrics.registry.get_sample_value("podmortem_verdicts_total", {"category": category}) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed: run `make test` (it installs Debian's prometheus)")
     config = tmp_path / "prometheus.yml"
-    port = _free_port()
+    port = free_port()
     yield config, port
 
 
@@ -93,7 +88,7 @@ async def test_real_prometheus_scrapes_the_aggregator(prometheus: tuple[Path, in
     await agg.start()
     proc = None
     try:
-        await MetricsPublisher(agg.metrics).publish(decision("gpu_oom", namespace="team-a"))
+        await MetricsPublisher(agg.metrics).publish(ml_decision("gpu_oom", namespace="team-a"))
         config_path.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n"
@@ -109,18 +104,16 @@ async def test_real_prometheus_scrapes_the_aggregator(prometheus: tuple[Path, in
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        # Polling deadline, not a timing assertion: Prometheus needs a few scrapes after start.
-        result: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not result:
+
+        async def incidents() -> list[dict[str, Any]]:
             try:
-                result = await asyncio.to_thread(
-                    _query, prom_port, 'sum by (category) (podmortem_incidents_total{namespace="team-a"})'
-                )
+                expr = 'sum by (category) (podmortem_incidents_total{namespace="team-a"})'
+                return await asyncio.to_thread(_query, prom_port, expr)
             except OSError:
-                pass
-            if not result:
-                await asyncio.sleep(0.5)
+                return []
+
+        # A deadline, not a timing assertion: Prometheus needs a few scrapes after start.
+        result = await eventually(incidents, "the incident scraped", within=60, every=0.5)
         assert [(r["metric"]["category"], r["value"][1]) for r in result] == [("gpu_oom", "1")]
         zeros = await asyncio.to_thread(_query, prom_port, "podmortem_verdicts_total == 0")
         assert {r["metric"]["category"] for r in zeros} == {*CATEGORIES, "none"} - {"gpu_oom"}

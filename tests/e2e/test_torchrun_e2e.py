@@ -44,7 +44,8 @@ def _check(result: JobResult) -> None:
         result
     )
     assert result.final, _diagnose(result)
-    assert result.fault_to_verdict is not None and 0 < result.fault_to_verdict < 30, result.fault_to_verdict
+    # How long it took is bench/fault_to_verdict.py's figure; here only that a verdict followed the fault.
+    assert result.fault_to_verdict is not None and result.fault_to_verdict > 0, result.fault_to_verdict
 
 
 def _root(result: JobResult) -> PodOutcome:

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import eventually
+from support.common import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.decisions import Decision

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
+from support.common import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
@@ -94,23 +95,37 @@ async def test_a_verdict_that_cannot_be_written_is_written_when_the_disk_is_back
     blocked = tmp_path / "verdicts"
     blocked.write_text("not a directory")
     agg = Aggregator(_config(tmp_path), registry=CollectorRegistry())
-    assert agg.verdict_files is not None
-    agg.verdict_files.retry_interval = 0.05
+    files_publisher = agg.verdict_files
+    assert files_publisher is not None
+    files_publisher.retry_interval = 0.05
     await agg.start()
     try:
         _open_incident(agg)
         agg.book.close_all()
         await asyncio.wait_for(agg.queue.drain(30), 30)
-        assert list(agg.verdict_files.unwritten) == ["ml:j:0"]  # kept, not lost
+        assert list(files_publisher.unwritten) == ["ml:j:0"]  # kept, not lost
         errors = agg.metrics.registry.get_sample_value("podmortem_publish_errors_total", {"publisher": "json-file"})
         assert errors is not None and errors >= 1
         blocked.unlink()  # space is back
-        for _ in range(600):
-            if not agg.verdict_files.unwritten:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: not files_publisher.unwritten, "the kept verdict written")
         files = list(blocked.glob("*.json"))
         assert [f.name for f in files] == ["ml_j_0.json"]
         assert json.loads(files[0].read_text())["verdict"]["pod"] == "j-worker-1"
+    finally:
+        await agg.stop(grace=1)
+
+
+async def test_verdict_files_are_named_by_namespace_job_and_attempt_when_known(tmp_path: Path) -> None:
+    # README: `<namespace>_<job>_<attempt>.json`; no attempt known: `<namespace>_<job>.json`.
+    agg = Aggregator(_config(tmp_path), registry=CollectorRegistry())
+    await agg.start()
+    try:
+        for attempt in ("", "3"):
+            reg = pb.Register(job=pb.JobRef(namespace="ml", name="j"), pod="j-worker-1", attempt=attempt)
+            event = make_event(error_to_pb(ErrorRecord(message="ValueError: bad label", timestamp=5)), f"e{attempt}")
+            agg.book.ingest(agg.book.register(reg), event)
+        agg.book.close_all()
+        await asyncio.wait_for(agg.queue.drain(30), 30)
+        assert sorted(f.name for f in (tmp_path / "verdicts").glob("*.json")) == ["ml_j.json", "ml_j_3.json"]
     finally:
         await agg.stop(grace=1)

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
+from support.common import eventually
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
@@ -99,11 +100,8 @@ async def test_health_and_connected_gauge(aggregator: Aggregator) -> None:
         assert aggregator.metrics.connected._value.get() == 1
         await call.done_writing()
         assert await call.code() == grpc.StatusCode.OK
-    for _ in range(100):  # the server notices the closed stream on its own schedule
-        if aggregator.metrics.connected._value.get() == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert aggregator.metrics.connected._value.get() == 0
+    # The server notices the closed stream on its own schedule.
+    await eventually(lambda: aggregator.metrics.connected._value.get() == 0, "the stream counted as closed")
 
 
 async def test_a_stream_that_never_registers_is_ended_at_the_deadline(aggregator: Aggregator) -> None:

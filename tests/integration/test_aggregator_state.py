@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import eventually
+from support.common import GLOO_PEER, eventually, free_port
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.decisions import Decision
@@ -36,7 +35,6 @@ from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 JOB = pb.JobRef(namespace="ml", name="llm", kind="PyTorchJob")
 PODS = ["llm-worker-0", "llm-worker-1", "llm-worker-2"]
 ROOT = PODS[1]
-GLOO_PEER = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455"
 
 
 def register(pod: str, rank: int) -> pb.Register:
@@ -182,23 +180,24 @@ def verdicts(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 async def kill_between_root_and_victims(tmp_path: Path, state: bool) -> list[dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # the restarted process must listen where the first did: the sidecars' one address
     proc = start(tmp_path, port, state)
     try:
-        await eventually(lambda: (tmp_path / "ready").exists(), "serving", limit=60)
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving", within=60)
         acked = await report(port, register(ROOT, 1), root_events())
         assert len(acked) == 2  # the root's sidecar flushed everything, and exits
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         proc = start(tmp_path, port, state)
-        await eventually(lambda: (tmp_path / "ready").exists(), "serving again", limit=60)
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving again", within=60)
         for i, pod in enumerate(PODS):
             if pod != ROOT:
                 await report(port, register(pod, i), victim_events(pod))
-        await eventually(lambda: any(v.get("closed_by") for v in verdicts(tmp_path)), "a verdict", limit=30)
-        await asyncio.sleep(0.5)  # a revision, if one were coming
+        await eventually(lambda: any(v.get("closed_by") for v in verdicts(tmp_path)), "a verdict", within=30)
+        # Its stop path decides every pending revision and publishes it before it exits: a revision, if
+        # one were coming, is in the file once the process is gone.
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
         return verdicts(tmp_path)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -16,7 +16,9 @@ import grpc
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
-from support.kube_emulator import NS, EmulatorHandle, eventually
+from support.common import eventually
+from support.kube_emulator import EmulatorHandle
+from support.kube_objects import NS
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -27,20 +26,15 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support.kube_emulator import JOB as KUBE_JOB
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob, terminated
+from support.common import GLOO_PEER, eventually, free_port
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import JOB as KUBE_JOB
+from support.kube_objects import NS, seed_pytorchjob, terminated
 
 JOB = "llm"
 WORKERS = [f"{JOB}-worker-{i}" for i in range(3)]
 ROOT = WORKERS[1]
-GLOO_PEER = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.11]:4455"
 TAKEOVER = 60.0  # bound for the 15 s lease to expire, the standby to take it and the sidecars to reconnect
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def collector_serving(port: int) -> bool:
@@ -129,6 +123,12 @@ class Replica:
 
     def verdict_docs(self) -> list[dict[str, Any]]:
         return [json.loads(f.read_text()) for f in sorted(self.verdicts.glob("*.json"))]
+
+    async def shut_down(self) -> int:
+        """SIGTERM, and its exit code. Its stop path decides every pending revision and publishes it
+        before it exits: after this, no revision of an earlier verdict can still be on its way."""
+        self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.to_thread(self.proc.wait, 60)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -226,9 +226,9 @@ async def cluster(
     proxy: ServiceProxy | None = None
     try:
         replicas.append(Replica("agg-1", config, tmp_path))
-        await eventually(lambda: replicas[0].ready.exists(), "the first replica leading", limit=60)
+        await eventually(lambda: replicas[0].ready.exists(), "the first replica leading", within=60)
         replicas.append(Replica("agg-2", config, tmp_path))
-        await eventually(lambda: "standing by" in replicas[1].log.read_text(), "a standby", limit=60)
+        await eventually(lambda: "standing by" in replicas[1].log.read_text(), "a standby", within=60)
         proxy = ServiceProxy([r.port for r in replicas])
         await proxy.start()
         pods = [f"{job}-worker-{i}" for i in range(len(WORKERS))]
@@ -237,7 +237,7 @@ async def cluster(
             Sidecar(pod, rank, proxy.port, tmp_path, job, attempt, uids.get(pod, "")) for rank, pod in enumerate(pods)
         )
         for s in sidecars:
-            await eventually(s.registered, f"{s.pod} registered", limit=60)
+            await eventually(s.registered, f"{s.pod} registered", within=60)
         yield replicas, sidecars
     finally:
         for s in sidecars:
@@ -265,18 +265,18 @@ async def test_a_failover_mid_incident_loses_nothing(
 
         leader.proc.send_signal(how)
         await asyncio.to_thread(leader.proc.wait, 60)
-        await eventually(lambda: standby.ready.exists(), "the standby leading", limit=TAKEOVER)
+        await eventually(lambda: standby.ready.exists(), "the standby leading", within=TAKEOVER)
         # Every live sidecar gives the new leader what the old one had acknowledged.
         for s in (root, victims[0]):
-            await eventually(s.failure_acked_again, f"{s.pod} re-sent and acked", limit=TAKEOVER)
+            await eventually(s.failure_acked_again, f"{s.pod} re-sent and acked", within=TAKEOVER)
 
         # The last member fails; the pods' sidecars exit in the normal order, the root's first.
         victims[1].fail(GLOO_PEER, 1_800_000_012)
         for s in (root, *victims):
             assert await s.exit() == 0, s.text()[-3000:]
 
-        await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", limit=30)
-        await asyncio.sleep(1.0)  # a revision (0.5 s coalescing), if one were coming
+        await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", within=30)
+        assert await standby.shut_down() == 0  # a revision, if one were coming, is published by now
         [doc] = standby.verdict_docs()
         assert doc["root_cause"] == {"pod": ROOT, "category": "user_code", "retryable": False}
         assert (doc["closed_by"], doc["final"], doc["revision"]) == ("quorum", True, 1)
@@ -307,14 +307,14 @@ async def test_a_root_whose_sidecar_had_exited_is_still_named_after_a_failover(
         assert await root.exit() == 0
         leader.proc.send_signal(signal.SIGKILL)
         await asyncio.to_thread(leader.proc.wait, 60)
-        await eventually(lambda: standby.ready.exists(), "the standby leading", limit=TAKEOVER)
+        await eventually(lambda: standby.ready.exists(), "the standby leading", within=TAKEOVER)
         for n, s in enumerate(victims):
             kube_api.change(PODS, NS, s.pod, terminated(1, finished=f"2026-11-21T15:06:1{2 + n}Z"))
             s.fail(GLOO_PEER, 1_795_273_572 + n)
-            await eventually(s.failure_acked, f"{s.pod} acked", limit=TAKEOVER)
+            await eventually(s.failure_acked, f"{s.pod} acked", within=TAKEOVER)
             assert await s.exit() == 0
-        await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", limit=30)
-        await asyncio.sleep(1.0)
+        await eventually(lambda: any(d.get("final") for d in standby.verdict_docs()), "a final verdict", within=30)
+        assert await standby.shut_down() == 0  # a revision, if one were coming, is published by now
         docs = standby.verdict_docs()
         assert [d["root_cause"]["pod"] for d in docs] == [root_pod], docs
         assert docs[0]["root_cause"]["category"] == "user_code", docs[0]["verdict"]

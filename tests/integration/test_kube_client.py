@@ -7,22 +7,16 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import (
-    NS,
-    PODS,
-    PYTORCHJOBS,
-    EmulatorHandle,
-    eventually,
-    make_kube,
-    seed_pytorchjob,
-    terminated,
-)
+from support.common import eventually
+from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
+from support.kube_objects import NS, make_kube, seed_pytorchjob, terminated
 
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import client as k
 from podmortem.aggregator.kube.podwatch import PodWatch
 from podmortem.aggregator.kube.publish import PUBLISHED_ANNOTATION, kube_publishers
 from podmortem.aggregator.publishing import PublishQueue
+from podmortem.core.engine import decide
 from podmortem.k8s import errors
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.objects import resource_path
@@ -109,16 +103,47 @@ async def test_the_rate_limit_lets_a_burst_through_then_paces() -> None:
 
 
 @pytest.mark.looptime
-async def test_backoff_doubles_up_to_its_cap() -> None:
+async def test_a_429_is_retried_after_its_retry_after_not_the_backoff(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    seed_pytorchjob(kube_api)
+    # A backoff of 1,000 s: a client that ignored Retry-After would wait that long (on the fake clock).
+    kube = make_kube(kube_api, tmp_path, backoff=Backoff(1000, 1000, jitter=0))
+    kube_api.fail(429, 1, methods=("GET",), retry_after=7)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert (await kube.get(POD_PATH))["metadata"]["name"] == "mixtral-cpt-worker-0"
+    # The loop clock is fake (looptime): it moved by the 7 s slept, and by the real time the two HTTP calls
+    # took (looptime steps with threads); 1,000 s is the backoff's. It cannot flake short of 990 s calls.
+    assert 7 <= loop.time() - start < 1000
+    assert kube.calls == 2
+    kube.close()
+
+
+def test_the_rate_limit_defaults_are_20_per_second_in_bursts_of_40() -> None:
+    parser = argparse.ArgumentParser()
+    k.add_kube_arguments(parser)
+    settings = k.load_kube_settings(parser.parse_args([]), {})
+    assert (settings.qps, settings.burst) == (20, 40)  # as the README's table says
+
+
+@pytest.mark.looptime
+async def test_a_client_from_default_settings_paces_as_documented(tmp_path: Path, kube_api: EmulatorHandle) -> None:
+    kube = k.Kube.from_settings(k.KubeSettings(kubeconfig=str(kube_api.kubeconfig(tmp_path / "config"))))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for _ in range(40):
+        await kube.limiter.acquire()
+    assert loop.time() == start  # a burst of 40 at once
+    for _ in range(20):
+        await kube.limiter.acquire()
+    assert loop.time() - start == pytest.approx(1.0)  # then 20 a second
+    kube.close()
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
     backoff = Backoff(initial=0.5, maximum=4, jitter=0)
     assert [backoff.delay(n) for n in range(6)] == [0.5, 1, 2, 4, 4, 4]
     jittered = Backoff(initial=1, maximum=10, jitter=0.2)
     assert all(0.8 <= jittered.delay(0) <= 1.2 for _ in range(100))
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    for n in range(4):
-        await asyncio.sleep(backoff.delay(n))
-    assert loop.time() - start == pytest.approx(7.5)
 
 
 def test_settings_from_flags_and_environment() -> None:
@@ -143,11 +168,10 @@ def test_settings_from_flags_and_environment() -> None:
 
 async def test_book_to_cluster_with_the_real_engine(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     """A pod fails, the others are torn down: the watch feeds the book, the engine decides, the cluster shows it."""
-    engine = pytest.importorskip("podmortem.core.engine")
     seed_pytorchjob(kube_api, workers=3)
     kube = make_kube(kube_api, tmp_path)
     queue = PublishQueue(kube_publishers(k.KubeSettings(), kube))
-    book = IncidentBook(engine.decide, queue.submit, quorum_timeout=600)
+    book = IncidentBook(decide, queue.submit, quorum_timeout=600)
     settings = k.KubeSettings(namespaces=(NS,))
     tasks = [asyncio.create_task(PodWatch(kube, book, settings).run()), asyncio.create_task(queue.run())]
     try:
@@ -155,13 +179,13 @@ async def test_book_to_cluster_with_the_real_engine(kube_api: EmulatorHandle, tm
         kube_api.change(PODS, NS, "mixtral-cpt-worker-2", terminated(137, "OOMKilled"))
         for name in ("mixtral-cpt-worker-0", "mixtral-cpt-worker-1"):
             kube_api.change(PODS, NS, name, terminated(143))
-        for _ in range(1000):
+
+        def published() -> dict[str, str] | None:
             job = kube_api.get(PYTORCHJOBS, NS, "mixtral-cpt")
-            if job and PUBLISHED_ANNOTATION in (job["metadata"].get("annotations") or {}):
-                break
-            await asyncio.sleep(0.01)
-        assert job is not None
-        annotations = job["metadata"]["annotations"]
+            annotations = (job or {}).get("metadata", {}).get("annotations") or {}
+            return annotations if PUBLISHED_ANNOTATION in annotations else None
+
+        annotations = await eventually(published, "the verdict published on the job")
         assert annotations[PUBLISHED_ANNOTATION] == "kubeflow-user:mixtral-cpt#1"  # namespace:name, no attempt known
         assert "mixtral-cpt-worker-2" in annotations["podmortem.io/summary"]
     finally:

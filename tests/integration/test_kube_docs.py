@@ -8,16 +8,9 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
-from support.kube_emulator import (
-    NS,
-    PODS,
-    EmulatorHandle,
-    decision,
-    eventually,
-    make_kube,
-    seed_pytorchjob,
-    terminated,
-)
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, decision, make_kube, seed_pytorchjob, terminated
 
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp
@@ -125,7 +118,7 @@ async def test_the_leader_election_role_covers_its_requests(kube_api: EmulatorHa
     first, second = (LeaderElector(kube, NS, "lease", who, timings) for who in ("a", "b"))
     assert await first.acquire()  # creates the Lease
     task = asyncio.create_task(first.hold())  # reads and updates it
-    await asyncio.sleep(0.3)
+    await eventually(lambda: any(m == "PUT" and "/leases/" in p for m, p in kube_api.requests()), "a renewal")
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert await second.acquire()  # takes it over once it expired

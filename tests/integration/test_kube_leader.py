@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support.kube_emulator import NS, EmulatorHandle, eventually, make_kube
+from support.common import eventually, free_port
+from support.kube_emulator import EmulatorHandle
+from support.kube_objects import NS, make_kube
 
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.leader import LeaderElector, LeadershipLost, LeaseTimings
@@ -39,6 +40,21 @@ def holder(api: EmulatorHandle) -> str:
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
+class LeaseCalls:
+    """Counts the requests on the Lease from now on: a renewal reads and writes it, a candidate's try
+    while another holds it only reads it. What a test waits for instead of sleeping."""
+
+    def __init__(self, api: EmulatorHandle) -> None:
+        self.api, self.start = api, len(api.requests())
+
+    def count(self, method: str) -> int:
+        return sum(1 for m, p in self.api.requests()[self.start :] if m == method and "/leases/" in p)
+
+    def tries(self) -> int:
+        """Reads not followed by a write: the other candidates' tries."""
+        return self.count("GET") - self.count("PUT")
+
+
 @contextlib.asynccontextmanager
 async def holding(elector: LeaderElector) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(elector.hold())
@@ -59,8 +75,10 @@ async def test_one_holder_and_a_takeover_when_the_holder_dies(kube_api: Emulator
     assert holder(kube_api) == "a"
     async with holding(a):
         stop_b = asyncio.Event()
+        calls = LeaseCalls(kube_api)
         b_wins = asyncio.create_task(b.acquire(stop_b))
-        await asyncio.sleep(0.5)  # several of b's tries, all while a renews
+        # Several of b's tries, all while a renews (every 0.1 s; the lease lasts 1 s, 10 renewals).
+        await eventually(lambda: calls.tries() >= 3 and calls.count("PUT") >= 3, "b trying while a renews")
         assert not b_wins.done() and holder(kube_api) == "a"
     # a is gone without a word (its renewals stop): b takes over once the lease has not moved for 1 s.
     assert await asyncio.wait_for(b_wins, 10)
@@ -73,8 +91,9 @@ async def test_a_released_lease_is_taken_at_once(kube_api: EmulatorHandle, kube:
     a, b = elector(kube, "a", SLOW_EXPIRY), elector(kube, "b", SLOW_EXPIRY)
     assert await a.acquire()
     stop_b = asyncio.Event()
+    calls = LeaseCalls(kube_api)
     b_wins = asyncio.create_task(b.acquire(stop_b))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: calls.tries() >= 2, "b trying")
     assert not b_wins.done()
     await a.release()
     assert await asyncio.wait_for(b_wins, 10)
@@ -89,9 +108,11 @@ async def test_a_lease_released_while_renewing_is_not_taken_back(kube_api: Emula
     a, b = elector(kube, "a", timings), elector(kube, "b", timings)
     assert await a.acquire()
     async with holding(a) as renewing:
-        await asyncio.sleep(0.3)  # a few renewals
+        calls = LeaseCalls(kube_api)
+        await eventually(lambda: calls.count("PUT") >= 3, "a few renewals")
         await a.release()
-        await asyncio.sleep(0.3)  # a's renewals, had they gone on, would have taken it back by now
+        # The renewal loop has ended: nothing of a's is left that could take the Lease back.
+        await eventually(renewing.done, "a's renewals stopped")
         assert holder(kube_api) == ""
         stop_b = asyncio.Event()
         assert await asyncio.wait_for(b.acquire(stop_b), 10)
@@ -112,7 +133,8 @@ async def test_of_two_racing_candidates_exactly_one_leads(kube_api: EmulatorHand
     stop = asyncio.Event()
     tries = [asyncio.create_task(c.acquire(stop)) for c in candidates]
     await eventually(lambda: any(t.done() for t in tries), "a leader")
-    await asyncio.sleep(0.5)
+    calls = LeaseCalls(kube_api)
+    await eventually(lambda: calls.tries() >= 2 * (len(candidates) - 1), "every other candidate tried again")
     stop.set()
     results = await asyncio.gather(*tries)
     assert sum(results) == 1
@@ -149,12 +171,6 @@ def test_timings_must_be_ordered() -> None:
 # -- two real aggregator processes ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def health(port: int, service: str) -> int:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -180,10 +196,10 @@ async def test_only_the_leader_serves_and_the_standby_takes_over_on_sigterm(
     first = start_aggregator(config, tmp_path, "agg-1")
     second: subprocess.Popen[bytes] | None = None
     try:
-        await eventually(lambda: (tmp_path / "agg-1.ready").exists(), "the first aggregator serving", limit=60)
-        port = free_port()
+        await eventually(lambda: (tmp_path / "agg-1.ready").exists(), "the first aggregator serving", within=60)
+        port = free_port()  # a standby writes no ready file: its port is chosen here
         second = start_aggregator(config, tmp_path, "agg-2", port)
-        await eventually(lambda: "standing by" in (tmp_path / "agg-2.log").read_text(), "a standby", limit=60)
+        await eventually(lambda: "standing by" in (tmp_path / "agg-2.log").read_text(), "a standby", within=60)
         assert not (tmp_path / "agg-2.ready").exists()
         # The standby is alive (liveness and startup probes pass) but not Ready, and refuses streams.
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -196,7 +212,7 @@ async def test_only_the_leader_serves_and_the_standby_takes_over_on_sigterm(
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         first.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(first.wait, 30) == 0
-        await eventually(lambda: (tmp_path / "agg-2.ready").exists(), "the standby serving", limit=30)
+        await eventually(lambda: (tmp_path / "agg-2.ready").exists(), "the standby serving", within=30)
         assert holder(kube_api).startswith("agg-2_")
         assert await health(port, "podmortem.v1.Collector") == serving
     finally:

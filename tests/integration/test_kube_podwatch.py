@@ -8,14 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_emulator import (
-    JOBS,
+from support.common import eventually
+from support.kube_emulator import JOBS, PODS, PYTORCHJOBS, TRAINJOBS, EmulatorHandle
+from support.kube_objects import (
     NS,
-    PODS,
-    PYTORCHJOBS,
-    TRAINJOBS,
-    EmulatorHandle,
-    eventually,
     indexed_job,
     indexed_pod,
     make_kube,
@@ -110,7 +106,15 @@ async def test_a_pod_deleted_without_any_report_counts(
     for name in ("mixtral-cpt-worker-0", "mixtral-cpt-worker-2"):
         kube_api.change(PODS, NS, name, terminated(143))
     await eventually(lambda: len(book.decisions) == 1, "a decision")
-    assert book.decisions[0].closed_by == "quorum" and book.decisions[0].verdict.pod == "mixtral-cpt-worker-1"
+    # What the watch hands the engine: quorum reached, with the vanished member as deleted.
+    decided = book.decisions[0]
+    assert decided.closed_by == "quorum"
+    members = {m.pod: m for m in decided.incident.members}
+    assert members["mixtral-cpt-worker-1"].phase_reason == "Deleted"
+    assert members["mixtral-cpt-worker-1"].deleted_at is not None
+    assert {m.termination.exit_code for p, m in members.items() if p != "mixtral-cpt-worker-1" if m.termination} == {
+        143
+    }
 
 
 async def test_a_lost_node_is_seen(kube_api: EmulatorHandle, watching: tuple[Book, PodWatch]) -> None:

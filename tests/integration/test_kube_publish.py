@@ -9,18 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_emulator import (
-    JOBS,
-    NS,
-    PODS,
-    PYTORCHJOBS,
-    EmulatorHandle,
-    decision,
-    indexed_job,
-    indexed_pod,
-    make_kube,
-    seed_pytorchjob,
-)
+from support.kube_emulator import JOBS, PODS, PYTORCHJOBS, EmulatorHandle
+from support.kube_objects import NS, decision, indexed_job, indexed_pod, make_kube, seed_pytorchjob
 
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.client import Kube, KubeSettings

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, seed_pytorchjob, terminated
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, seed_pytorchjob, terminated
 
 from podmortem.core import podstatus
 from podmortem.protocol import wire
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
-from podmortem.sidecar.podsource import PodSource
+from podmortem.sidecar.podsource import PodReporter, PodSource
 
 POD = "mixtral-cpt-worker-1"
 
@@ -165,3 +167,22 @@ def test_the_sidecar_does_not_import_kubernetes() -> None:
     code = "import sys, podmortem.sidecar.apiserver; print('kubernetes' in sys.modules, 'urllib3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+async def test_after_a_restart_the_failed_runs_log_is_read_from_the_api(kube_api: EmulatorHandle) -> None:
+    """The container failed and runs again: its current log is the new run's, and the failure is in
+    the log the API serves with previous=true (the sidecar's real request, not a stand-in source)."""
+    seed_pytorchjob(kube_api)
+    kube_api.set_log(NS, POD, "pytorch", "[rank1]: step 1 loss 2.1 (the new run)\n")
+    kube_api.set_log(NS, POD, "pytorch", "[rank1]: ValueError: bad label 7 (the failed run)\n", previous=True)
+    failed = terminated(1)["status"]["containerStatuses"][0]
+    status = {"name": "pytorch", "restartCount": 1, "lastState": failed["state"],
+              "state": {"running": {"startedAt": "2026-11-21T15:06:20Z"}}}  # fmt: skip
+    kube_api.change(PODS, NS, POD, {"status": {"containerStatuses": [status]}})
+    source = own_pod(kube_api)
+    pod = await source.read()
+    assert pod is not None
+    events = await PodReporter(source, lambda e: None).observe(pod)
+    assert [e.WhichOneof("payload") for e in events] == ["log_tail", "termination"]
+    assert events[0].log_tail.text == b"[rank1]: ValueError: bad label 7 (the failed run)\n"
+    assert any("/log?" in path and "previous=true" in path for _, path in kube_api.requests())

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
 
-from support.fake_collector import HANG_GUARD, FakeCollector, serving
-from support.kube_emulator import NS, PODS, EmulatorHandle, seed_pytorchjob, terminated
+import pytest
+from support.common import HANG_GUARD, eventually
+from support.fake_collector import FakeCollector, serving
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, seed_pytorchjob, terminated
 
 from podmortem.k8s.backoff import Backoff
 from podmortem.sidecar import config, running
@@ -20,8 +24,9 @@ ERROR = {"message": {"message": "ValueError: bad label", "extraInfo": {"py_calls
 
 
 async def test_a_sidecar_given_a_kubeconfig_watches_its_pod_through_the_api(
-    kube_api: EmulatorHandle, tmp_path: Path
+    kube_api: EmulatorHandle, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     _, pods = seed_pytorchjob(kube_api)
     kubeconfig = kube_api.kubeconfig(tmp_path / "kubeconfig", NS)
     env = {
@@ -42,9 +47,9 @@ async def test_a_sidecar_given_a_kubeconfig_watches_its_pod_through_the_api(
             )
         )
         (tmp_path / "error.json").write_text(json.dumps(ERROR))
-        await served.collector.until(lambda: len(served.collector.events) == 1)
+        await eventually(lambda: len(served.collector.events) == 1)
         stop.set()  # SIGTERM first, as a native sidecar gets it; the status follows
-        await asyncio.sleep(0.2)
+        await eventually(lambda: "watching the pod for it" in caplog.text, "the sidecar waiting for the pod's end")
         assert not task.done()
         kube_api.change(PODS, NS, pods[1], terminated(1))
         assert await asyncio.wait_for(task, HANG_GUARD) == 0

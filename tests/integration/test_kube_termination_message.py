@@ -8,7 +8,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from support.kube_emulator import NS, PODS, EmulatorHandle, eventually, make_kube, seed_pytorchjob, terminated
+from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, make_kube, seed_pytorchjob, terminated
 
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.common import HANG_GUARD
 
 from podmortem.core import podstatus
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -22,7 +23,6 @@ from podmortem.sidecar.podsource import (
     read_log_tail,
 )
 
-HANG_GUARD = 20.0
 UID = "0f4e4e6d-4bd6-41be-a5e4-4da901c2e623"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_collector import HANG_GUARD, FakeCollector, serving
+from support.common import HANG_GUARD, eventually
+from support.fake_collector import FakeCollector, serving
 
 from podmortem.k8s.backoff import Backoff
 from podmortem.sidecar import config, running
@@ -33,6 +35,10 @@ POD = {
     },
 }
 FAST = Backoff(initial=0.01, maximum=0.05)
+
+
+# What the sidecar logs once SIGTERM came before the pod's end: it waits for that end (a positive signal).
+WATCHING_FOR_THE_END = "stopping before the pod's end is known: watching the pod for it"
 
 
 def settings_for(tmp_path: Path, target: str, **extra: str) -> Settings:
@@ -72,7 +78,7 @@ async def test_events_flow_and_stop_flushes_the_last_look(tmp_path: Path) -> Non
             fake = served.collector
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await fake.until(lambda: len(fake.events) == 1)
+            await eventually(lambda: len(fake.events) == 1)
             assert fake.events[0].error_file.message == "ValueError: bad label"
             # Just before the stop: the agent's file is rewritten with garbage (never settles in time),
             # and the pod status shows the termination.
@@ -87,16 +93,17 @@ async def test_events_flow_and_stop_flushes_the_last_look(tmp_path: Path) -> Non
         assert len(outbox) == 0  # everything acknowledged before exit
 
 
-async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path) -> None:
+async def test_flush_waits_for_an_aggregator_that_comes_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     outbox = Outbox()
     async with serving(FakeCollector(ack=False)) as served:
         settings = settings_for(tmp_path, served.target, PODMORTEM_FLUSH_TIMEOUT="60")
         async with serve_task(settings, outbox) as (stop, task):
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
-            await asyncio.sleep(0.05)
+            await eventually(lambda: "flushing 1 unacknowledged event(s)" in caplog.text, "the flush waiting")
             assert not task.done() and len(outbox) == 1  # flushing: waiting for the ack
             await served.stop()
             await served.start(FakeCollector())  # the aggregator restarts and acks the resent event
@@ -111,7 +118,7 @@ async def test_flush_gives_up_after_its_timeout(tmp_path: Path, caplog: pytest.L
         async with serve_task(settings, outbox) as (stop, task):
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
         assert len(outbox) == 1
@@ -191,10 +198,10 @@ async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            await fake.until(lambda: len(fake.registers) == 1)
+            await eventually(lambda: len(fake.registers) == 1)
             assert fake.registers[0].pod == "job-worker-1"
             error_file.write_text(json.dumps(ERROR))
-            await fake.until(lambda: len(fake.events) == 1)
+            await eventually(lambda: len(fake.events) == 1)
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(HANG_GUARD):
                 _, stderr = await proc.communicate()
@@ -216,7 +223,10 @@ RUNNING_POD = {
 
 
 @pytest.mark.parametrize("status_first", [True, False])
-async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_path: Path, status_first: bool) -> None:
+async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(
+    tmp_path: Path, status_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     # A native sidecar gets SIGTERM as soon as the training container exits; the pod status that shows the
     # exit reaches the API a moment later (0.3 s here). Either order, the termination goes out before exit.
     outbox = Outbox()
@@ -227,14 +237,14 @@ async def test_the_pods_end_is_sent_whichever_comes_first_sigterm_or_status(tmp_
         async with serve_task(settings, outbox) as (stop, task):
             settings.error_file.parent.mkdir()
             settings.error_file.write_text(json.dumps(ERROR))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             if status_first:
                 settings.pod_status_file.write_text(json.dumps(POD))
-                await served.collector.until(lambda: len(served.collector.events) == 2)
+                await eventually(lambda: len(served.collector.events) == 2)
                 stop.set()
             else:
                 stop.set()
-                await asyncio.sleep(0.3)
+                await eventually(lambda: WATCHING_FOR_THE_END in caplog.text, "watching for the pod's end")
                 assert not task.done()  # still watching for the pod's end
                 settings.pod_status_file.write_text(json.dumps(POD))
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
@@ -250,7 +260,8 @@ DELETED_RUNNING_POD = {
 DELETED_ENDED_POD = {**POD, "metadata": DELETED_RUNNING_POD["metadata"]}
 
 
-async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path) -> None:
+async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
     # The controller deletes a victim pod: the sidecar sees the deletion while the training container
     # still runs; the kubelet SIGTERMs the container, then the sidecar, and only then does the status show
     # the container's end (exit 143). A deletion is not the end: the termination must still go out.
@@ -261,9 +272,9 @@ async def test_a_deleted_pods_termination_is_still_awaited(tmp_path: Path) -> No
         settings.pod_status_file.write_text(json.dumps(RUNNING_POD))
         async with serve_task(settings, outbox) as (stop, task):
             settings.pod_status_file.write_text(json.dumps(DELETED_RUNNING_POD))
-            await served.collector.until(lambda: len(served.collector.events) == 1)
+            await eventually(lambda: len(served.collector.events) == 1)
             stop.set()
-            await asyncio.sleep(0.3)
+            await eventually(lambda: WATCHING_FOR_THE_END in caplog.text, "watching for the container's end")
             assert not task.done()  # still watching for the container's end
             settings.pod_status_file.write_text(json.dumps(DELETED_ENDED_POD))
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
@@ -306,7 +317,7 @@ async def test_without_a_job_name_a_jobset_pod_registers_under_its_jobset(tmp_pa
         assert settings.job_name == "" and settings.pod_status_file is not None
         settings.pod_status_file.write_text(json.dumps(pod))
         async with serve_task(settings, Outbox()) as (stop, task):
-            await served.collector.until(lambda: bool(served.collector.registers))
+            await eventually(lambda: bool(served.collector.registers))
             stop.set()
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
     reg = served.collector.registers[0]

@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
 from support import events
-from support.fake_collector import HANG_GUARD, FakeCollector, serving
+from support.common import HANG_GUARD, eventually
+from support.fake_collector import FakeCollector, serving
 
 from podmortem.k8s.backoff import Backoff
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -73,20 +74,14 @@ def make_client(target: str, outbox: Outbox, **kwargs: Any) -> StreamClient:
     return StreamClient(target, REGISTER, outbox, **kwargs)
 
 
-async def until(predicate: Callable[[], bool], poke: Callable[[], Awaitable[None]] | None = None) -> None:
-    async with asyncio.timeout(HANG_GUARD):
-        while not predicate():
-            await (poke() if poke else asyncio.sleep(0.01))
-
-
 async def test_registers_first_then_sends_pending_and_new_events_until_acked() -> None:
     outbox = Outbox()
     outbox.put(error_event(1))  # pending before the stream opens
     async with serving(FakeCollector()) as served, client_running(make_client(served.target, outbox)):
         fake = served.collector
-        await fake.until(lambda: len(fake.events) == 1)
+        await eventually(lambda: len(fake.events) == 1)
         outbox.put(run_ended(2))  # new while connected
-        await fake.until(lambda: len(fake.events) == 2)
+        await eventually(lambda: len(fake.events) == 2)
         await asyncio.wait_for(outbox.wait_empty(), HANG_GUARD)
         assert fake.firsts == ["register"]
         assert fake.registers[0].pod == "job-worker-0"
@@ -101,7 +96,7 @@ async def test_unacked_events_are_resent_after_the_aggregator_restarts() -> None
         async with client_running(client):
             for n in range(3):
                 outbox.put(run_ended(n))
-            await served.collector.until(lambda: len(served.collector.events) == 3)
+            await eventually(lambda: len(served.collector.events) == 3)
             assert len(outbox) == 3  # nothing acknowledged
             await served.stop()
             await served.start(FakeCollector())  # same port, a fresh aggregator that acks
@@ -143,8 +138,8 @@ async def test_backoff_grows_and_resets_after_a_registered_stream() -> None:
             fake.abort_next = [grpc.StatusCode.UNAVAILABLE]
             await served.stop()  # the registered stream ends ...
             await served.start()
-            await fake.until(lambda: not fake.abort_next)
-            await until(lambda: len(sleeps.delays) >= 5)
+            await eventually(lambda: not fake.abort_next)
+            await eventually(lambda: len(sleeps.delays) >= 5)
             assert sleeps.delays[3:5] == [1.0, 2.0]  # ... and the backoff started over
 
 
@@ -165,8 +160,8 @@ async def test_clock_offset_is_measured_and_reported() -> None:
         client = make_client(served.target, outbox, probe_burst=4, probe_burst_interval=0.01, sleep=Sleeps())
         async with client_running(client):
             fake = served.collector
-            await fake.until(lambda: fake.probes >= 4 and bool(fake.estimates))
-            await until(lambda: client.clock.samples >= 4)
+            await eventually(lambda: fake.probes >= 4 and bool(fake.estimates))
+            await eventually(lambda: client.clock.samples >= 4)
             best = client.clock.best
             assert best is not None
             # NTP bound: the true offset lies within half a round trip of the estimate.
@@ -189,7 +184,7 @@ async def test_skewed_pod_clock_is_measured_with_an_injected_clock() -> None:
             wall_ns=lambda: time.time_ns() - behind,
         )
         async with client_running(client):
-            await until(lambda: client.clock.samples >= 2)
+            await eventually(lambda: client.clock.samples >= 2)
             best = client.clock.best
             assert best is not None and abs(best.offset_ns - behind) <= best.round_trip_ns // 2 + 1
 

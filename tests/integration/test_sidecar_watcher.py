@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support.common import eventually
 
 from podmortem.core.errorfile import read_error_file
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar.watcher import FORCE_POLLING_ENV, ErrorFileWatcher, force_polling_from_env
-
-HANG_GUARD = 20.0
 
 
 def record(message: str, ts: int = 1795271119) -> dict[str, object]:
@@ -30,17 +29,12 @@ def record(message: str, ts: int = 1795271119) -> dict[str, object]:
 class Collected:
     def __init__(self) -> None:
         self.events: list[pb.Event] = []
-        self._changed = asyncio.Event()
 
     def __call__(self, event: pb.Event) -> None:
         self.events.append(event)
-        self._changed.set()
 
-    async def until(self, count: int) -> list[pb.Event]:
-        async with asyncio.timeout(HANG_GUARD):
-            while len(self.events) < count:
-                self._changed.clear()
-                await self._changed.wait()
+    async def at_least(self, count: int) -> list[pb.Event]:
+        await eventually(lambda: len(self.events) >= count, f"{count} events")
         return self.events
 
 
@@ -74,7 +68,7 @@ async def test_file_and_directories_appearing_late(watching: Fixture) -> None:
     assert not watching.path.parent.exists() or watching.path.parent.name == "run"
     watching.path.parent.mkdir(parents=True, exist_ok=True)
     watching.path.write_text(json.dumps(record("ValueError: bad label")))
-    events = await watching.collected.until(1)
+    events = await watching.collected.at_least(1)
     assert messages(events) == ["ValueError: bad label"]
     ev = events[0]
     assert ev.id == wire.error_event_id("ns/pod", read_error_file(watching.path))  # type: ignore[arg-type]
@@ -86,13 +80,13 @@ async def test_file_and_directories_appearing_late(watching: Fixture) -> None:
 async def test_rewrites_new_content_is_a_new_event_same_content_is_not(watching: Fixture) -> None:
     watching.path.parent.mkdir(parents=True)
     watching.path.write_text(json.dumps(record("ValueError: first")))
-    await watching.collected.until(1)
+    await watching.collected.at_least(1)
     watching.path.write_text(json.dumps(record("ValueError: first")))  # same content again
     os.utime(watching.path)
     watching.path.unlink()  # deleted ...
     watching.path.write_text(json.dumps(record("ValueError: first")))  # ... and rewritten unchanged
     watching.path.write_text(json.dumps(record("SignalException: Process 7 got signal: 15", ts=1795271130)))
-    events = await watching.collected.until(2)
+    events = await watching.collected.at_least(2)
     assert messages(events) == ["ValueError: first", "SignalException: Process 7 got signal: 15"]
     assert len({e.id for e in events}) == 2
 
@@ -102,7 +96,7 @@ async def test_rewrite_by_rename(watching: Fixture) -> None:
     tmp = watching.path.with_name("error.json.tmp")
     tmp.write_text(json.dumps(record("RuntimeError: atomically")))
     tmp.rename(watching.path)
-    assert messages(await watching.collected.until(1)) == ["RuntimeError: atomically"]
+    assert messages(await watching.collected.at_least(1)) == ["RuntimeError: atomically"]
 
 
 async def test_partial_then_complete_write_is_one_event(tmp_path: Path) -> None:
@@ -120,7 +114,7 @@ async def test_partial_then_complete_write_is_one_event(tmp_path: Path) -> None:
             assert collected.events == []  # ... and not reported
             await asyncio.sleep(0.05)
             f.write(data[25:])
-        events = await collected.until(1)
+        events = await collected.at_least(1)
         assert messages(events) == ["ValueError: written in two parts"]
         assert events[0].error_file.parse_error == ""
     finally:
@@ -132,13 +126,13 @@ async def test_partial_then_complete_write_is_one_event(tmp_path: Path) -> None:
 async def test_garbage_settles_to_one_parse_error_event(watching: Fixture) -> None:
     watching.path.parent.mkdir(parents=True)
     watching.path.write_bytes(b"\x00\x01 definitely not json")
-    events = await watching.collected.until(1)
+    events = await watching.collected.at_least(1)
     assert events[0].error_file.parse_error.startswith("not valid JSON")
     assert events[0].error_file.size_bytes == len(b"\x00\x01 definitely not json")
     # Nothing more comes from the unchanged garbage: the next event is the next real content.
     watching.watcher.check(force=True)
     watching.path.write_text(json.dumps(record("ValueError: finally")))
-    events = await watching.collected.until(2)
+    events = await watching.collected.at_least(2)
     assert messages(events)[1:] == ["ValueError: finally"]
     assert len(events) == 2
 
@@ -148,7 +142,7 @@ async def test_huge_garbage_file_is_reported_once_with_a_clear_reason(watching: 
     with watching.path.open("wb") as f:
         for _ in range(8):
             f.write(b"\xff garbage " * (1 << 17))
-    events = await watching.collected.until(1)
+    events = await watching.collected.at_least(1)
     assert "over the 1048576-byte limit" in events[0].error_file.parse_error
 
 
@@ -157,20 +151,20 @@ async def test_a_deeply_nested_file_is_reported_and_the_watch_goes_on(watching: 
     # real sidecar process exited 1 (checked on the commit before the fix).
     watching.path.parent.mkdir(parents=True)
     watching.path.write_text("[" * 5000)
-    [event] = await watching.collected.until(1)
+    [event] = await watching.collected.at_least(1)
     assert "nested too deeply" in event.error_file.parse_error
     watching.path.write_text(json.dumps(record("ValueError: the real one")))
-    assert messages(await watching.collected.until(2))[1] == "ValueError: the real one"
+    assert messages(await watching.collected.at_least(2))[1] == "ValueError: the real one"
 
 
 async def test_directory_removed_and_recreated(watching: Fixture) -> None:
     watching.path.parent.mkdir(parents=True)
     watching.path.write_text(json.dumps(record("ValueError: one")))
-    await watching.collected.until(1)
+    await watching.collected.at_least(1)
     shutil.rmtree(watching.path.parent)
     watching.path.parent.mkdir(parents=True)
     watching.path.write_text(json.dumps(record("ValueError: two")))
-    assert messages(await watching.collected.until(2)) == ["ValueError: one", "ValueError: two"]
+    assert messages(await watching.collected.at_least(2)) == ["ValueError: one", "ValueError: two"]
 
 
 class FakeClock:
@@ -271,13 +265,13 @@ async def test_polling_fallback_sees_late_files_and_rewrites(
     )
     task = asyncio.create_task(watcher.run())
     try:
-        await asyncio.sleep(0.05)
-        assert inotify_instances() - before == (1 if how == "inotify" else 0)
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(record("ValueError: seen by the tick")))
-        await collected.until(1)
+        await collected.at_least(1)
+        # It has reported, so it is running: its inotify instance, if it uses one, is open now.
+        assert inotify_instances() - before == (1 if how == "inotify" else 0)
         path.write_text(json.dumps(record("RuntimeError: rewritten", ts=1795271130)))
-        events = await collected.until(2)
+        events = await collected.at_least(2)
         assert messages(events) == ["ValueError: seen by the tick", "RuntimeError: rewritten"]
     finally:
         task.cancel()

@@ -7,11 +7,9 @@ import base64
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import kubernetes_validate
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
+from support.common import eventually, free_port
 
 from podmortem.webhook import mutation, server
 from podmortem.webhook.config import WebhookConfig
@@ -197,15 +196,9 @@ async def test_a_renewed_certificate_is_served_without_restart(
         await post(ca, webhook.port, fixture("leave-alone"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_the_command_starts_with_three_flags_and_stops_on_sigterm(ca: trustme.CA, tmp_path: Path) -> None:
     cert, key = write_cert(ca, tmp_path, "127.0.0.1")
-    port = _free_port()
+    port = free_port()  # a process started by its flags reports no port
     env = {**os.environ, "PYTHONPATH": str(REPO), "PODMORTEM_WEBHOOK_METRICS_LISTEN": ""}
     proc = subprocess.Popen(
         [sys.executable, "-m", "podmortem.cli", "webhook", "--listen", f"127.0.0.1:{port}",
@@ -213,15 +206,15 @@ async def test_the_command_starts_with_three_flags_and_stops_on_sigterm(ca: trus
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        status = 0
-        deadline = time.monotonic() + 30  # polling deadline for the process to start, not a timing assertion
-        while time.monotonic() < deadline and status != 200:
+
+        async def answered() -> int:
             try:
-                status, _ = await post(ca, port, fixture("leave-alone"))
+                return (await post(ca, port, fixture("leave-alone")))[0]
             except aiohttp.ClientConnectorError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                await asyncio.sleep(0.2)
-        assert status == 200
+                return 0
+
+        assert await eventually(answered, "the webhook answering", every=0.2) == 200
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0
         assert b"webhook stopped" in (proc.stderr.read() if proc.stderr else b"")

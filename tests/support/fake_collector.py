@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -18,8 +18,6 @@ import grpc.aio
 
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
-
-HANG_GUARD = 20.0
 
 
 class FakeCollector(pb_grpc.CollectorServicer):
@@ -38,17 +36,10 @@ class FakeCollector(pb_grpc.CollectorServicer):
         self.estimates: list[pb.ClockEstimate] = []
         self.probes = 0
         self.abort_next: list[grpc.StatusCode] = []  # end the next streams with these codes
-        self._changed = asyncio.Event()
 
     @property
     def event_ids(self) -> list[str]:
         return [e.id for e in self.events]
-
-    async def until(self, predicate: Callable[[], bool]) -> None:
-        async with asyncio.timeout(HANG_GUARD):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
 
     async def Report(
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: Any
@@ -64,24 +55,20 @@ class FakeCollector(pb_grpc.CollectorServicer):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be register")
                 if self.abort_next:
                     code = self.abort_next.pop(0)
-                    self._changed.set()
                     await context.abort(code, "test: ending this stream")
             if kind == "register":
                 self.registers.append(msg.register)
-                self._changed.set()
                 if self.reject or not msg.register.pod:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.reject or "pod is required")
                 yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id="fake"))
             elif kind == "event":
                 self.events.append(msg.event)
-                self._changed.set()
                 held.append(msg.event.id)
                 if self.acks_released.is_set():
                     yield pb.AggregatorMessage(ack=pb.Ack(event_ids=held))
                     held = []
             elif kind == "clock_probe":
                 self.probes += 1
-                self._changed.set()
                 t2 = time.time_ns() + self.clock_offset_ns
                 reply = pb.ClockReply(seq=msg.clock_probe.seq, t1=msg.clock_probe.t1)
                 reply.t2.FromNanoseconds(t2)
@@ -89,7 +76,6 @@ class FakeCollector(pb_grpc.CollectorServicer):
                 yield pb.AggregatorMessage(clock_reply=reply)
             elif kind == "clock_estimate":
                 self.estimates.append(msg.clock_estimate)
-                self._changed.set()
 
 
 class Served:

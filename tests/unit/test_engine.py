@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -980,3 +981,50 @@ def test_among_weak_failures_one_with_words_of_its_own_beats_a_bare_exit_code() 
     )
     bare = member("w-0", rank=0, exit_code=1, finished=T0, log="step 12 loss 2.1\n")
     check(decide(incident(bare, said)), "w-1", "network", True)
+
+
+def _torch_summary(failed_at: float) -> str:
+    """A pod's log ending in torch's failure summary, its "time" on the pod's clock."""
+    when = datetime.fromtimestamp(failed_at, UTC).strftime("%Y-%m-%d_%H:%M:%S")
+    return "\n".join(
+        [
+            "[rank0]: Traceback (most recent call last):",
+            "[rank0]: ValueError: bad shard 12",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+            "train.py FAILED",
+            "Root Cause (first observed failure):",
+            "[0]:",
+            f"  time      : {when}",
+            "  host      : w-0",
+            "  rank      : 0 (local_rank: 0)",
+            "  exitcode  : 1 (pid: 77)",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("before_end", "root"),
+    [
+        (100, "w-0"),  # the log's time is believed: w-0 failed before w-1
+        (2 * 3600 - 60, "w-0"),
+        # More than 2 h (LOG_TIME_WINDOW, as documented) before its container ended: not this failure's time (a summary
+        # from an earlier attempt, a year guessed wrong); w-0's end stands for it, and w-1 was first.
+        (2 * 3600 + 60, "w-1"),
+    ],
+)
+def test_a_log_time_far_from_the_containers_end_is_not_believed(before_end: float, root: str) -> None:
+    end = T0 + 10
+    from_log = member("w-0", rank=0, exit_code=1, finished=end, log=_torch_summary(end - before_end))
+    own_file = member("w-1", rank=1, msg="KeyError: 'lr'", ts=end - 5, exit_code=1, finished=end)
+    check(decide(incident(from_log, own_file)), root, "user_code", False)
+
+
+@pytest.mark.parametrize("prefix", ["[default0]:", "[1,0]<stderr>:", "[1,0]<stdout>:"])
+def test_a_traceback_behind_a_launchers_line_prefix_is_read(prefix: str) -> None:
+    # torchrun --tee labels each worker's lines [default0]:, mpirun labels them [1,0]<stderr>:.
+    lines = ["step 3 loss 2.1", "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+             "ValueError: bad label 7 in batch 1234"]  # fmt: skip
+    failed = member("w-0", rank=0, exit_code=1, finished=T0, log="\n".join(prefix + line for line in lines))
+    finding = assess(failed)
+    assert (finding.source, finding.exception_type) == ("log", "ValueError"), finding.evidence
+    assert finding.text == "ValueError: bad label 7 in batch 1234"

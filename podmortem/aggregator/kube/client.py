@@ -334,7 +334,7 @@ class Kube:
             data = response.read()  # type: ignore[no-untyped-call]
             if not 200 <= response.status <= 299:
                 text = data.decode("utf-8", errors="replace") if data else ""
-                raise from_response(response.status, text)
+                raise from_response(response.status, text, response.headers)  # Retry-After on a 429
         except ApiException as exc:
             raise _from_api_exception(exc) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:

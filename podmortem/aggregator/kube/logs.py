@@ -53,11 +53,8 @@ class LogReader:
         if self.tail_bytes <= 0 or not snap.container or not snap.namespace or not snap.name:
             return None
         previous = snap.termination is None and snap.last_termination is not None
-        query: dict[str, str | int] = {
-            "container": snap.container,
-            "tailLines": TAIL_LINES,
-            "limitBytes": self.tail_bytes * 4,  # whole lines, cut to tail_bytes here
-        }
+        cap = self.tail_bytes * 4  # whole lines, cut to tail_bytes here
+        query: dict[str, str | int] = {"container": snap.container, "tailLines": TAIL_LINES, "limitBytes": cap}
         if previous:
             query["previous"] = "true"
         path = resource_path("v1", "pods", snap.namespace, snap.name, "log")
@@ -66,6 +63,11 @@ class LogReader:
             try:
                 async with asyncio.timeout(self.timeout):
                     text = await self.kube.get_text(path, query)
+                    # The API keeps the *first* limitBytes of the lines tailLines selects: an answer that
+                    # fills the cap may stop short of the log's end. Fewer lines, until it fits.
+                    while len(text.encode()) >= cap and int(query["tailLines"]) > 1:
+                        query["tailLines"] = max(int(query["tailLines"]) // 4, 1)
+                        text = await self.kube.get_text(path, query)
             except (KubeError, TimeoutError) as exc:
                 self.failures += 1
                 log.warning(

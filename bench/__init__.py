@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; run each from the repository root as `python -m bench.NAME` (README, "Benchmarks")."""

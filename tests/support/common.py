@@ -1,0 +1,52 @@
+"""Small helpers every tier uses, one name each.
+
+* `HANG_GUARD`: how long a test waits for what must happen before it fails. A deadline against a hang,
+  never a timing assertion: on a slow machine a test takes longer, it does not pass or fail differently.
+* `eventually(check, what)`: wait until `check()` is truthy (polling; `check` may return an awaitable,
+  e.g. a blocking call in `asyncio.to_thread`), fail naming `what` at the guard.
+* `GLOO_PEER`: the victim's line when a peer in a gloo collective died (torch 2.13's wording).
+* `free_port()`: a loopback port that was free a moment ago, only for servers that cannot bind port 0
+  and report the port they got (Prometheus, a process started by its command line); the port can be
+  taken between the check and the use, so prefer binding 0 in the server under test and reading it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+from collections.abc import Callable
+from typing import Any
+
+HANG_GUARD = 30.0
+GLOO_PEER = (
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+    "[10.0.0.11]:4455. This is typically caused by a remote worker crashing."
+)
+
+
+async def eventually(
+    check: Callable[[], Any],
+    what: str = "condition",
+    *,
+    within: float = HANG_GUARD,
+    every: float = 0.01,
+) -> Any:
+    """Wait until `check()` is truthy and return its value (polled every `every` seconds)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > end:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(every)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
