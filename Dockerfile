@@ -1,5 +1,6 @@
 # One image for every component: `podmortem aggregator`, `podmortem webhook`, `podmortem sidecar`.
-# Build the wheel first (python -m build --wheel), then: docker build -t ghcr.io/podmortem/podmortem:0.1.0 .
+# `make image IMAGE=... TAG=...` builds the wheel (python -m build --wheel), then this; the image is not
+# published: push it to a registry of yours (`make push`).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -7,13 +7,35 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup demo test check lint unit e2e proto bench clean
+# CPU torch wherever the set-up runs: on Linux a plain `pip install torch` pulls the CUDA build (GBs of
+# nvidia-* packages), so PyTorch's CPU wheel index is added as an extra index (its `+cpu` build is then
+# the newest candidate) when it answers. Where only the default index is reachable, torch comes from it
+# (some machines hold the CPU build there). Override: TORCH_INDEX= (default index only) or another
+# index; TORCH_SPEC picks the version.
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# The chart's image. It is not published: build it (`make image`) and push it to a registry of yours.
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE     ?= ghcr.io/podmortem/podmortem
+TAG       ?= $(VERSION)
+CONTAINER ?= docker
+# `make chart` renders charts/podmortem locally: with `helm template` where helm is on PATH, else with
+# the real Helm engine of the dev extra (scripts/render_chart.py). CHART_ARGS: more --set/-f arguments.
+CHART_ARGS ?=
+
+.PHONY: setup demo test check lint unit e2e proto bench wheel image push chart clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# CPU torch from the machine's local file (any other spec pulls GBs of CUDA packages).
-	$(PY) -m pip install -q torch==2.13.0
+	@extra=; \
+	if [ -n "$(TORCH_INDEX)" ] && $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10)' "$(TORCH_INDEX)" 2>/dev/null; then \
+	  extra="--extra-index-url $(TORCH_INDEX)"; echo "torch: $(TORCH_SPEC), CPU build from $(TORCH_INDEX)"; \
+	else \
+	  echo "torch: $(TORCH_SPEC) from the default index ($(if $(TORCH_INDEX),$(TORCH_INDEX) does not answer,TORCH_INDEX is empty))"; \
+	fi; \
+	$(PY) -m pip install -q $$extra '$(TORCH_SPEC)'
+	@$(PY) -c 'import torch; cuda = torch.version.cuda; print(f"torch {torch.__version__}" + (f": a CUDA {cuda} build (set TORCH_INDEX to a CPU index for the CPU one)" if cuda else ", CPU build"))' 2>/dev/null || true
 	$(PY) -m pip install -q -e '.[dev]'
 	# A real Prometheus checks our metrics in the tests (Debian package; not started as a service).
 	command -v prometheus >/dev/null || { \
@@ -50,5 +72,24 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.accuracy
 
+# The wheel the image installs (dist/podmortem-$(VERSION)-py3-none-any.whl).
+wheel: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --wheel
+
+# One image for the aggregator, the webhook and the sidecar: IMAGE and TAG name it; CONTAINER=podman works too.
+image: wheel
+	$(CONTAINER) build -t $(IMAGE):$(TAG) .
+
+push: image
+	$(CONTAINER) push $(IMAGE):$(TAG)
+
+chart: $(STAMP)
+	@if command -v helm >/dev/null; then \
+	  helm template podmortem charts/podmortem -n podmortem --set image.repository=$(IMAGE) --set image.tag=$(TAG) $(CHART_ARGS); \
+	else \
+	  $(PY) scripts/render_chart.py -n podmortem --set image.repository=$(IMAGE) --set image.tag=$(TAG) $(CHART_ARGS); \
+	fi
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,6 +1,6 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
-    python -m bench.realworld [--split train|heldout|both] [--seeds N] [--misses] [--from-line N] [--cross]
+    python -m bench.realworld [--split train|heldout|both|fresh] [--seeds N] [--misses] [--from-line N] [--cross]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
 log tails are victims' messages of the same split; victims end no later than the root and the root's
@@ -45,16 +45,33 @@ def table(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
+# The aggregator's --permanent-confidence default: PermanentFailure is written only at or above it, and only for a
+# verdict that says a retry will not help.
+PERMANENT_CONFIDENCE = 0.9
+
+
+def permanent_precision(cases: list[Case]) -> tuple[int, int]:
+    """(right, n) over verdicts at confidence >= PERMANENT_CONFIDENCE that say "not retryable": how many are right
+    about retryability (each wrong one would make a job give up that a retry could have saved)."""
+    right = n = 0
+    for c in cases:
+        v = decide(c.incident)
+        if v.confidence >= PERMANENT_CONFIDENCE and v.retryable is False:
+            n += 1
+            right += c.retryable is False
+    return right, n
+
+
 def reliability(cases: list[Case]) -> str:
     """Is the verdict's confidence worth reading? Brier score of confidence against "the root pod and
-    category are right", and observed accuracy per confidence bin."""
+    category are right", observed accuracy per confidence bin, and the precision PermanentFailure relies on."""
     pairs = []
     for c in cases:
         v = decide(c.incident)
         pairs.append((v.confidence, float(v.pod == c.root and v.category == c.category)))
     brier = sum((conf - hit) ** 2 for conf, hit in pairs) / len(pairs)
     lines = [f"Brier score {brier:.3f} (n={len(pairs)}); confidence bin -> n, observed accuracy, mean confidence"]
-    for lo, hi in ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 1.01)):
+    for lo, hi in ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 0.9), (0.9, 1.01)):
         inside = [(conf, hit) for conf, hit in pairs if lo <= conf < hi]
         if inside:
             acc = sum(h for _, h in inside) / len(inside)
@@ -62,13 +79,19 @@ def reliability(cases: list[Case]) -> str:
             lines.append(
                 f"  [{lo:.2f}, {min(hi, 1.0):.2f})  n={len(inside):>3}  accuracy {acc:.2f}  confidence {mean:.2f}"
             )
+    right, n = permanent_precision(cases)
+    share = f"{right / n:.3f}" if n else "-"
+    lines.append(
+        f"not retryable at confidence >= {PERMANENT_CONFIDENCE}: right about retryability {right}/{n} = {share}"
+        " (the verdicts that write PermanentFailure)"
+    )
     return "\n".join(lines)
 
 
 def crossed(excerpts: list[Excerpt], split: str) -> list[Excerpt]:
     """The primaries of `split` with the *other* split's victims, all relabelled `split`: how the engine does
     when the victims' words are ones no rule was written from (the hidden set brings its own victims)."""
-    other = "heldout" if split == "train" else "train"
+    other = "heldout" if split != "heldout" else "train"
     keep = [
         e for e in excerpts if (e.kind == "primary" and e.split == split) or (e.kind != "primary" and e.split == other)
     ]
@@ -78,7 +101,12 @@ def crossed(excerpts: list[Excerpt], split: str) -> list[Excerpt]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=REALWORLD_CORPUS)
-    ap.add_argument("--split", choices=("train", "heldout", "both"), default="train")
+    ap.add_argument(
+        "--split",
+        choices=("train", "heldout", "both", "fresh"),
+        default="train",
+        help="both = train and heldout; fresh = the split started with issue 25, scored once at its end",
+    )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
     ap.add_argument("--calibration", action="store_true", help="print the Brier score and a reliability table")

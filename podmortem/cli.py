@@ -19,7 +19,7 @@ from typing import Protocol, cast
 
 from podmortem import __version__
 from podmortem.local.faults import FAULTS
-from podmortem.settings import HelpFormatter
+from podmortem.settings import HelpFormatter, Setting, add_arguments, is_true, read
 
 
 class _Command(Protocol):
@@ -28,29 +28,93 @@ class _Command(Protocol):
     def run(self, ns: argparse.Namespace) -> int: ...
 
 
+ANALYZE_SETTINGS: tuple[Setting, ...] = (
+    Setting("json", "--json", "PODMORTEM_ANALYZE_JSON", "print one JSON object instead of the report", switch=True),
+    Setting("rules", "--rules", "PODMORTEM_RULES", "rules file extending the classification rules", shown="built-in"),
+)
+DEMO_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "fault",
+        "--fault",
+        "PODMORTEM_DEMO_FAULT",
+        "what goes wrong (below)",
+        default="exception",
+        choices=tuple(FAULTS),
+    ),
+    Setting("pods", "--pods", "PODMORTEM_DEMO_PODS", "number of pods, i.e. torchrun nodes (>= 2)", default="3"),
+    Setting("fail_rank", "--fail-rank", "PODMORTEM_DEMO_FAIL_RANK", "node rank made to fail", shown="the last"),
+    Setting(
+        "nproc", "--nproc", "PODMORTEM_DEMO_NPROC", "worker processes per pod (torchrun --nproc-per-node)", default="1"
+    ),
+    Setting(
+        "keep",
+        "--keep",
+        "PODMORTEM_DEMO_KEEP",
+        "run in this new directory and keep it: an incident bundle for 'podmortem analyze DIR', with the "
+        "sidecars', workers' and aggregator's logs and the verdict file",
+        shown="a temporary directory, removed",
+    ),
+)
+
+
+def _fail(prog: str, message: str) -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
+    return 2
+
+
 def _analyze_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", metavar="DIR", help="incident bundle: incident.json + pods/<pod>/{pod.json,...}")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    parser.add_argument("--rules", help="rules file extending/overriding the built-in classification rules")
+    parser.add_argument(
+        "bundle",
+        metavar="DIR",
+        help="incident bundle: incident.json + pods/<pod>/{pod.json,error.json,log.txt} "
+        "(docs/engine.md, 'Gathering a bundle by hand'; 'podmortem demo --keep DIR' makes one)",
+    )
+    add_arguments(parser, ANALYZE_SETTINGS, "analyze settings")
 
 
 def _analyze_run(ns: argparse.Namespace) -> int:
     from podmortem.offline import analyze
 
-    return analyze.main(ns.bundle, as_json=ns.json, rules_path=ns.rules)
+    raw = read(ANALYZE_SETTINGS, None, ns)
+    return analyze.main(ns.bundle, as_json=is_true(raw.get("json")), rules_path=raw.get("rules") or None)
 
 
 def _demo_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fault", choices=list(FAULTS), default="exception", help="what goes wrong")
-    parser.add_argument("--pods", type=int, default=3, help="number of pods, i.e. torchrun nodes (default 3)")
-    parser.add_argument("--fail-rank", type=int, default=None, help="node rank made to fail (default: the last)")
-    parser.add_argument("--nproc", type=int, default=1, help="worker processes per pod (default 1)")
+    add_arguments(parser, DEMO_SETTINGS, "demo settings")
+    parser.epilog = "faults (pod X, node rank N, ...):\n" + "\n".join(
+        f"  {name:<10} {fault.text} -> {fault.category}" for name, fault in FAULTS.items()
+    )
+    parser.formatter_class = _RawEpilogFormatter
+
+
+class _RawEpilogFormatter(HelpFormatter):
+    """Keeps the epilog's lines (one per fault) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
 
 
 def _demo_run(ns: argparse.Namespace) -> int:
     from podmortem.local import demo
 
-    return demo.main(fault=ns.fault, pods=ns.pods, fail_rank=ns.fail_rank, nproc=ns.nproc)
+    raw = read(DEMO_SETTINGS, None, ns)
+    numbers: dict[str, int | None] = {}
+    for s in DEMO_SETTINGS:
+        if s.dest in ("pods", "fail_rank", "nproc"):
+            text = raw.get(s.dest, "")
+            try:
+                numbers[s.dest] = int(text) if text else None
+            except ValueError:
+                return _fail("podmortem demo", f"{s.name} = {text!r} is not a whole number")
+    if raw["fault"] not in FAULTS:
+        return _fail("podmortem demo", f"{DEMO_SETTINGS[0].name} = {raw['fault']!r} is not one of {', '.join(FAULTS)}")
+    return demo.main(
+        fault=raw["fault"],
+        pods=numbers["pods"] or 0,
+        fail_rank=numbers["fail_rank"],
+        nproc=numbers["nproc"] or 0,
+        keep=raw.get("keep") or None,
+    )
 
 
 _LOCAL: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {

@@ -1,4 +1,5 @@
-"""`kubectl podmortem explain <kind>/<name>`: the verdict on a job or pod, the way `kubectl describe` shows things.
+"""`kubectl podmortem explain <kind>/<name>`: the verdict on a job or pod, the way `kubectl describe` shows
+things; `kubectl podmortem bundle <kind>/<name> DIR`: the job's incident bundle, for `podmortem analyze`.
 
 The aggregator writes its verdict into the cluster (`podmortem.io/summary` and `podmortem.io/verdict`
 annotations on the job and on the root-cause pod, a `PodmortemRootCause` condition on the job); this
@@ -17,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from podmortem import settings
+from podmortem.settings import Setting
 
 SUMMARY = "podmortem.io/summary"
 VERDICT = "podmortem.io/verdict"
@@ -86,6 +90,8 @@ def render(obj: dict[str, Any]) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+# -n, --kubeconfig and --context are kubectl's own flags, handed to it (kubectl reads KUBECONFIG itself).
+SETTINGS = (Setting("kubectl", "--kubectl", "KUBECTL", "the kubectl binary to run", default="kubectl"),)
 MAX_OWNER_HOPS = 3  # pod -> batch Job -> JobSet -> TrainJob
 
 
@@ -117,16 +123,102 @@ class Kubectl:
             raise PluginError(f"{target}: name one object, as <kind>/<name>")
         return obj
 
+    def text(self, *args: str) -> str | None:
+        """The output of `kubectl <flags> <args>`; None when kubectl fails (the caller goes without)."""
+        try:
+            done = subprocess.run([self.binary, *self.flags, *args], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+
+# How a job's pods are labelled, per kind (the labels the aggregator's pod watch selects by).
+POD_LABELS = {
+    "PyTorchJob": "training.kubeflow.org/job-name",
+    "Job": "batch.kubernetes.io/job-name",
+    "JobSet": "jobset.sigs.k8s.io/jobset-name",
+    "TrainJob": "jobset.sigs.k8s.io/jobset-name",  # a TrainJob's JobSet has its name
+}
+LOG_LINES = 300
+
+
+def _training_container(pod: dict[str, Any]) -> str:
+    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    chosen = _annotations(pod).get("podmortem.io/container")
+    if chosen in names:
+        return str(chosen)
+    return "pytorch" if "pytorch" in names else next((n for n in names if not n.startswith("podmortem")), "")
+
+
+def _error_file_path(pod: dict[str, Any], container: str) -> str:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if isinstance(c, dict) and c.get("name") == container:
+            for e in c.get("env") or []:
+                if isinstance(e, dict) and e.get("name") == "TORCHELASTIC_ERROR_FILE" and e.get("value"):
+                    return str(e["value"])
+    return ""
+
+
+def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
+    """Write the incident bundle of a job (`podmortem analyze DIR` reads it: podmortem/offline/bundle.py):
+    `incident.json`, and per pod `pod.json`, `log.txt` (the training container's last LOG_LINES lines, of
+    its failed run when it has restarted) and `error.json` (the TorchElastic error file, read through the
+    sidecar while the pod still runs). Returns the number of pods written."""
+    from podmortem.aggregator.kube.jobs import world_size  # pure: a job object's size
+
+    job = kubectl.get(target)
+    kind, meta = str(job.get("kind", "")), job.get("metadata") or {}
+    label = POD_LABELS.get(kind)
+    if label is None:
+        raise PluginError(f"{target}: a {kind or 'object'} is not a job kind podmortem knows ({', '.join(POD_LABELS)})")
+    listed = kubectl.text("get", "pods", "-l", f"{label}={meta.get('name')}", "-o", "json")
+    pods = [p for p in (json.loads(listed).get("items") or []) if isinstance(p, dict)] if listed else []
+    if not pods:
+        raise PluginError(f"{target}: no pods labelled {label}={meta.get('name')} (gone already?)")
+    directory.mkdir(parents=True, exist_ok=True)
+    ref = {
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "kind": kind,
+        "uid": meta.get("uid", ""),
+    }
+    incident = {"job": ref, "world_size": world_size(job) or len(pods)}
+    (directory / "incident.json").write_text(json.dumps(incident, indent=2) + "\n")
+    for pod in pods:
+        name = str((pod.get("metadata") or {}).get("name", ""))
+        pod_dir = directory / "pods" / name
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        (pod_dir / "pod.json").write_text(json.dumps(pod, indent=2) + "\n")
+        container = _training_container(pod)
+        if not container:
+            continue
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        status = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), {})
+        restarted = "running" in (status.get("state") or {}) and status.get("lastState", {}).get("terminated")
+        log = kubectl.text("logs", name, "-c", container, f"--tail={LOG_LINES}", *(["--previous"] if restarted else []))
+        if log:
+            (pod_dir / "log.txt").write_text(log)
+        path = _error_file_path(pod, container)
+        error = kubectl.text("exec", name, "-c", "podmortem-sidecar", "--", "cat", path) if path else None
+        if error:
+            (pod_dir / "error.json").write_text(error)
+    return len(pods)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kubectl podmortem", description="Why did this training job fail?")
     sub = parser.add_subparsers(dest="command", required=True)
     explain = sub.add_parser("explain", help="show the verdict on a job or pod, e.g. pytorchjob/my-job")
     explain.add_argument("target", help="<kind>/<name>, e.g. pytorchjob/llm, job/ddp, jobset/x, pod/llm-worker-3")
-    explain.add_argument("-n", "--namespace")
-    explain.add_argument("--kubeconfig")
-    explain.add_argument("--context")
     explain.add_argument("-o", "--output", choices=("describe", "json"), default="describe")
+    collect = sub.add_parser("bundle", help="copy a job's pods, logs and error files into DIR for 'podmortem analyze'")
+    collect.add_argument("target", help="<kind>/<name> of the job, e.g. pytorchjob/llm, job/ddp, jobset/x")
+    collect.add_argument("directory", metavar="DIR", help="where to write the bundle (created)")
+    for command in (explain, collect):
+        command.add_argument("-n", "--namespace")
+        command.add_argument("--kubeconfig")
+        command.add_argument("--context")
+        settings.add_arguments(command, SETTINGS, "plugin settings")
     return parser
 
 
@@ -136,7 +228,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: name the object as <kind>/<name>, e.g. pytorchjob/my-job", file=sys.stderr)
         return 2
     flags = [f"--{name}={value}" for name in ("namespace", "kubeconfig", "context") if (value := getattr(args, name))]
-    kubectl = Kubectl(os.environ.get("KUBECTL", "kubectl"), flags)
+    kubectl = Kubectl(settings.read(SETTINGS, None, args)["kubectl"] or "kubectl", flags)
+    if args.command == "bundle":
+        try:
+            count = bundle(kubectl, args.target, Path(args.directory))
+        except (PluginError, OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{count} pod(s) of {args.target} in {args.directory}: podmortem analyze {args.directory}")
+        return 0
     try:
         obj = kubectl.get(args.target)
         # The verdict lives on the outermost workload (pod -> batch Job -> JobSet -> TrainJob): follow the

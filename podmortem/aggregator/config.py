@@ -1,29 +1,25 @@
 """Aggregator settings, read in one place: flags override environment, environment overrides defaults.
 
-| flag               | env                          | default        | meaning                                        |
-|--------------------|------------------------------|----------------|------------------------------------------------|
-| --listen           | PODMORTEM_LISTEN             | 127.0.0.1:50051 | gRPC address (host:port; port 0 = any) (*)     |
-| --metrics-listen   | PODMORTEM_METRICS_LISTEN     | 127.0.0.1:9090 | Prometheus /metrics address; "" disables (*)   |
-| --verdict-dir      | PODMORTEM_VERDICT_DIR        | ./podmortem-verdicts | one JSON file per incident; "" disables  |
-| --world-size       | PODMORTEM_WORLD_SIZE         | (none)         | expected pods per job when nothing else says   |
-| --quorum-timeout   | PODMORTEM_QUORUM_TIMEOUT     | 60             | seconds an incident waits for silent members   |
-| --rules            | PODMORTEM_RULES              | (built-in)     | rules file extending the engine's rules        |
-| --ready-file       | PODMORTEM_READY_FILE         | (none)         | written with "host:port" once serving          |
-| --shutdown-grace   | PODMORTEM_SHUTDOWN_GRACE     | 20             | seconds to finish streams and publish on stop  |
-| --log-level        | PODMORTEM_LOG_LEVEL          | INFO           |                                                |
-| --state-dir        | PODMORTEM_STATE_DIR          | "" (memory)    | acked events kept (SQLite), replayed at start  |
+Two groups, each a table of `podmortem.settings.Setting` rows: the aggregator's own (`SETTINGS`) and
+how it talks to Kubernetes (`KUBE_SETTINGS`, read into `KubeSettings`). `podmortem aggregator --help`
+and the README's Aggregator table show them (tests/unit/test_readme.py holds the two together).
 
 Fixed limits (each refusal is logged and counted in `podmortem_limit_hits_total{limit}`; nothing already
 held is dropped): 50 events/s per stream with a burst of 500 (`event_rate`: the stream ends
 RESOURCE_EXHAUSTED, the sidecar resends what was not acked), 65,536 members per job
-(`members_per_job`), 1,000 namespaces with jobs held (`namespaces`), 1,000 open incidents
-(`open_incidents`: a job failing beyond it keeps its events and opens when a place is free), a
-`register` within 30 s of a stream's start, 4 MiB per message, 10,000 jobs remembered (the oldest
-decided ones are forgotten first).
+(`members_per_job`), 256 events per member (`member_events`), 1,000 namespaces with jobs held
+(`namespaces`), 1,000 open incidents (`open_incidents`: a job failing beyond it keeps its events and
+opens when a place is free), a `register` within 30 s of a stream's start, 4 MiB per message, 10,000
+jobs remembered (the oldest decided ones are forgotten first). `metrics.LIMITS` names them for the metric.
 
-(*) 0.0.0.0 with `--kube`. Without it (local runs, the demo) nothing listens beyond loopback unless
-asked: an open port would let anyone who reaches it feed incidents. `--shutdown-grace` must stay
-below the pod's terminationGracePeriodSeconds (chart default 30).
+Without `--kube` (local runs, the demo) nothing listens beyond loopback unless asked: an open port
+would let anyone who reaches it feed incidents. `--shutdown-grace` must stay below the pod's
+terminationGracePeriodSeconds (chart default 30).
+
+Verdict files are written 0600 by default: a verdict carries error messages, tracebacks and log
+excerpts of every watched namespace's jobs, which may hold paths, host names or secrets a training
+script printed, and the aggregator reads them on behalf of many teams. `--verdict-file-mode 0640`
+(with the directory's group set for the readers, e.g. a log shipper's) or `0644` opens them to others.
 """
 
 from __future__ import annotations
@@ -33,8 +29,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from podmortem import settings
+from podmortem.settings import Setting
+
 # Without --kube nothing listens beyond loopback unless asked.
 LOOPBACK_LISTEN, LOOPBACK_METRICS = "127.0.0.1:50051", "127.0.0.1:9090"
+CLUSTER_LISTEN, CLUSTER_METRICS = "0.0.0.0:50051", "0.0.0.0:9090"
+AUTH_MODES = ("tokenreview", "none")
+# Modes a verdict file may have: the owner reads and writes; its group, or everyone, may read.
+VERDICT_FILE_MODES = ("0600", "0640", "0644")
 
 
 class ConfigError(ValueError):
@@ -43,9 +46,10 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class AggregatorConfig:
-    listen: str = "0.0.0.0:50051"
-    metrics_listen: str = "0.0.0.0:9090"
+    listen: str = CLUSTER_LISTEN
+    metrics_listen: str = CLUSTER_METRICS
     verdict_dir: str = "podmortem-verdicts"
+    verdict_file_mode: int = 0o600
     world_size: int | None = None
     quorum_timeout: float = 60.0
     rules: str = ""
@@ -58,113 +62,283 @@ class AggregatorConfig:
     state_dir: str = ""  # "": incidents live in memory only
 
 
-_ENV = {
-    "listen": "PODMORTEM_LISTEN",
-    "metrics_listen": "PODMORTEM_METRICS_LISTEN",
-    "verdict_dir": "PODMORTEM_VERDICT_DIR",
-    "world_size": "PODMORTEM_WORLD_SIZE",
-    "quorum_timeout": "PODMORTEM_QUORUM_TIMEOUT",
-    "rules": "PODMORTEM_RULES",
-    "ready_file": "PODMORTEM_READY_FILE",
-    "shutdown_grace": "PODMORTEM_SHUTDOWN_GRACE",
-    "log_level": "PODMORTEM_LOG_LEVEL",
-    "auth": "PODMORTEM_AUTH",
-    "tls_cert": "PODMORTEM_TLS_CERT",
-    "tls_key": "PODMORTEM_TLS_KEY",
-    "state_dir": "PODMORTEM_STATE_DIR",
-}
-AUTH_MODES = ("tokenreview", "none")
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "listen",
+        "--listen",
+        "PODMORTEM_LISTEN",
+        "gRPC address host:port (port 0 = any free port); a port in use is refused",
+        shown=f"{LOOPBACK_LISTEN}; {CLUSTER_LISTEN} with --kube",
+    ),
+    Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "PODMORTEM_METRICS_LISTEN",
+        "Prometheus /metrics address; '' disables",
+        shown=f"{LOOPBACK_METRICS}; {CLUSTER_METRICS} with --kube",
+    ),
+    Setting(
+        "verdict_dir",
+        "--verdict-dir",
+        "PODMORTEM_VERDICT_DIR",
+        "one JSON verdict file per incident here; '' disables",
+        default="./podmortem-verdicts",
+    ),
+    Setting(
+        "verdict_file_mode",
+        "--verdict-file-mode",
+        "PODMORTEM_VERDICT_FILE_MODE",
+        "verdict files' mode: 0640 lets the directory's group read them, 0644 everyone",
+        default="0600",
+        choices=VERDICT_FILE_MODES,
+    ),
+    Setting(
+        "world_size",
+        "--world-size",
+        "PODMORTEM_WORLD_SIZE",
+        "expected pods per job when neither the job nor the sidecars say",
+    ),
+    Setting(
+        "quorum_timeout",
+        "--quorum-timeout",
+        "PODMORTEM_QUORUM_TIMEOUT",
+        "seconds an open incident waits for silent members",
+        default="60",
+    ),
+    Setting("rules", "--rules", "PODMORTEM_RULES", "rules file extending the classification rules", shown="built-in"),
+    Setting("ready_file", "--ready-file", "PODMORTEM_READY_FILE", "written with host:port once serving"),
+    Setting(
+        "shutdown_grace",
+        "--shutdown-grace",
+        "PODMORTEM_SHUTDOWN_GRACE",
+        "seconds to drain streams and publish on SIGTERM (keep below terminationGracePeriodSeconds)",
+        default="20",
+    ),
+    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level", default="INFO"),
+    Setting(
+        "state_dir",
+        "--state-dir",
+        "PODMORTEM_STATE_DIR",
+        "commit every registration and event to SQLite here before acknowledging it; replayed at start",
+        shown="memory only",
+    ),
+    Setting(
+        "auth",
+        "--auth",
+        "PODMORTEM_AUTH",
+        "who may stream: tokenreview (each sidecar's projected token, checked with the API) or none",
+        shown="tokenreview with --kube, else none",
+        choices=AUTH_MODES,
+    ),
+    Setting("tls_cert", "--tls-cert", "PODMORTEM_TLS_CERT", "serve gRPC over TLS with this PEM certificate (chain)"),
+    Setting("tls_key", "--tls-key", "PODMORTEM_TLS_KEY", "the PEM private key of --tls-cert"),
+)
+
+# -- Kubernetes ---------------------------------------------------------------------------------
+
+# Training pods are found by label; a selector cannot say "this label OR that one", so one watch each.
+DEFAULT_POD_SELECTORS: tuple[str, ...] = (
+    "training.kubeflow.org/job-name",  # Kubeflow PyTorchJob (training-operator v1)
+    "batch.kubernetes.io/job-completion-index",  # indexed batch Jobs, and so JobSet and TrainJob v2
+)
+PUBLISH_TARGETS = frozenset({"annotations", "condition", "events"})
+MAX_POD_LOG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """How the aggregator talks to Kubernetes (`KUBE_SETTINGS`, read by `load_kube_settings`)."""
+
+    enabled: bool = False
+    kubeconfig: str | None = None  # None: in-cluster when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config
+    context: str | None = None
+    namespaces: tuple[str, ...] = ()  # () = every namespace (needs a ClusterRole)
+    pod_selectors: tuple[str, ...] = DEFAULT_POD_SELECTORS
+    publish: frozenset[str] = PUBLISH_TARGETS
+    qps: float = 20.0
+    burst: int = 40
+    retries: int = 6
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    request_timeout: float = 30.0
+    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
+    # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
+    # sidecar sent none and whose termination carries no message.
+    pod_log_bytes: int = 64 << 10
+    # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
+    leader_elect: bool = False
+    lease_name: str = "podmortem-aggregator"
+    lease_namespace: str = "default"
+    reporting_instance: str = os.uname().nodename  # this replica in Events and the Lease
+
+
+KUBE_SETTINGS: tuple[Setting, ...] = (
+    Setting("kube", "--kube", "PODMORTEM_KUBE", "watch training pods and publish verdicts to Kubernetes", switch=True),
+    Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig file", shown="in-cluster, else ~/.kube/config"),
+    Setting("kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "kubeconfig context", shown="current"),
+    Setting(
+        "namespaces",
+        "--namespaces",
+        "PODMORTEM_NAMESPACES",
+        "comma-separated namespaces to watch (a Role per namespace suffices)",
+        shown="all",
+    ),
+    Setting(
+        "pod_selector",
+        "--pod-selector",
+        "PODMORTEM_POD_SELECTORS",
+        "label selector of training pods, repeatable",
+        shown="Kubeflow and indexed-Job labels",
+        repeat=";",
+    ),
+    Setting(
+        "kube_publish",
+        "--kube-publish",
+        "PODMORTEM_KUBE_PUBLISH",
+        "what to write: a comma-separated subset of annotations,condition,events, or none",
+        default="annotations,condition,events",
+    ),
+    Setting("kube_qps", "--kube-qps", "PODMORTEM_KUBE_QPS", "client-side rate limit, requests/s", default="20"),
+    Setting("kube_burst", "--kube-burst", "PODMORTEM_KUBE_BURST", "client-side burst", default="40"),
+    Setting(
+        "pod_log_bytes",
+        "--pod-log-bytes",
+        "PODMORTEM_POD_LOG_BYTES",
+        "log tail the pod watch reads of a failed pod no sidecar spoke for; 0 never reads logs",
+        default="65536",
+    ),
+    Setting(
+        "leader_elect",
+        "--leader-elect",
+        "PODMORTEM_LEADER_ELECT",
+        "two replicas: serve only while holding the Lease --lease-name in --lease-namespace",
+        switch=True,
+    ),
+    Setting("lease_name", "--lease-name", "PODMORTEM_LEASE_NAME", "the Lease's name", default="podmortem-aggregator"),
+    Setting(
+        "lease_namespace",
+        "--lease-namespace",
+        "POD_NAMESPACE",
+        "the Lease's namespace (downward API)",
+        default="default",
+    ),
+    Setting(
+        "reporting_instance",
+        "--instance-name",
+        "POD_NAME",
+        "this replica's name in Events and the Lease (downward API)",
+        shown="the host name",
+    ),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = AggregatorConfig()
-    parser.add_argument(
-        "--listen",
-        help=f"gRPC address host:port (env PODMORTEM_LISTEN, default {LOOPBACK_LISTEN}; {d.listen} with --kube)",
-    )
-    parser.add_argument(
-        "--metrics-listen",
-        help=f"Prometheus /metrics address; '' disables (default {LOOPBACK_METRICS}; {d.metrics_listen} with --kube)",
-    )
-    parser.add_argument(
-        "--verdict-dir", help=f"write one JSON verdict per incident here; '' disables (default ./{d.verdict_dir})"
-    )
-    parser.add_argument("--world-size", help="expected pods per job when neither the job nor the sidecars say")
-    parser.add_argument(
-        "--quorum-timeout", help=f"seconds an incident waits for silent members (default {d.quorum_timeout:g})"
-    )
-    parser.add_argument("--rules", help="rules file extending/overriding the built-in classification rules")
-    parser.add_argument("--ready-file", help="write 'host:port' here once serving (for scripts and tests)")
-    parser.add_argument(
-        "--shutdown-grace", help=f"seconds to drain streams and publish on SIGTERM (default {d.shutdown_grace:g})"
-    )
-    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING (default INFO)")
-    parser.add_argument(
-        "--auth",
-        choices=AUTH_MODES,
-        help="who may stream: tokenreview (each sidecar's projected token, checked with the API; the default "
-        "with --kube, which refuses to run without it unless 'none' is given) or none (default without --kube)",
-    )
-    parser.add_argument("--tls-cert", help="serve gRPC over TLS with this PEM certificate (chain)")
-    parser.add_argument("--tls-key", help="the PEM private key of --tls-cert")
-    parser.add_argument(
-        "--state-dir",
-        help="keep every acknowledged event here (SQLite) and replay it after a restart; default: memory only",
-    )
-    # Name each flag's environment variable in --help (the chart's env is checked against it).
-    for action in parser._actions:
-        var = _ENV.get(action.dest)
-        if var and action.help and var not in action.help:
-            action.help += f" [env {var}]"
+    settings.add_arguments(parser, SETTINGS, "aggregator settings")
 
 
-def _positive(name: str, raw: str, kind: type[int] | type[float]) -> int | float:
+def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
+    settings.add_arguments(parser, KUBE_SETTINGS, "Kubernetes")
+
+
+def _number(name: str, raw: str, kind: type[int] | type[float], low: float, high: float | None = None) -> float:
     try:
         value = kind(raw)
     except ValueError:
-        raise ConfigError(f"{name}: {raw!r} is not a number") from None
-    if value <= 0:
-        raise ConfigError(f"{name}: must be > 0, got {raw!r}")
+        raise ConfigError(f"{name} = {raw!r} is not a number") from None
+    if value < low or (high is not None and value > high):
+        bounds = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
+        raise ConfigError(f"{name} = {raw!r}: must be {bounds}")
     return value
 
 
+def _name(table: tuple[Setting, ...], dest: str) -> str:
+    return next(s for s in table if s.dest == dest).name
+
+
 def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: bool = False) -> AggregatorConfig:
-    """The settings; unset addresses default to every interface with `kube` (in a cluster), else loopback."""
-    env = os.environ if env is None else env
-    raw: dict[str, str] = {}
-    for field, var in _ENV.items():
-        flag = getattr(ns, field, None)
-        if flag is not None:
-            raw[field] = str(flag)
-        elif var in env:
-            raw[field] = env[var]
-    d = AggregatorConfig()
-    if not kube:
-        d = AggregatorConfig(listen=LOOPBACK_LISTEN, metrics_listen=LOOPBACK_METRICS)
-    world = raw.get("world_size")
+    """The settings (`env` None: the process's environment); unset addresses default to every interface
+    with `kube` (in a cluster), else loopback."""
+    raw = settings.read(SETTINGS, env, ns)
+
+    def name(dest: str) -> str:
+        return _name(SETTINGS, dest)
+
     auth = raw.get("auth") or ("tokenreview" if kube else "none")
     if auth not in AUTH_MODES:
-        raise ConfigError(f"auth: {auth!r} is not one of {', '.join(AUTH_MODES)}")
+        raise ConfigError(f"{name('auth')} = {auth!r} is not one of {', '.join(AUTH_MODES)}")
     if auth == "tokenreview" and not kube:
-        raise ConfigError("auth: tokenreview needs --kube (the API server reviews the tokens)")
+        raise ConfigError(f"{name('auth')} = tokenreview needs --kube (the API server reviews the tokens)")
     tls_cert, tls_key = raw.get("tls_cert", ""), raw.get("tls_key", "")
     if bool(tls_cert) != bool(tls_key):
-        raise ConfigError("tls-cert and tls-key go together")
+        raise ConfigError(f"{name('tls_cert')} and {name('tls_key')} go together")
+    mode = raw["verdict_file_mode"]
+    if mode not in VERDICT_FILE_MODES and f"0{mode}" not in VERDICT_FILE_MODES:
+        raise ConfigError(f"{name('verdict_file_mode')} = {mode!r} is not one of {', '.join(VERDICT_FILE_MODES)}")
+    world = raw.get("world_size")
     return AggregatorConfig(
         auth=auth,
         tls_cert=tls_cert,
         tls_key=tls_key,
-        listen=_address("listen", raw.get("listen", d.listen)),
-        metrics_listen=_address("metrics-listen", raw.get("metrics_listen", d.metrics_listen), allow_empty=True),
-        verdict_dir=raw.get("verdict_dir", d.verdict_dir),
-        world_size=int(_positive("world-size", world, int)) if world else None,
-        quorum_timeout=float(_positive("quorum-timeout", raw.get("quorum_timeout", str(d.quorum_timeout)), float)),
-        rules=raw.get("rules", d.rules),
-        ready_file=raw.get("ready_file", d.ready_file),
-        shutdown_grace=float(_positive("shutdown-grace", raw.get("shutdown_grace", str(d.shutdown_grace)), float)),
-        log_level=raw.get("log_level", d.log_level).upper(),
-        state_dir=raw.get("state_dir", d.state_dir),
+        listen=_address(name("listen"), raw.get("listen") or (CLUSTER_LISTEN if kube else LOOPBACK_LISTEN)),
+        metrics_listen=_address(
+            name("metrics_listen"),
+            raw.get("metrics_listen", CLUSTER_METRICS if kube else LOOPBACK_METRICS),
+            allow_empty=True,
+        ),
+        verdict_dir=raw["verdict_dir"],
+        verdict_file_mode=int(mode, 8),
+        world_size=int(_number(name("world_size"), world, int, 1)) if world else None,
+        quorum_timeout=_positive(name("quorum_timeout"), raw["quorum_timeout"]),
+        rules=raw.get("rules", ""),
+        ready_file=raw.get("ready_file", ""),
+        shutdown_grace=_positive(name("shutdown_grace"), raw["shutdown_grace"]),
+        log_level=raw["log_level"].upper() or "INFO",
+        state_dir=raw.get("state_dir", ""),
     )
+
+
+def _positive(name: str, raw: str) -> float:
+    value = _number(name, raw, float, 0)
+    if value <= 0:
+        raise ConfigError(f"{name} = {raw!r}: must be > 0")
+    return value
+
+
+def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> KubeSettings:
+    """Flags > environment (`env` None: the process's) > defaults. Raises ConfigError naming the setting."""
+    raw = settings.read(KUBE_SETTINGS, env, ns)
+
+    def name(dest: str) -> str:
+        return _name(KUBE_SETTINGS, dest)
+
+    publish = raw["kube_publish"]
+    targets = frozenset(t.strip() for t in publish.split(",") if t.strip() and t.strip() != "none")
+    if unknown := targets - PUBLISH_TARGETS:
+        raise ConfigError(f"{name('kube_publish')}: unknown target(s) {sorted(unknown)}; use {sorted(PUBLISH_TARGETS)}")
+    qps = _positive(name("kube_qps"), raw["kube_qps"])
+    burst = int(_number(name("kube_burst"), raw["kube_burst"], int, 1))
+    pod_log_bytes = int(_number(name("pod_log_bytes"), raw["pod_log_bytes"], int, 0, MAX_POD_LOG_BYTES))
+    selectors = tuple(s.strip() for s in raw.get("pod_selector", "").split(";") if s.strip())
+    return KubeSettings(
+        enabled=settings.is_true(raw.get("kube")),
+        kubeconfig=raw.get("kubeconfig") or None,
+        context=raw.get("kube_context") or None,
+        namespaces=tuple(n.strip() for n in raw.get("namespaces", "").split(",") if n.strip()),
+        pod_selectors=selectors or DEFAULT_POD_SELECTORS,
+        publish=targets,
+        qps=qps,
+        burst=burst,
+        pod_log_bytes=pod_log_bytes,
+        leader_elect=settings.is_true(raw.get("leader_elect")),
+        lease_name=raw["lease_name"] or KubeSettings.lease_name,
+        lease_namespace=raw["lease_namespace"] or "default",
+        reporting_instance=raw.get("reporting_instance") or KubeSettings.reporting_instance,
+    )
+
+
+def in_cluster() -> bool:
+    """Is this process in a pod (the kubelet sets KUBERNETES_SERVICE_HOST)?"""
+    return bool(settings.platform("KUBERNETES_SERVICE_HOST"))
 
 
 def _address(name: str, value: str, allow_empty: bool = False) -> str:

@@ -115,6 +115,8 @@ class IncidentBook:
         self._waiting: list[JobKey] = []  # jobs with a failure, refused an incident at the limit (oldest first)
         self._namespaces: dict[str, int] = {}  # namespace -> jobs held
         self._jobs: dict[JobKey, _JobState] = {}
+        # (namespace, job, attempt as told) -> the attempt its newest run is kept under, and its number.
+        self._generations: dict[JobKey, tuple[str, int]] = {}
 
     @property
     def revise_delay(self) -> float:
@@ -130,14 +132,15 @@ class IncidentBook:
         """A sidecar says who it is (again after every reconnect). Raises `LimitExceeded` for a job that
         would pass its member limit, or a namespace beyond the number tracked."""
         job = JobRef(reg.job.namespace, reg.job.name, reg.job.kind, reg.job.uid)
-        known = self._jobs.get(job_key(job, reg.attempt))
+        attempt = self._attempt_for(job, reg.attempt, reg.pod)
+        known = self._jobs.get(job_key(job, attempt))
         if known is None and job.namespace not in self._namespaces and len(self._namespaces) >= self.max_namespaces:
             self._limit_hit("namespaces")
             raise LimitExceeded("namespaces", f"more than {self.max_namespaces} namespaces tracked")
         if known is not None and reg.pod not in known.members and len(known.members) >= self.max_members:
             self._limit_hit("members_per_job")
             raise LimitExceeded("members_per_job", f"job {job.key} already has {self.max_members} members")
-        state = self._job(job, reg.attempt)
+        state = self._job(job, attempt)
         identity = Member(
             pod=reg.pod,
             namespace=reg.job.namespace,
@@ -154,7 +157,7 @@ class IncidentBook:
         member = state.members[reg.pod]
         member.streams += 1
         self._recount(state, member)
-        return MemberKey(job_key(job, reg.attempt), reg.pod)
+        return MemberKey(job_key(job, attempt), reg.pod)
 
     def disconnected(self, key: MemberKey) -> None:
         """A sidecar's stream ended: what it could say is said; quorum no longer waits on it."""
@@ -167,6 +170,7 @@ class IncidentBook:
 
     def observe_member(self, job: JobRef, attempt: str, identity: Member) -> MemberKey:
         """A member known from elsewhere than its sidecar (the aggregator's pod watch)."""
+        attempt = self._attempt_for(job, attempt, identity.pod)
         state = self._job(job, attempt)
         self._merge_identity(state, identity)
         self._recount(state, state.members[identity.pod])
@@ -181,6 +185,7 @@ class IncidentBook:
 
     def expect(self, job: JobRef, attempt: str, world_size: int) -> None:
         """The job's own size (from its spec or an annotation)."""
+        attempt = self._generations.get(job_key(job, attempt), (attempt, 1))[0]
         state = self._job(job, attempt)
         state.expected = world_size
         self._check_quorum(state)
@@ -277,6 +282,32 @@ class IncidentBook:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _attempt_for(self, job: JobRef, attempt: str, pod: str) -> str:
+        """The attempt a member is kept under. Once an incident has its final verdict (every expected member
+        reported), a pod that was not among its members is the start of a new run of the job (pods a job
+        controller recreated, under new names, with no attempt to tell them apart): it opens the next
+        generation, `<attempt>.g2` ("g2" for attempt ""), so one failure never rewrites another's
+        verdict. Members of the decided run (a sidecar reconnecting) stay with it."""
+        told = job_key(job, attempt)
+        current, number = self._generations.get(told, (attempt, 1))
+        for n in range(number - 1, 0, -1):  # a member of an earlier run (few: one per recreation)
+            earlier = f"{attempt}.g{n}" if attempt else f"g{n}"
+            kept = self._jobs.get(job_key(job, earlier if n > 1 else attempt))
+            if kept is not None and pod in kept.members:
+                return kept.attempt
+        state = self._jobs.get(job_key(job, current))
+        if state is None or pod in state.members or state.closed_by is None:
+            return current
+        if self._reported(state) < self.world_size(state):
+            return current  # not final: a late member of this run
+        number += 1
+        current = f"{attempt}.g{number}" if attempt else f"g{number}"
+        self._generations[told] = (current, number)
+        log.info(
+            "job %s: pod %s starts a new run after a final verdict: incident %s:%s", job.key, pod, job.key, current
+        )
+        return current
+
     def _job(self, job: JobRef, attempt: str) -> _JobState:
         key = job_key(job, attempt)
         state = self._jobs.get(key)
@@ -294,6 +325,7 @@ class IncidentBook:
         """Forget the oldest decided jobs (never an open incident)."""
         for key in [k for k, s in self._jobs.items() if s.closed_by is not None or s.opened_at is None]:
             del self._jobs[key]
+            self._generations.pop(key, None)
             left = self._namespaces.get(key[0], 1) - 1
             if left > 0:
                 self._namespaces[key[0]] = left
@@ -435,9 +467,11 @@ class IncidentBook:
     ) -> None:
         incident = incident or self._incident(state)
         verdict = verdict or self._deciding.safe_decide(incident)
+        reported = self._reported(state)
+        # The engine sees members, not which of them reported: "missing" is said here, where the count is.
+        verdict = dataclasses.replace(verdict, members_missing=max(incident.world_size - reported, 0))
         state.verdict = verdict
         state.revision += 1
-        reported = self._reported(state)
         self._publish(
             Decision(
                 incident=incident,

@@ -2,8 +2,9 @@
 
 Names follow `namespace_subsystem_name_unit`; counters end in `_total`. Label sets are small and
 fixed (category from the fixed vocabulary, event kind from the contract, namespace of the job — as
-bounded as the cluster's namespaces), and the category series are created up front so dashboards
-see zeros from the first scrape rather than gaps. Values that come from user code or the cluster
+bounded as the cluster's namespaces), and the series of known label values (categories, event kinds,
+limits, publishers) are created up front so dashboards and alerts see zeros from the first scrape
+rather than no series. Values that come from user code or the cluster
 (exception class, node) are bounded: the first N distinct values are labels, later ones count as
 `other`. The one per-incident gauge keeps only the most recent incidents, for alerting on each.
 Publisher failures are counted by wrapping each publisher (`Metrics.counting`).
@@ -23,6 +24,23 @@ from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
+# Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
+LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
+# Why a stream is refused (`podmortem_streams_rejected_total{reason}`): authentication and authorization
+# (aggregator/auth.py), the server's own refusals, and a limit reached.
+REJECT_REASONS = (
+    "no_token",
+    "expired",
+    "rejected",
+    "review_failed",
+    "not_pod_bound",
+    "other_pod",
+    "namespace",
+    "standby",
+    "state_write",
+    "register_deadline",
+    *LIMITS,
+)
 NO_CATEGORY = "none"  # an incident with no failed pod (e.g. a clean exit)
 LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600)
 # Bounds on the label values that come from the cluster or from user code (see `_Bounded`).
@@ -111,8 +129,7 @@ class Metrics:
         )
         self.limit_hits = Counter(
             "podmortem_limit_hits_total",
-            "Things refused at a limit (event_rate, members_per_job, namespaces, open_incidents): "
-            "nothing already held is dropped.",
+            f"Things refused at a limit ({', '.join(LIMITS)}): nothing already held is dropped.",
             ["limit"],
             registry=self.registry,
         )
@@ -156,8 +173,13 @@ class Metrics:
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
         self._node_label = _Bounded(MAX_NODES, "unknown")
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # Series with a known label set exist from the first scrape (zero), so an alert has one to match.
         for category in (*CATEGORIES, NO_CATEGORY):
             self.verdicts_by_category.labels(category=category)
+        for limit in LIMITS:
+            self.limit_hits.labels(limit=limit)
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason=reason)
         # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
         self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
 

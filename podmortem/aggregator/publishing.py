@@ -75,13 +75,17 @@ class JsonFilePublisher:
     revision of each incident waits in `unwritten`, is tried again before every later write and every
     `retry_interval` seconds (`retry_forever`, a root task of the aggregator), and at shutdown. Each
     failed attempt raises, so the publish queue logs it and `podmortem_publish_errors_total` counts it.
+
+    Files get `mode` (0600 unless `--verdict-file-mode` says otherwise: podmortem/aggregator/config.py says
+    why), whatever the umask.
     """
 
     name = "json-file"
 
-    def __init__(self, directory: str | os.PathLike[str], retry_interval: float = 30.0) -> None:
+    def __init__(self, directory: str | os.PathLike[str], retry_interval: float = 30.0, mode: int = 0o600) -> None:
         self.directory = Path(directory)
         self.retry_interval = retry_interval
+        self.mode = mode
         self.unwritten: dict[str, Decision] = {}  # incident id -> newest revision not yet on disk
 
     async def publish(self, decision: Decision) -> None:
@@ -110,6 +114,7 @@ class JsonFilePublisher:
         target = verdict_path(self.directory, decision.incident.incident_id)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".verdict-", suffix=".tmp")
         try:
+            os.fchmod(fd, self.mode)  # mkstemp makes it 0600
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(decision.to_dict(), f, indent=2, sort_keys=True)
                 f.write("\n")

@@ -75,7 +75,9 @@ class Aggregator:
         self.config = config
         self.metrics = Metrics(registry)
         chain: list[Publisher] = [LogPublisher(), MetricsPublisher(self.metrics)]
-        self.verdict_files = JsonFilePublisher(config.verdict_dir) if config.verdict_dir else None
+        self.verdict_files = (
+            JsonFilePublisher(config.verdict_dir, mode=config.verdict_file_mode) if config.verdict_dir else None
+        )
         if self.verdict_files is not None:
             chain.append(self.verdict_files)
         self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
@@ -129,7 +131,10 @@ class Aggregator:
         if self.config.tls_cert:
             cert, key = await asyncio.to_thread(_read_pair, self.config.tls_cert, self.config.tls_key)
             credentials = grpc.ssl_server_credentials([(key, cert)])
-        server, self.port, health_servicer = create_server(self.config.listen, self.service, credentials)
+        try:
+            server, self.port, health_servicer = create_server(self.config.listen, self.service, credentials)
+        except OSError as exc:
+            raise BindError(_setting_name("listen"), self.config.listen, exc) from None
         self._server, self._health = server, health_servicer
         await server.start()
         if elector is not None:
@@ -155,7 +160,10 @@ class Aggregator:
             self._roots.append(asyncio.create_task(_awaited(factory), name=f"task-{i}"))
         if self.config.metrics_listen:
             host, port = config_mod.split_address(self.config.metrics_listen)
-            self._httpd, _ = start_http_server(port, host, registry=self.metrics.registry)
+            try:
+                self._httpd, _ = start_http_server(port, host, registry=self.metrics.registry)
+            except OSError as exc:
+                raise BindError(_setting_name("metrics_listen"), self.config.metrics_listen, exc) from None
             self.metrics_port = self._httpd.server_port
         host = config_mod.split_address(self.config.listen)[0]
         address = f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.port}"
@@ -256,6 +264,21 @@ def _settle_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
+class BindError(OSError):
+    """A port the aggregator cannot listen on; the message names the setting and the address."""
+
+    def __init__(self, setting: str, address: str, cause: OSError) -> None:
+        reason = cause.strerror or str(cause)
+        super().__init__(cause.errno, f"{setting} = {address}: cannot listen: {reason}")
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _setting_name(dest: str) -> str:
+    return next(s for s in config_mod.SETTINGS if s.dest == dest).name
+
+
 async def _awaited(factory: Callable[[], Awaitable[None]]) -> None:
     await factory()
 
@@ -348,6 +371,9 @@ def run(ns: argparse.Namespace) -> int:
     _settle_gc()
     try:
         asyncio.run(serve(config, kube_settings))
+    except BindError as exc:
+        print(f"podmortem aggregator: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         log.critical("aggregator stopped after a failure: %s", exc)
         return 1

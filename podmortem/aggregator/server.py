@@ -42,6 +42,9 @@ REGISTER_DEADLINE = 30.0
 EXPECTED_BURST = 20_000
 
 SERVER_OPTIONS: list[tuple[str, int]] = [
+    # gRPC binds with SO_REUSEPORT by default: a second aggregator on a taken port would then serve beside
+    # the first, and the kernel would split the sidecars (and so each job's incident) between the two.
+    ("grpc.so_reuseport", 0),
     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
     # Sidecars ping every 20 s, also with no call in flight; allow down to 10 s without strikes.
     ("grpc.keepalive_permit_without_calls", 1),
@@ -228,9 +231,12 @@ def create_server(
     pb_grpc.add_CollectorServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    try:
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpc's "Failed to bind to address ..."
+        raise OSError(f"cannot listen on {address} (in use, or not an address of this host): {exc}") from None
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
     return server, port, health_servicer
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from typing import Literal
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.logtail import (
+    NAMED_HOST,
+    NAMED_RANK,
     PEER_ADDR,
     SIGNAL_NAMES,
     TIMEOUT_MS,
@@ -55,6 +58,10 @@ from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
 
 Role = Literal["primary", "secondary", "clean", "unknown"]
 
+# A device fault (ECC, Xid, a lost GPU) is reported at the next synchronisation with the device, so its report can
+# come this long after the fault made a peer's collective fail; a generic exception (its words unknown to the rules,
+# possibly that peer's echo) that far before it does not out-time it.
+DEVICE_REPORT_LAG_SECONDS = 30.0
 # Two failures closer than this (seconds, after clock correction) are not ordered with confidence:
 # error files carry whole seconds and unmeasured clocks drift by about a second.
 TIE_SECONDS = 1.0
@@ -77,11 +84,44 @@ CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message)
 # kept below CONF_PRIMARY, as a victim can show the same words.
 CONF_PRIMARY_WEAK_MESSAGE = 0.8
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class
+# ...is a program error of the worker's own (ValueError, KeyError...: PROGRAM_ERRORS) in its error file, the only
+# failure of its own in the job, and every other member that failed shows a known echo: the clear case, at the
+# PermanentFailure threshold (0.9). Calibrated like the others (docs/engine.md, "Confidence"); the share of such
+# verdicts right about retryability is guarded by tests/unit/test_realworld_accuracy.py.
+CONF_CLEAR_OWN_EXCEPTION = 0.9
+# Built-in exception classes that describe the program's own logic or data, never a system failure they carry
+# (RuntimeError, OSError and custom classes may carry anything: storage, a device, a remote endpoint).
+PROGRAM_ERRORS = frozenset(
+    {
+        "ValueError",
+        "KeyError",
+        "TypeError",
+        "IndexError",
+        "AttributeError",
+        "AssertionError",
+        "NameError",
+        "UnboundLocalError",
+        "ZeroDivisionError",
+        "NotImplementedError",
+        "ImportError",
+        "ModuleNotFoundError",
+        "SyntaxError",
+        "IndentationError",
+        "LookupError",
+        "StopIteration",
+        "RecursionError",
+        "UnicodeDecodeError",
+        "UnicodeEncodeError",
+        "json.decoder.JSONDecodeError",
+        "JSONDecodeError",
+    }
+)
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
+CONF_DEVICE_OVER_GENERIC = 0.7  # a device fault chosen over an earlier generic exception (DEVICE_REPORT_LAG_SECONDS)
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
 NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
-CONF_NAMED_BONUS = 0.05  # victims name the root's address as the dead peer
+CONF_NAMED_BONUS = 0.05  # victims name the root (its address, host name or a rank it hosts) as the peer they lost
 CONF_MAX = 0.99
 CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chosen member is
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
@@ -113,6 +153,9 @@ class Finding:
     spread: float = math.inf  # half-width of the time estimate
     timeout_s: float | None = None  # collective timeout a secondary waited, when stated
     named_ips: tuple[str, ...] = ()  # peer addresses named by its secondary messages
+    named_hosts: tuple[str, ...] = ()  # peer host names (or addresses) its secondary messages name
+    named_ranks: tuple[int, ...] = ()  # global ranks its secondary messages name as the one they waited for
+    own_ranks: frozenset[int] = frozenset()  # global ranks its own log shows it hosts ([rank3]:, [Rank 3])
     silent_ranks: tuple[int, ...] = ()
     desync: tuple[tuple[int, int, str], ...] = ()  # its ranks timed out in different collectives
     global_rank: int | None = None
@@ -393,10 +436,17 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     texts.extend(log.exceptions.values())
     timeout = None
     ips: list[str] = []
+    hosts: list[str] = []
+    named_ranks: list[int] = []
     if role == "secondary":
         for text in texts:
             timeout = timeout or _timeout_seconds(text)
             ips.extend(PEER_ADDR.findall(text))
+            # Cheap tests first: most victims' words name no rank and no host (a 10,000-member cascade).
+            if "<" in text or "remote peer" in text or "on node" in text:
+                hosts.extend(next(g for g in m.groups() if g) for m in NAMED_HOST.finditer(text))
+            if "ank " in text:
+                named_ranks.extend(int(next(g for g in m.groups() if g)) for m in NAMED_RANK.finditer(text))
     evidence = [
         f"{member.pod}: {cand.source}: {_excerpt(cand.text, 160)} -> "
         f"{cand.rule.category or cand.rule.secondary} [{cand.rule.id}]"
@@ -416,6 +466,9 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
         spread=spread,
         timeout_s=timeout,
         named_ips=tuple(dict.fromkeys(ips)),
+        named_hosts=tuple(dict.fromkeys(hosts)),
+        named_ranks=tuple(dict.fromkeys(named_ranks)),
+        own_ranks=log.ranks_seen | ({cand.global_rank} if cand.global_rank is not None else frozenset()),
         silent_ranks=log.silent_ranks,
         desync=log.desync,
         global_rank=cand.global_rank,
@@ -457,17 +510,58 @@ def _sort_key(f: Finding, named: Counter[str]) -> tuple[float, int, int, float, 
     return (t, 0 if not f.weak else 1, -named[f.member.pod], float(rank), f.member.pod)
 
 
-def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
-    ordered = sorted(primaries, key=lambda f: _sort_key(f, named))
+def _device_fault_first(ordered: list[Finding]) -> list[Finding]:
+    """A strong device fault a little after a generic exception goes first: the fault is the device's own, the
+    generic exception may be its echo in words no rule knows (see DEVICE_REPORT_LAG_SECONDS)."""
+    head = ordered[0]
+    if head.rule is None or not head.rule.generic or head.time is None:
+        return ordered
+    for f in ordered[1:]:
+        if (
+            f.category == "hardware"
+            and not f.weak
+            and f.rule is not None
+            and not f.rule.generic
+            and f.time is not None
+            and f.time - head.time <= DEVICE_REPORT_LAG_SECONDS
+        ):
+            return [f, *(x for x in ordered if x is not f)]
+    return ordered
+
+
+def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
+    """The worker wrote a program error of its own to its error file, nobody else failed on their own, and every
+    other member's failure is a known echo: the case a retry cannot fix, said plainly."""
+    return (
+        others_echo
+        and len(ordered) == 1
+        and root.source == "error file"
+        and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
+    )
+
+
+def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_echo: bool = False) -> _Root:
+    ordered = _device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named)))
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
     if root.weak:
         confidence = CONF_PRIMARY_WEAK if root.source == "termination" else CONF_PRIMARY_WEAK_MESSAGE
+    elif rule.generic:
+        clear = _clear_own_exception(root, ordered, others_echo)
+        confidence = CONF_CLEAR_OWN_EXCEPTION if clear else CONF_PRIMARY_GENERIC
     else:
-        confidence = CONF_PRIMARY_GENERIC if rule.generic else CONF_PRIMARY
+        confidence = CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
-    if len(ordered) > 1:
+    device_first = len(ordered) > 1 and _sort_key(ordered[1], named) < _sort_key(root, named)
+    if device_first:
+        nxt = ordered[1]
+        confidence = min(confidence, CONF_DEVICE_OVER_GENERIC)
+        evidence.append(
+            f"a device fault of its own; {nxt.member.pod}'s earlier {nxt.exception_type or 'exception'} is in words no "
+            "rule knows and may be its echo"
+        )
+    elif len(ordered) > 1:
         nxt = ordered[1]
         if root.time is not None and nxt.time is not None:
             gap = _sort_key(nxt, named)[0] - _sort_key(root, named)[0]
@@ -478,8 +572,13 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
         else:
             confidence = min(confidence, CONF_UNORDERED)
     if named[root.member.pod]:
-        confidence = min(CONF_MAX, confidence + CONF_NAMED_BONUS)
-        evidence.append(f"{named[root.member.pod]} victim(s) name {root.member.pod}'s address as the dead peer")
+        # Victims naming it confirm the pod, not the category: a carrier class (RuntimeError, a custom one) stays
+        # below the PermanentFailure threshold however many victims name it.
+        ceiling = CONF_PRIMARY_GENERIC if rule.generic and confidence <= CONF_PRIMARY_GENERIC else CONF_MAX
+        confidence = min(ceiling, confidence + CONF_NAMED_BONUS)
+        evidence.append(
+            f"{named[root.member.pod]} victim(s) name {root.member.pod} as the peer they lost or waited for"
+        )
     return _Root(
         root,
         rule.category,
@@ -491,6 +590,25 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str]) -> _Root:
         tuple(evidence),
         ordered[1] if len(ordered) > 1 else None,
     )
+
+
+_NEVER_REPORTED = "not reported"
+
+
+def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int]) -> list[Finding]:
+    """A stand-in finding for each expected member that never reported, named by its derived pod name (none when
+    the names cannot be derived: a hang is not blamed on a pod nobody can name)."""
+    if not pods:
+        return []
+    return [
+        Finding(
+            Member(pod=name, namespace=incident.members[0].namespace if incident.members else "", rank=rank),
+            "unknown",
+            source=_NEVER_REPORTED,
+            evidence=(f"{name}: node rank {rank}, expected, never reported",),
+        )
+        for name, rank in zip(pods, ranks, strict=True)
+    ]
 
 
 def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, str]]:
@@ -508,9 +626,19 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
         elif f.role == "primary" and f.weak and f.source == "termination":
             out.append((2, f, "exited without a message of its own while its peers timed out"))
+        elif f.role == "unknown" and f.source == _NEVER_REPORTED:
+            out.append((1, f, "never reported (neither its sidecar nor the pod's status) while every peer timed out"))
         elif f.role == "unknown":
             out.append((1, f, "has reported nothing while its peers timed out"))
     return out
+
+
+def _waited_first(f: Finding) -> tuple[float, int, str]:
+    return (
+        f.time if f.time is not None else math.inf,
+        f.member.rank if f.member.rank is not None else 1 << 30,
+        f.member.pod,
+    )
 
 
 def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named: Counter[str]) -> _Root:
@@ -525,16 +653,11 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     if not cands:
         # Everyone who failed waited for someone; nobody is visibly stuck. The one who waited first is
         # the best guess for where the stuck rank lives (e.g. its sibling on the same pod).
-        first = min(
-            timeouts,
-            key=lambda f: (
-                f.time if f.time is not None else math.inf,
-                f.member.rank if f.member.rank is not None else 1 << 30,
-                f.member.pod,
-            ),
-        )
+        first = min(timeouts, key=_waited_first)
         ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
         head = "a rank stopped making progress; this pod timed out first and may host it"
+        others = [f for f in timeouts if f is not first]
+        runner = min(others, key=_waited_first) if others else None
         return _Root(
             first,
             "hang",
@@ -544,6 +667,7 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
             CONF_HANG_UNLOCATED,
             head,
             tuple(ev),
+            runner,
         )
     cands.sort(
         key=lambda c: (
@@ -561,7 +685,8 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
         ev.append(f"{len(ties)} members equally likely: {', '.join(c[1].member.pod for c in ties[:5])}")
     ev.append(f"{root.member.pod} {why}")
     head = "stopped making progress; its peers timed out waiting for it" + (f" ({waited:g} s)" if waited else "")
-    runner = cands[1][1] if len(cands) > 1 else None
+    # The next candidate, else the member that waited first (it may host the stuck rank).
+    runner = cands[1][1] if len(cands) > 1 else min(timeouts, key=_waited_first)
     return _Root(
         root, "hang", RETRYABLE["hang"], "engine.hang", "hang attribution", confidence, head, tuple(ev), runner
     )
@@ -572,7 +697,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
     if named:
         pod, count = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))[0]
         f = next(x for x in findings if x.member.pod == pod)
-        ev = (f"{count} victim(s) name {pod}'s address as the peer that went away",)
+        ev = (f"{count} victim(s) name {pod} as the peer that went away",)
         if f.secondary == "teardown":
             return _Root(
                 f,
@@ -669,7 +794,23 @@ def _secondary_reason(f: Finding, root: Finding, root_ips: frozenset[str]) -> st
     return why
 
 
-def _summary(root: _Root, confidence: float) -> str:
+def _missing_line(missing: int, ranks: Sequence[int], pods: Sequence[str], root_pod: str) -> str:
+    """One line naming the members that have not reported ("" when all have)."""
+    if missing <= 0:
+        return ""
+    if not ranks:
+        return f"{missing} member(s) of the job have not reported."
+    if pods:  # derived for every missing rank, or for none
+        named = [f"{pod} (node rank {rank})" for pod, rank in zip(pods, ranks, strict=True)]
+    else:
+        named = [f"node rank {rank}" for rank in ranks]
+    shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
+    if root_pod in pods:
+        return f"Not reported: {shown}."
+    return f"Not reported: {shown}; if the job hung, look there first."
+
+
+def _summary(root: _Root, confidence: float, missing_line: str = "") -> str:
     m = root.finding.member
     where = ", ".join(p for p in (f"node rank {m.rank}" if m.rank is not None else "", m.node and f"on {m.node}") if p)
     who = f"{m.pod} ({where})" if where else m.pod
@@ -686,7 +827,7 @@ def _summary(root: _Root, confidence: float) -> str:
         advice = ADVICE[root.category]
     else:
         advice = "Its own cause was not recorded: read its log (kubectl logs --previous) and the node's events."
-    return f"{line1}\n{advice}"
+    return f"{line1}\n{advice}" + (f"\n{missing_line}" if missing_line else "")
 
 
 def _own_failures(failed: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -717,13 +858,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             evidence=tuple(e for f in findings for e in f.evidence)[:20],
         )
 
-    by_ip: dict[str, str] = {f.member.pod_ip: f.member.pod for f in findings if f.member.pod_ip}
-    named: Counter[str] = Counter()
-    for f in failed:
-        for ip in f.named_ips:
-            pod = by_ip.get(ip)
-            if pod is not None and pod != f.member.pod:
-                named[pod] += 1
+    named = _named(findings, failed)
 
     timeouts = [f for f in failed if f.secondary == "timeout"]
     stops = [f.time - f.timeout_s for f in timeouts if f.time is not None and f.timeout_s is not None]
@@ -735,10 +870,13 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         ]
         failed = [f for f in findings if f.failed]
 
+    missing_ranks, missing_pods = missing_members(incident)
     strong, weak = _own_failures(failed)
     root: _Root | None = None
     if strong:
-        root = _choose_primary(strong + weak, named)
+        # Every member that is not an own failure failed as a known echo (none silent, none still pending).
+        others_echo = all(f.role in ("primary", "secondary", "clean") for f in findings)
+        root = _choose_primary(strong + weak, named, others_echo)
     elif timeouts and any(f.source != "termination" for f in weak):
         # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
         root = _choose_primary([f for f in weak if f.source != "termination"], named)
@@ -750,7 +888,10 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         ]
         timeouts = [f for f in findings if f.secondary == "timeout"]
         if timeouts:
-            root = _choose_hang(findings, timeouts, named)
+            named = _named(findings, [f for f in findings if f.failed])  # the full logs say who hosts which rank
+            # A member that never reported is where a hang is looked for first: it stands with the silent ones.
+            ghosts = _never_reported(incident, missing_pods, missing_ranks)
+            root = _choose_hang([*findings, *ghosts], timeouts, named)
         else:  # read in full, every log that timed out shows a failure of the pod's own (found by fuzzing)
             failed = [f for f in findings if f.failed]
             strong, weak = _own_failures(failed)
@@ -787,11 +928,13 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         exc_type = r.exception_type or (exception_type_of(r.text) if r.source in ("error file", "log") else "")
     missing = max(incident.world_size - len(incident.members), 0)
     confidence = root.confidence if missing <= 0 else max(CONF_MIN, root.confidence - CONF_MISSING_PENALTY)
+    if confidence < LOW_CONFIDENCE and root.runner_up is None:
+        root = dataclasses.replace(root, runner_up=_next_suspect(findings, r, named))
     return Verdict(
         pod=r.member.pod,
         category=root.category,
         retryable=root.retryable,
-        summary=_summary(root, confidence),
+        summary=_summary(root, confidence, _missing_line(missing, missing_ranks, missing_pods, r.member.pod)),
         rank=r.member.rank,
         node=r.member.node,
         exception_type=exc_type,
@@ -805,9 +948,124 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         global_rank=r.global_rank,
         failed_at=round(r.time, 3) if r.time is not None else None,
         members_missing=missing,
+        missing_ranks=missing_ranks,
+        missing_pods=missing_pods,
         runner_up_pod=root.runner_up.member.pod if root.runner_up is not None else None,
         runner_up_category=root.runner_up.category if root.runner_up is not None else None,
     )
+
+
+def _next_suspect(findings: Sequence[Finding], root: Finding, named: Counter[str]) -> Finding | None:
+    """The runner-up of an uncertain verdict whose decision step named none: another member's own failure first,
+    then one that has not reported, then the echo its peers name most, else the earliest echo."""
+    order = {"primary": 0, "unknown": 1, "secondary": 2}
+    others = [f for f in findings if f.member.pod != root.member.pod and f.role in order]
+    if not others:
+        return None
+    return min(
+        others,
+        key=lambda f: (order[f.role], -named[f.member.pod], *_waited_first(f)),
+    )
+
+
+def _named(findings: Sequence[Finding], failed: Sequence[Finding]) -> Counter[str]:
+    """How many victims name each pod as the peer they lost or waited for: by its address, its host name (a pod's
+    host name is its name), or a global rank it hosts. Each victim counts once per pod it names; itself never."""
+    by_ip: dict[str, str] = {f.member.pod_ip: f.member.pod for f in findings if f.member.pod_ip}
+    by_name: dict[str, str] = {f.member.pod: f.member.pod for f in findings}
+    pods_on: Counter[str] = Counter(f.member.node for f in findings if f.member.node)
+    by_node = {f.member.node: f.member.pod for f in findings if f.member.node and pods_on[f.member.node] == 1}
+    by_rank = _rank_owners(findings)
+    named: Counter[str] = Counter()
+    for f in failed:
+        if not (f.named_ips or f.named_hosts or f.named_ranks):
+            continue
+        pods = {by_ip.get(ip) for ip in f.named_ips}
+        for host in f.named_hosts:
+            label = host.split(".", 1)[0]
+            pods.add(by_ip.get(host) or by_name.get(host) or by_name.get(label) or by_node.get(host))
+        pods.update(by_rank.get(rank) for rank in f.named_ranks)
+        for pod in pods:
+            if pod is not None and pod != f.member.pod:
+                named[pod] += 1
+    return named
+
+
+def _rank_owners(findings: Sequence[Finding]) -> dict[int, str]:
+    """Global rank -> the pod that hosts it, from what each pod's own log shows ([rank3]:, [Rank 3], torch's
+    summary). A rank claimed by two pods is nobody's. With no claim for a rank, one rank per pod is assumed only
+    when every claim so far agrees with the pods' node ranks (rank == node rank)."""
+    owners: dict[int, str] = {}
+    contested: set[int] = set()
+    one_per_pod = True
+    by_node_rank: dict[int, str] = {}
+    for f in findings:
+        if f.member.rank is not None:
+            by_node_rank.setdefault(f.member.rank, f.member.pod)
+        for rank in f.own_ranks:
+            if owners.setdefault(rank, f.member.pod) != f.member.pod:
+                contested.add(rank)
+            one_per_pod = one_per_pod and rank == f.member.rank
+    for rank in contested:
+        del owners[rank]
+    if one_per_pod and owners:
+        for rank, pod in by_node_rank.items():
+            owners.setdefault(rank, pod)
+    return owners
+
+
+_NAME_INDEX = re.compile(r"^(.+)-(\d{1,6})$")
+
+
+def missing_members(incident: Incident) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(node ranks, pod names) of the members the job expects that have not reported.
+
+    Ranks are named when every present member has a distinct node rank below the world size. Pod names are
+    derived only when every present pod's name follows one pattern of its rank: PyTorchJob's `<job>-master-0` /
+    `<job>-worker-<i>` (node rank i + 1 when there is a master, i without), or `<name>-<rank>`; else ().
+    """
+    present = [m.rank for m in incident.members]
+    if (
+        not present
+        or any(r is None for r in present)
+        or len(set(present)) != len(present)
+        or any(not 0 <= r < incident.world_size for r in present if r is not None)
+    ):
+        return (), ()
+    ranks = tuple(sorted(set(range(incident.world_size)) - {r for r in present if r is not None}))
+    if not ranks:
+        return (), ()
+    return ranks, _names_for(ranks, incident.members)
+
+
+def _names_for(ranks: Sequence[int], members: Sequence[Member]) -> tuple[str, ...]:
+    prefixes: set[str] = set()
+    offsets: set[int] = set()  # node rank - index of a worker: 1 when rank 0 is the master
+    typed = True
+    for m in members:
+        match = _NAME_INDEX.match(m.pod)
+        if match is None or m.rank is None:
+            return ()
+        head, index = match.group(1), int(match.group(2))
+        kind = m.replica_type.lower()
+        if typed and kind in ("master", "worker") and head.endswith(f"-{kind}"):
+            prefixes.add(head[: -len(kind) - 1])
+            if kind == "master" and (index, m.rank) != (0, 0):
+                return ()
+            if kind == "worker":
+                offsets.add(m.rank - index)
+        else:
+            typed = False
+            prefixes.add(head)
+            offsets.add(m.rank - index)
+    if len(prefixes) != 1 or len(offsets) > 1:
+        return ()
+    prefix, offset = prefixes.pop(), (offsets.pop() if offsets else 1)
+    if not typed:
+        return tuple(f"{prefix}-{r - offset}" for r in ranks) if offset == 0 else ()
+    if offset not in (0, 1):
+        return ()
+    return tuple(f"{prefix}-master-0" if offset == 1 and r == 0 else f"{prefix}-worker-{r - offset}" for r in ranks)
 
 
 def _with_time(f: Finding, t: float, spread: float) -> Finding:

@@ -36,7 +36,12 @@ SALVAGE_FIELDS = 16  # fields decoded at each end of the head and of the tail
 MAX_MESSAGE_CHARS = 4096
 MAX_TRACEBACK_CHARS = 16384
 
-_EXC_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\s*:")
+# Python prints "Type: message", never a space before the colon ("Net : Connection closed" is NCCL's).
+_EXC_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*):")
+# A word followed by a number or a progress bar is a training metric ("Epoch: 3", "Steps:  0%|"), not an exception,
+# unless the word is named like one (KeyError: 0).
+_METRIC_VALUE = re.compile(r"\s*[-+]?\d")
+_EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Failure", "Fault", "Abort", "Timeout")
 MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _FIELD = re.compile(rb'"(message|py_callstack|timestamp|errorCode)"\s*:\s*')
 
@@ -50,6 +55,8 @@ def exception_type_of(message: str) -> str:
     # A bare word before ':' that is not exception-like ("Process 12 got signal: 15") is no type.
     last = name.rsplit(".", 1)[-1]
     if name == last and not (last[:1].isupper() and any(c.islower() for c in last)):
+        return ""
+    if not last.endswith(_EXCEPTION_SUFFIXES) and _METRIC_VALUE.match(message, m.end()):
         return ""
     return name
 

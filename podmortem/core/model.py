@@ -161,6 +161,10 @@ class Verdict:
     global_rank: int | None = None  # the worker rank that failed first, when a log or error file says
     failed_at: float | None = None  # when the root failed, on the reference clock
     members_missing: int = 0  # members of the job that had not reported when this was decided
+    # Which ones, when the present members' node ranks say: their node ranks, and their pod names when the present
+    # pods' names follow one pattern of rank (PyTorchJob's master-0/worker-N, or name-N).
+    missing_ranks: tuple[int, ...] = ()
+    missing_pods: tuple[str, ...] = ()
     # The next most likely root, named when the verdict is not certain (confidence below LOW_CONFIDENCE).
     runner_up_pod: str | None = None
     runner_up_category: Category | None = None

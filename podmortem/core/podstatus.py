@@ -70,6 +70,7 @@ class PodSnapshot:
     last_termination: Termination | None  # lastState.terminated: an earlier run of the container
     conditions: tuple[Condition, ...]
     deleted_at: float | None
+    started_at: float | None = None  # when the container's current run started (running or terminated)
 
 
 def _termination(state: dict[str, Any], restart_count: int) -> Termination | None:
@@ -183,4 +184,13 @@ def snapshot(pod: dict[str, Any], container: str | None = None) -> PodSnapshot:
         last_termination=_termination(cs.get("lastState") or {}, restarts),
         conditions=conditions,
         deleted_at=parse_time(metadata.get("deletionTimestamp")),
+        started_at=_started(state),
     )
+
+
+def _started(state: Any) -> float | None:
+    for phase in ("running", "terminated"):
+        part = state.get(phase) if isinstance(state, dict) else None
+        if isinstance(part, dict):
+            return parse_time(part.get("startedAt"))
+    return None

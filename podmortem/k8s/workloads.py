@@ -83,7 +83,19 @@ def workload_from_labels(pod: JSON) -> JobRef | None:
     return JobRef(namespace, owner.name, owner.kind, owner.uid) if owner else None
 
 
-def attempt_of(pod: JSON) -> str:
-    """The job attempt a pod belongs to: JobSet's restart attempt, else "" (one attempt)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(JOBSET_RESTART_ATTEMPT, ""))
+def attempt_of(pod: JSON, restarts: int = 0) -> str:
+    """The job attempt a pod's run belongs to, when none is given: JobSet's restart attempt (a JobSet
+    restart recreates its pods), then the training container's restart count when it has restarted in
+    place (`restartPolicy: OnFailure`: the kubelet restarts it in the same pod, as for a PyTorchJob's
+    replicas). "" for a first run with no JobSet attempt, "r1" for its first restart, "2.r1" for the first
+    restart within JobSet attempt 2. One failure of the job, one incident: a torchrun job's members fail
+    and restart together, so their runs share a restart count."""
+    return attempt_from((pod.get("metadata") or {}).get("labels") or {}, restarts)
+
+
+def attempt_from(labels: dict[str, str], restarts: int = 0) -> str:
+    """`attempt_of` from a pod's labels and its training container's restart count."""
+    parts = [str(labels.get(JOBSET_RESTART_ATTEMPT, ""))]
+    if restarts > 0:
+        parts.append(f"r{restarts}")
+    return ".".join(p for p in parts if p)

@@ -8,7 +8,7 @@
  * CLOCK_REALTIME / CLOCK_REALTIME_COARSE, gettimeofday, time) and leaves every other clock alone.
  *
  * Load with LD_PRELOAD=<compiled .so>; the shift comes from PODMORTEM_CLOCK_SHIFT (float seconds,
- * negative = the clock runs behind). Built by podmortem/clockshim.py with the machine's gcc.
+ * negative = the clock runs behind). Built by podmortem/local/clockshim.py with the machine's gcc.
  * Python's time.time() calls clock_gettime through libc's PLT, so it is interposed; calls that go
  * straight to the vDSO from other libraries are not (not needed for our jobs).
  */

@@ -22,6 +22,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from podmortem import settings
+
 SHIFT_ENV = "PODMORTEM_CLOCK_SHIFT"
 
 
@@ -34,7 +36,7 @@ def _source() -> bytes:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = settings.platform("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "podmortem"
 
 
@@ -46,7 +48,7 @@ def build(cache_dir: Path | None = None) -> Path:
     target = out_dir / f"clockshim-{digest}.so"
     if target.exists():
         return target
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    cc = settings.platform("CC") or shutil.which("gcc") or shutil.which("cc")
     if not cc:
         raise ShimUnavailable("no C compiler (gcc/cc) found to build the clock shim")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,10 @@ to the verdict. Returns 0 when a verdict was printed.
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any, TextIO
 
 from podmortem.local.faults import EXPECTED_CATEGORY, FAULTS
@@ -83,16 +85,25 @@ def render(result: JobResult, out: TextIO) -> bool:
     return True
 
 
-def main(fault: str = "exception", pods: int = 3, fail_rank: int | None = None, nproc: int = 1) -> int:
-    """Run the demo job; `fail_rank` is the node rank (pod) made to fail, the last one by default."""
+def main(
+    fault: str = "exception", pods: int = 3, fail_rank: int | None = None, nproc: int = 1, keep: str | None = None
+) -> int:
+    """Run the demo job; `fail_rank` is the node rank (pod) made to fail, the last one by default. With
+    `keep`, the job runs in that new (or empty) directory, which is left behind as an incident bundle."""
     out = sys.stdout
     if fault not in FAULTS:
         _say(out, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
         return 2
-    if pods < 2 or (fail_rank is not None and not 0 <= fail_rank < pods):
-        _say(out, "need at least 2 pods and a fail rank between 0 and pods-1")
+    if pods < 2 or (fail_rank is not None and not 0 <= fail_rank < pods) or nproc < 1:
+        _say(out, "need at least 2 pods, 1 worker per pod and a fail rank between 0 and pods-1")
         return 2
-    spec = JobSpec(fault=fault, pods=pods, nproc=nproc, fail_pod=fail_rank)
+    if keep is not None:
+        where = Path(keep)
+        if where.exists() and (not where.is_dir() or any(where.iterdir())):
+            _say(out, f"--keep {keep}: not an empty directory; name a new one (nothing was written)")
+            return 2
+        where.mkdir(parents=True, exist_ok=True)
+    spec = JobSpec(fault=fault, pods=pods, nproc=nproc, fail_pod=fail_rank, workdir=keep or "")
     job = LocalJob(spec, progress=lambda text: _say(out, f"  {text}"))
     target = spec.failing_pod()
     _say(
@@ -102,4 +113,18 @@ def main(fault: str = "exception", pods: int = 3, fail_rank: int | None = None, 
     )
     _say(out, f"  fault: pod {job.pod_name(target)} (node rank {target}) {FAULTS[fault].text}")
     result = job.run()
-    return 0 if render(result, out) else 1
+    shown = render(result, out)
+    if keep is not None:
+        write_bundle_header(result, Path(keep))
+        _say(out, f"  kept: {keep} (an incident bundle: 'podmortem analyze {keep}')")
+    return 0 if shown else 1
+
+
+def write_bundle_header(result: JobResult, directory: Path) -> None:
+    """`incident.json` beside the run's `pods/<pod>/{pod.json,error.json,log.txt}`: the directory is then
+    a bundle `podmortem analyze` reads (podmortem/offline/bundle.py)."""
+    spec = result.spec
+    incident = (result.verdict_doc or {}).get("incident") or {}
+    job = incident.get("job") or {"namespace": spec.namespace, "name": result.job_name, "kind": "PyTorchJob"}
+    doc = {"job": job, "world_size": spec.pods}
+    (directory / "incident.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from podmortem import settings
 from podmortem.local import clockshim
 from podmortem.local.kubelet import TOKEN_ENV, Kubelet, Pod, kill_pids, pids_with_token
 
@@ -181,7 +182,7 @@ class JobResult:
 
 def torch_available() -> bool:
     """Is torch importable here? PODMORTEM_HARNESS_TORCH=0 forces the no-torch fallback."""
-    if os.environ.get("PODMORTEM_HARNESS_TORCH") == "0":
+    if settings.platform("PODMORTEM_HARNESS_TORCH") == "0":
         return False
     return importlib.util.find_spec("torch") is not None
 
@@ -197,7 +198,7 @@ def _package_root() -> str:
 
 
 def _base_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = settings.environment()
     env.pop(TOKEN_ENV, None)
     root = _package_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -56,7 +56,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from podmortem import settings
 from podmortem.local import faults
+from podmortem.settings import Setting
 
 FAULTS: tuple[str, ...] = ("none", *faults.FAULTS)
 
@@ -69,19 +71,55 @@ OOM_MESSAGE = (
 )
 
 
+SETTINGS: tuple[Setting, ...] = (
+    Setting("fault", "--fault", "PODMORTEM_FAULT", "what goes wrong", default="none", choices=FAULTS),
+    Setting("fail_rank", "--fail-rank", "PODMORTEM_FAIL_RANK", "the global rank made to fail", default="0"),
+    Setting("fail_step", "--fail-step", "PODMORTEM_FAIL_STEP", "the step it fails at", default="5"),
+    Setting("second_rank", "--second-rank", "PODMORTEM_SECOND_RANK", "multi: the rank with the second error"),
+    Setting("second_delay", "--second-delay", "PODMORTEM_SECOND_DELAY", "multi: seconds between errors", default="1"),
+    Setting("steps", "--steps", "PODMORTEM_STEPS", "steps before a clean exit", default="100000"),
+    Setting("step_time", "--step-time", "PODMORTEM_STEP_TIME", "seconds of 'compute' per step", default="0.05"),
+    Setting("pg_timeout", "--pg-timeout", "PODMORTEM_PG_TIMEOUT", "collective timeout in seconds", default="6"),
+    Setting("fault_dir", "--fault-dir", "PODMORTEM_FAULT_DIR", "where the fault marker is written", default=""),
+    Setting("pod_ip", "--pod-ip", "POD_IP", "address the gloo device binds", default=""),
+)
+_TYPES: dict[str, Callable[[str], Any]] = {
+    "fail_rank": int,
+    "fail_step": int,
+    "second_rank": int,
+    "second_delay": float,
+    "steps": int,
+    "step_time": float,
+    "pg_timeout": float,
+}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="podmortem.local.workload", description=__doc__.split("\n")[0])
-    p.add_argument("--fault", choices=FAULTS, default=os.environ.get("PODMORTEM_FAULT", "none"))
-    p.add_argument("--fail-rank", type=int, default=int(os.environ.get("PODMORTEM_FAIL_RANK", "0")))
-    p.add_argument("--fail-step", type=int, default=int(os.environ.get("PODMORTEM_FAIL_STEP", "5")))
-    p.add_argument("--second-rank", type=int, default=None, help="multi: the rank with the second error")
-    p.add_argument("--second-delay", type=float, default=1.0, help="multi: seconds between the two errors")
-    p.add_argument("--steps", type=int, default=100_000, help="steps before a clean exit")
-    p.add_argument("--step-time", type=float, default=0.05, help="seconds of 'compute' per step")
-    p.add_argument("--pg-timeout", type=float, default=6.0, help="collective timeout in seconds")
-    p.add_argument("--fault-dir", default=os.environ.get("PODMORTEM_FAULT_DIR", ""))
-    p.add_argument("--pod-ip", default=os.environ.get("POD_IP", ""), help="address the gloo device binds")
+    settings.add_arguments(p, SETTINGS, "workload settings")
     return p
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The workload's settings: flag > environment > default, typed."""
+    p = parser()
+    raw = settings.read(SETTINGS, None, p.parse_args(argv))
+    values: dict[str, Any] = {s.dest: None for s in SETTINGS}
+    for s in SETTINGS:
+        text = raw.get(s.dest)
+        if text is None or (text == "" and s.dest in _TYPES):
+            continue
+        try:
+            values[s.dest] = _TYPES.get(s.dest, str)(text)
+        except ValueError:
+            p.error(f"{s.name} = {text!r} is not a number")
+    if values["fault"] not in FAULTS:
+        p.error(f"{SETTINGS[0].name} = {values['fault']!r} is not one of {', '.join(FAULTS)}")
+    return argparse.Namespace(**values)
+
+
+def local_world_size() -> int:
+    return int(settings.platform("LOCAL_WORLD_SIZE") or "1")
 
 
 def write_marker(fault_dir: str, rank: int, fault: str, step: int) -> None:
@@ -183,7 +221,7 @@ def _gloo_group_on(address: str, rank: int, world: int, timeout: timedelta) -> A
 
 def same_pod(rank: int, other: int) -> bool:
     """Are both global ranks workers of this torchrun agent (this pod)?"""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local = local_world_size()
     return rank // local == other // local
 
 
@@ -245,7 +283,7 @@ def train(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    args = parser().parse_args(argv)
+    args = parse(argv)
     return record(train)(args) or 0
 
 
@@ -264,7 +302,7 @@ GLOO_TIMEOUT = (
 
 def _write_error_file(message: str, callstack: str) -> None:
     """Write TORCHELASTIC_ERROR_FILE byte for byte the way torch's `record` does."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    path = settings.platform("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
     data = {
@@ -284,9 +322,9 @@ def run_fallback(argv: Sequence[str] | None = None) -> int:
     `SignalException: Process N got signal: 15` and exit 1 — but the messages are imitations, not
     torch's output. Heartbeats live in `<fault-dir>/hb/rank-<R>` (pid and step).
     """
-    args = parser().parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    args = parse(argv)
+    rank = int(settings.platform("RANK") or "0")
+    world = int(settings.platform("WORLD_SIZE") or "1")
     hb = Path(args.fault_dir or ".") / "hb"
     hb.mkdir(parents=True, exist_ok=True)
 
@@ -362,6 +400,6 @@ class OutOfMemoryError(RuntimeError):
 
 
 if __name__ == "__main__":
-    if os.environ.get("PODMORTEM_WORKLOAD_FALLBACK") == "1":
+    if settings.platform("PODMORTEM_WORKLOAD_FALLBACK") == "1":
         sys.exit(run_fallback())
     sys.exit(main())

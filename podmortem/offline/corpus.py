@@ -41,7 +41,7 @@ class Excerpt:
     retryable: bool | None
     exit_code: int | None
     text: str
-    split: str  # train | heldout
+    split: str  # train | heldout | fresh
 
 
 @dataclass(frozen=True)

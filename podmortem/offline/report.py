@@ -62,5 +62,10 @@ def render(incident: Incident, verdict: Verdict) -> str:
     missing = verdict.members_missing
     if missing:
         lines.append("")
-        lines.append(f"Note: {missing} of {incident.world_size} members have not reported.")
+        pairs = zip(verdict.missing_pods, verdict.missing_ranks, strict=False)  # pods: () when not derivable
+        which = [f"{pod} (node rank {rank})" for pod, rank in pairs] or [
+            f"node rank {r}" for r in verdict.missing_ranks
+        ]
+        named = f": {', '.join(which)}" if which else ""
+        lines.append(f"Note: {missing} of {incident.world_size} members have not reported{named}.")
     return "\n".join(lines) + "\n"

@@ -172,6 +172,18 @@ def error_event_id(pod_key: str, rec: ErrorRecord) -> str:
     return f"{pod_key}/error/{digest}"
 
 
+LATEST_RUN = 1 << 30
+
+
+def run_of(event: pb.Event) -> int:
+    """The container run a termination event ends (the last part of its id, `events_from_snapshot`: an
+    earlier run's end is seen after a restart); LATEST_RUN for every other event."""
+    if event.WhichOneof("payload") != "termination":
+        return LATEST_RUN
+    run = event.id.rsplit("/", 1)[-1]
+    return int(run) if run.isdigit() else LATEST_RUN
+
+
 def events_from_snapshot(snap: PodSnapshot, previous: PodSnapshot | None = None) -> list[pb.Event]:
     """The failure facts a pod observation adds to the previous one (all of them when None)."""
     key = snap.uid or f"{snap.namespace}/{snap.name}"

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import ssl
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
+from podmortem import settings
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.errors import KubeError, NotFoundError, TemporaryError, from_response
 from podmortem.k8s.listwatch import Listed, list_watch
@@ -82,8 +82,11 @@ class ApiEndpoint:
 
     @classmethod
     def in_cluster(cls, environ: Mapping[str, str] | None = None, directory: Path = SERVICE_ACCOUNT) -> ApiEndpoint:
-        env = os.environ if environ is None else environ
-        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+        if environ is None:
+            host, port = settings.platform("KUBERNETES_SERVICE_HOST"), settings.platform("KUBERNETES_SERVICE_PORT")
+        else:
+            host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+        port = port or "443"
         if not host:
             raise ValueError("KUBERNETES_SERVICE_HOST is not set: not in a pod, give the API address explicitly")
         if ":" in host:  # IPv6

@@ -4,50 +4,20 @@ The sidecar runs as a container next to the training container, so it is configu
 Kubernetes container is: the downward API and the training operator put facts in environment
 variables (POD_NAME, PET_NODE_RANK, ...), and flags exist for local runs and for overriding. Every
 setting is read here, in `from_env_and_args`, into one frozen `Settings`; nothing else in the sidecar
-looks at `os.environ`. A missing required setting or a malformed number is a `ConfigError` that names
+reads the environment. A missing required setting or a malformed number is a `ConfigError` that names
 every problem at once.
 
-Settings (flag > environment variable > default):
+Settings (flag > environment variable > default) are the rows of `_SETTINGS` below: `podmortem sidecar
+--help` and the README's Sidecar table show them (tests/unit/test_readme.py holds the two together).
 
-| flag | environment variable | default | meaning |
-| --- | --- | --- | --- |
-| `--pod-name` | `POD_NAME` | required | this pod's name (downward API `metadata.name`) |
-| `--namespace` | `POD_NAMESPACE` | required | this pod's namespace (downward API `metadata.namespace`) |
-| `--pod-uid` | `POD_UID` | `""` | this pod's uid (downward API `metadata.uid`); keys the pod's event ids |
-| `--node-name` | `NODE_NAME` | `""` | the node (downward API `spec.nodeName`) |
-| `--pod-ip` | `POD_IP` | `""` | the pod IP (downward API `status.podIP`); peers' gloo errors name it |
-| `--error-file` | `TORCHELASTIC_ERROR_FILE` | required | the TorchElastic error file the training container writes |
-| `--aggregator` | `PODMORTEM_AGGREGATOR` | required | the aggregator's gRPC address, `host:port` |
-| `--job-name` | `PODMORTEM_JOB_NAME` | `""` | the job (PyTorchJob, Job, ...) the pod belongs to |
-| `--job-kind` | `PODMORTEM_JOB_KIND` | `""` | its kind: `PyTorchJob`, `Job`, `JobSet`, `TrainJob` |
-| `--job-uid` | `PODMORTEM_JOB_UID` | `""` | its uid |
-| `--replica-type` | `PODMORTEM_REPLICA_TYPE` | `""` | e.g. `master`, `worker` |
-| `--replica-index` | `PODMORTEM_REPLICA_INDEX` | unknown | index within the replica type |
-| `--rank` | `PET_NODE_RANK` | unknown | torchrun node rank (set by the Kubeflow training operator) |
-| `--world-size` | `PET_NNODES` | unknown | number of pods (torchrun nodes); a range `min:max` only when min = max |
-| `--attempt` | `PODMORTEM_ATTEMPT` | `""` | the job's attempt (restart count, generation); incidents are per attempt |
-| `--pod-source` | `PODMORTEM_POD_SOURCE` | `auto` | `file`, `api` (Kubernetes API), `none`; `auto`: see below |
-| `--pod-status-file` | `PODMORTEM_POD_STATUS_FILE` | none | local runs: this pod as `kubectl get pod -o json` |
-| `--log-file` | `PODMORTEM_LOG_FILE` | none | local runs: the training log; its tail is sent at termination |
-| `--log-tail-bytes` | `PODMORTEM_LOG_TAIL_BYTES` | `65536` | size of that tail (at most 1 MiB) |
-| `--container` | `PODMORTEM_CONTAINER` | first not named `podmortem*` | the training container in the pod status |
-| `--settle-seconds` | `PODMORTEM_SETTLE_SECONDS` | `2.0` | report an unparsable error file after this long unchanged |
-| `--flush-timeout` | `PODMORTEM_FLUSH_TIMEOUT` | `10.0` | on SIGTERM, seconds to wait for every event's ack |
-| `--clock-probe-interval` | `PODMORTEM_CLOCK_PROBE_INTERVAL` | `30.0` | seconds between clock probes (after a burst) |
-| `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | Python logging level |
-| `--token-file` | `PODMORTEM_TOKEN_FILE` | webhook's mount (*) | this pod's projected token, sent on every stream |
-| `--tls-ca` | `PODMORTEM_TLS_CA` | none (plain gRPC) | PEM CA bundle: speak TLS to the aggregator and verify it |
-| `--tls-ca-pem` | `PODMORTEM_TLS_CA_PEM` | none | the same bundle as text (the webhook injects it) |
-| `--kubeconfig` | `KUBECONFIG` | in-cluster, else `~/.kube/config` | `api` source off-pod: API server, credentials |
-| `--kube-context` | `PODMORTEM_KUBE_CONTEXT` | current context | the kubeconfig context to use |
-
-(*) `/var/run/secrets/podmortem.io/serviceaccount/token` when it exists (audience `podmortem`).
+The token file defaults to `/var/run/secrets/podmortem.io/serviceaccount/token` when it exists (audience
+`podmortem`).
 
 `auto` pod source: `file` when a pod status file is given, else `api` when running in a pod
 (`KUBERNETES_SERVICE_HOST` is set) or given a kubeconfig, else `none` (the error file is then all the
 sidecar reports). The `api` source finds the API server as the aggregator does
 (`podmortem.sidecar.kubeconfig`): the kubeconfig when given, else in-cluster, else `~/.kube/config`.
-`PODMORTEM_FORCE_POLLING=1` switches file watching from inotify to a stat every 0.5 s, for
+`--force-polling` (`PODMORTEM_FORCE_POLLING=1`) switches file watching from inotify to a stat every 0.5 s, for
 filesystems whose changes inotify does not see (some network mounts); without inotify at all (not
 Linux, no watches left) the sidecar polls on its own and says so in its log.
 """
@@ -67,6 +37,16 @@ from podmortem.settings import Setting
 POD_SOURCES = ("file", "api", "none")
 # Keeps a LogTail event far below gRPC's 4 MiB message limit.
 MAX_LOG_TAIL_BYTES = 1 << 20
+# Where the injection webhook mounts the pod's projected token (audience podmortem).
+DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
+# Read by the file watchers too (`watcher.force_polling_from_env`) when not handed a choice.
+FORCE_POLLING = Setting(
+    "force_polling",
+    "--force-polling",
+    "PODMORTEM_FORCE_POLLING",
+    "watch files by a stat every 0.5 s instead of inotify (network mounts whose changes inotify misses)",
+    switch=True,
+)
 
 
 class ConfigError(ValueError):
@@ -104,6 +84,7 @@ class Settings:
     tls_ca_pem: str = ""  # the CA bundle itself (PEM text), when not given as a file
     kubeconfig: str = ""  # one path or several joined by ':' (as KUBECONFIG has them)
     kube_context: str = ""
+    force_polling: bool = False
 
     @property
     def pod_key(self) -> str:
@@ -112,44 +93,126 @@ class Settings:
 
 
 _SETTINGS: tuple[Setting, ...] = (
-    Setting("pod_name", "--pod-name", "POD_NAME", "this pod's name", required=True),
-    Setting("namespace", "--namespace", "POD_NAMESPACE", "this pod's namespace", required=True),
-    Setting("pod_uid", "--pod-uid", "POD_UID", "this pod's uid"),
-    Setting("node_name", "--node-name", "NODE_NAME", "the node the pod runs on"),
-    Setting("pod_ip", "--pod-ip", "POD_IP", "the pod's IP address"),
+    Setting("pod_name", "--pod-name", "POD_NAME", "this pod's name (downward API)", required=True),
+    Setting("namespace", "--namespace", "POD_NAMESPACE", "this pod's namespace (downward API)", required=True),
+    Setting("pod_uid", "--pod-uid", "POD_UID", "this pod's uid (downward API)", shown='""'),
+    Setting(
+        "node_name",
+        "--node-name",
+        "NODE_NAME",
+        "the node the pod runs on (downward API)",
+        shown='the pod file\'s spec.nodeName, else ""',
+    ),
+    Setting("pod_ip", "--pod-ip", "POD_IP", "the pod's IP address (downward API)", shown='""'),
     Setting("error_file", "--error-file", "TORCHELASTIC_ERROR_FILE", "the TorchElastic error file", required=True),
     Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC address host:port", required=True),
-    Setting("job_name", "--job-name", "PODMORTEM_JOB_NAME", "the job the pod belongs to"),
-    Setting("job_kind", "--job-kind", "PODMORTEM_JOB_KIND", "the job's kind (PyTorchJob, Job, JobSet, TrainJob)"),
-    Setting("job_uid", "--job-uid", "PODMORTEM_JOB_UID", "the job's uid"),
-    Setting("replica_type", "--replica-type", "PODMORTEM_REPLICA_TYPE", "replica type, e.g. master or worker"),
-    Setting("replica_index", "--replica-index", "PODMORTEM_REPLICA_INDEX", "index within the replica type"),
-    Setting("rank", "--rank", "PET_NODE_RANK", "torchrun node rank"),
-    Setting("world_size", "--world-size", "PET_NNODES", "number of pods (torchrun nodes), N or min:max"),
-    Setting("attempt", "--attempt", "PODMORTEM_ATTEMPT", "the job's attempt (restart count / generation)"),
-    Setting("pod_source", "--pod-source", "PODMORTEM_POD_SOURCE", "where the pod status comes from"),
-    Setting("pod_status_file", "--pod-status-file", "PODMORTEM_POD_STATUS_FILE", "local runs: pod JSON file"),
+    Setting(
+        "job_name", "--job-name", "PODMORTEM_JOB_NAME", "the job the pod belongs to", shown="from the pod's labels"
+    ),
+    Setting(
+        "job_kind", "--job-kind", "PODMORTEM_JOB_KIND", "the job's kind (PyTorchJob, Job, JobSet, TrainJob)", shown='""'
+    ),
+    Setting("job_uid", "--job-uid", "PODMORTEM_JOB_UID", "the job's uid", shown='""'),
+    Setting(
+        "replica_type",
+        "--replica-type",
+        "PODMORTEM_REPLICA_TYPE",
+        "replica type, e.g. master or worker",
+        shown="unknown",
+    ),
+    Setting(
+        "replica_index", "--replica-index", "PODMORTEM_REPLICA_INDEX", "index within the replica type", shown="unknown"
+    ),
+    Setting("rank", "--rank", "PET_NODE_RANK", "torchrun node rank", shown="unknown"),
+    Setting(
+        "world_size", "--world-size", "PET_NNODES", "number of pods (torchrun nodes), N or min:max", shown="unknown"
+    ),
+    Setting(
+        "attempt",
+        "--attempt",
+        "PODMORTEM_ATTEMPT",
+        "the job's attempt; incidents are kept per job and attempt",
+        shown="derived (see README)",
+    ),
+    Setting(
+        "pod_source",
+        "--pod-source",
+        "PODMORTEM_POD_SOURCE",
+        "where the pod status comes from",
+        default="auto",
+        choices=("auto", *POD_SOURCES),
+    ),
+    Setting("pod_status_file", "--pod-status-file", "PODMORTEM_POD_STATUS_FILE", "local runs: pod JSON file to watch"),
     Setting("log_file", "--log-file", "PODMORTEM_LOG_FILE", "local runs: the training container's log"),
-    Setting("log_tail_bytes", "--log-tail-bytes", "PODMORTEM_LOG_TAIL_BYTES", "bytes of log tail to send"),
-    Setting("container", "--container", "PODMORTEM_CONTAINER", "the training container's name"),
-    Setting("settle_seconds", "--settle-seconds", "PODMORTEM_SETTLE_SECONDS", "unparsable-file settle period"),
-    Setting("flush_timeout", "--flush-timeout", "PODMORTEM_FLUSH_TIMEOUT", "seconds to wait for acks at exit"),
+    Setting(
+        "log_tail_bytes",
+        "--log-tail-bytes",
+        "PODMORTEM_LOG_TAIL_BYTES",
+        "bytes of log tail to send (at most 1 MiB)",
+        default="65536",
+    ),
+    Setting(
+        "container",
+        "--container",
+        "PODMORTEM_CONTAINER",
+        "the training container's name",
+        shown="first not named podmortem*",
+    ),
+    Setting(
+        "settle_seconds",
+        "--settle-seconds",
+        "PODMORTEM_SETTLE_SECONDS",
+        "an unparsable error file is reported once unchanged this long",
+        default="2",
+    ),
+    Setting(
+        "flush_timeout",
+        "--flush-timeout",
+        "PODMORTEM_FLUSH_TIMEOUT",
+        "on SIGTERM, seconds to wait for every ack",
+        default="10",
+    ),
     Setting(
         "clock_probe_interval",
         "--clock-probe-interval",
         "PODMORTEM_CLOCK_PROBE_INTERVAL",
         "seconds between clock probes",
+        default="30",
     ),
-    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level"),
-    Setting("token_file", "--token-file", "PODMORTEM_TOKEN_FILE", "this pod's projected token for the aggregator"),
-    Setting("tls_ca", "--tls-ca", "PODMORTEM_TLS_CA", "PEM CA bundle: TLS to the aggregator"),
-    Setting("tls_ca_pem", "--tls-ca-pem", "PODMORTEM_TLS_CA_PEM", "the CA bundle as PEM text (TLS)"),
-    Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "api pod source outside a pod: kubeconfig file(s)"),
-    Setting("kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use"),
+    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level", default="INFO"),
+    Setting(
+        "token_file",
+        "--token-file",
+        "PODMORTEM_TOKEN_FILE",
+        "this pod's projected token for the aggregator",
+        shown=f"{DEFAULT_TOKEN_FILE} when present",
+    ),
+    Setting(
+        "tls_ca",
+        "--tls-ca",
+        "PODMORTEM_TLS_CA",
+        "PEM CA bundle file: speak TLS to the aggregator and verify it",
+        shown="plain gRPC",
+    ),
+    Setting(
+        "tls_ca_pem",
+        "--tls-ca-pem",
+        "PODMORTEM_TLS_CA_PEM",
+        "the same CA bundle as PEM text (the webhook injects it)",
+        shown="plain gRPC",
+    ),
+    Setting(
+        "kubeconfig",
+        "--kubeconfig",
+        "KUBECONFIG",
+        "the api pod source outside a pod: kubeconfig file(s)",
+        shown="in-cluster, else ~/.kube/config",
+    ),
+    Setting(
+        "kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use", shown="current"
+    ),
+    FORCE_POLLING,
 )
-# Where the injection webhook mounts the pod's projected token (audience podmortem).
-DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
-
 # What the environment/flag text becomes, per field (str fields need no entry).
 _INT_FIELDS = {"replica_index", "rank", "log_tail_bytes"}
 _FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "clock_probe_interval"}
@@ -182,11 +245,14 @@ def _convert(name: str, text: str) -> Any:
         return value
     if name in _PATH_FIELDS:
         return Path(text)
+    if name == "force_polling":
+        return settings.is_true(text)
     return text
 
 
-def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = None) -> Settings:
-    """Build the settings: a flag given on the command line wins over its environment variable."""
+def from_env_and_args(env: Mapping[str, str] | None = None, ns: argparse.Namespace | None = None) -> Settings:
+    """Build the settings: a flag given on the command line wins over its environment variable (the
+    process's environment when `env` is None), which wins over the default."""
     values: dict[str, Any] = {}
     problems: list[str] = []
     given = settings.read(_SETTINGS, env, ns)
@@ -208,7 +274,8 @@ def from_env_and_args(env: Mapping[str, str], ns: argparse.Namespace | None = No
         problems.append(f"PODMORTEM_LOG_TAIL_BYTES (or --log-tail-bytes) must be between 0 and {MAX_LOG_TAIL_BYTES}")
     source = str(values.get("pod_source", "auto")).lower()
     if source == "auto":
-        in_cluster_or_told = env.get("KUBERNETES_SERVICE_HOST") or "kubeconfig" in values
+        in_pod = env.get("KUBERNETES_SERVICE_HOST") if env is not None else settings.platform("KUBERNETES_SERVICE_HOST")
+        in_cluster_or_told = in_pod or "kubeconfig" in values
         source = "file" if "pod_status_file" in values else "api" if in_cluster_or_told else "none"
     if source not in POD_SOURCES:
         problems.append(

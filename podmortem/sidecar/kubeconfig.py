@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from podmortem import settings
 from podmortem.sidecar.apiserver import ApiEndpoint
 
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
@@ -37,11 +38,11 @@ def resolve_endpoint(
     kubeconfig: str | None, context: str | None, environ: Mapping[str, str] | None = None
 ) -> ApiEndpoint:
     """The API server to talk to, by the aggregator's precedence (see the module docstring)."""
-    env = os.environ if environ is None else environ
     if kubeconfig:
         return from_kubeconfig(kubeconfig, context)
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return ApiEndpoint.in_cluster(env)
+    in_pod = settings.platform("KUBERNETES_SERVICE_HOST") if environ is None else environ.get("KUBERNETES_SERVICE_HOST")
+    if in_pod:
+        return ApiEndpoint.in_cluster(environ)
     default = DEFAULT_KUBECONFIG.expanduser()
     if default.is_file():
         return from_kubeconfig(str(default), context)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -157,6 +157,10 @@ class PodReporter:
         self.log_tail_bytes = log_tail_bytes
         self.previous: PodSnapshot | None = None
         self._warned_name = False
+        # Runs of the container before this one belong to earlier job attempts, registered as such by
+        # earlier sidecars (or the aggregator's pod watch): their ends are not reported again (`serve`).
+        self.min_run = 0
+        self.on_snapshot: Callable[[PodSnapshot], Awaitable[None]] | None = None
 
     async def run(self) -> None:
         """Report every version of the pod the source yields, until cancelled."""
@@ -173,7 +177,7 @@ class PodReporter:
         if self.pod_name and snap.name and snap.name != self.pod_name and not self._warned_name:
             self._warned_name = True
             logger.warning("pod status names pod %r, but this sidecar is for %r", snap.name, self.pod_name)
-        events = wire.events_from_snapshot(snap, self.previous)
+        events = [e for e in wire.events_from_snapshot(snap, self.previous) if wire.run_of(e) >= self.min_run]
         self.previous = snap
         if any(e.WhichOneof("payload") == "termination" for e in events):
             # The log tail goes out before the termination: once every member reported its end the
@@ -185,6 +189,8 @@ class PodReporter:
         for event in events:
             logger.info("observed %s", describe(event))
             self._emit(event)
+        if self.on_snapshot is not None:
+            await self.on_snapshot(snap)
         return events
 
     async def _log_tail(self, snap: PodSnapshot) -> pb.LogTail | None:
@@ -208,7 +214,7 @@ class PodReporter:
 def make_pod_source(settings: Settings) -> PodSource | None:
     """The pod source the settings ask for; None when there is none (the error file is then all we watch)."""
     if settings.pod_source == "file" and settings.pod_status_file is not None:
-        return LocalFilePodSource(settings.pod_status_file)
+        return LocalFilePodSource(settings.pod_status_file, force_polling=settings.force_polling or None)
     if settings.pod_source == "api":
         # Imported only for this source: raw HTTP, no client library (and PyYAML only for a kubeconfig).
         from podmortem.sidecar.apiserver import OwnPod

@@ -32,8 +32,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 import podmortem
+from podmortem.core import podstatus
+from podmortem.core.podstatus import PodSnapshot
 from podmortem.k8s.backoff import Backoff
-from podmortem.k8s.workloads import attempt_of, workload_from_labels
+from podmortem.k8s.workloads import attempt_from, attempt_of, workload_from_labels
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.settings import HelpFormatter
 from podmortem.sidecar import config
@@ -59,7 +61,7 @@ def build_parser(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     """Run the sidecar with parsed flags (environment for the rest) until SIGTERM; the exit code."""
     try:
-        settings = config.from_env_and_args(os.environ, ns)
+        settings = config.from_env_and_args(None, ns)
     except ConfigError as exc:
         print(f"podmortem sidecar: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -134,11 +136,20 @@ async def serve(
         settings.pod_status_file if settings.pod_source == "file" else settings.pod_source,
     )
     watcher = ErrorFileWatcher(
-        settings.error_file, settings.pod_key, outbox.put, settle_seconds=settings.settle_seconds
+        settings.error_file,
+        settings.pod_key,
+        outbox.put,
+        settle_seconds=settings.settle_seconds,
+        force_polling=settings.force_polling or None,
     )
     source = pod_source if pod_source is not None else make_pod_source(settings)
-    if not settings.job_name and source is not None:
-        settings = await _identity_from_pod(settings, source)
+    derive_attempt = not settings.attempt  # not given: JobSet's attempt and the container's restarts
+    run = 0  # the training container's run the registration speaks for
+    if source is not None:
+        settings, first = await _identity_from_pod(settings, source, derive_attempt)
+        if first is not None:
+            watcher.not_before = first.started_at
+            run = first.restart_count
 
     pod_changed = asyncio.Event()
 
@@ -161,6 +172,32 @@ async def serve(
         if source is not None
         else None
     )
+
+    async def on_snapshot(snap: PodSnapshot) -> None:
+        """A new run of the training container is a new job attempt (when none is given): what the
+        previous run said is flushed under its attempt, then the sidecar registers under the new one.
+        Its error file, still in the shared volume, is the previous run's until rewritten."""
+        nonlocal settings, run
+        if snap.started_at is not None:
+            watcher.not_before = snap.started_at
+        attempt = attempt_from(snap.labels, snap.restart_count) if derive_attempt else settings.attempt
+        node = settings.node_name or snap.node
+        if (attempt, node) == (settings.attempt, settings.node_name):
+            return
+        if attempt != settings.attempt:
+            logger.info(
+                "the container restarted (run %d): job attempt %r -> %r", snap.restart_count, settings.attempt, attempt
+            )
+            await _flush(outbox, streamer, settings.flush_timeout)
+            run = snap.restart_count
+            assert reporter is not None
+            reporter.min_run = run
+        settings = dataclasses.replace(settings, attempt=attempt, node_name=node)
+        client.reregister(build_register(settings, session_id))
+
+    if reporter is not None:
+        reporter.min_run = run
+        reporter.on_snapshot = on_snapshot
     client = StreamClient(
         settings.aggregator,
         build_register(settings, session_id),
@@ -206,27 +243,44 @@ async def serve(
     return EXIT_OK
 
 
-async def _identity_from_pod(settings: Settings, source: PodSource) -> Settings:
-    """Without PODMORTEM_JOB_NAME, the job and attempt come from this pod's labels and owner, by the same
-    rules as the aggregator's pod watch (`podmortem.k8s.workloads`): a JobSet pod registers under its
-    JobSet (not its child batch Job), so sidecars and the pod watch file one failure as one incident."""
+async def _identity_from_pod(
+    settings: Settings, source: PodSource, derive_attempt: bool
+) -> tuple[Settings, PodSnapshot | None]:
+    """What the settings leave out, from this pod as it is at start, by the same rules as the aggregator's
+    pod watch (`podmortem.k8s.workloads`), so sidecars and the pod watch file one failure as one incident:
+    the job from the pod's labels and owner (a JobSet pod registers under its JobSet, not its child batch
+    Job), the attempt (JobSet's, and the training container's restarts), the node (spec.nodeName)."""
     try:
         async with asyncio.timeout(IDENTITY_WAIT):
             pod = await source.read()
     except TimeoutError:
         pod = None
-    ref = workload_from_labels(pod) if pod else None
-    if pod is None or ref is None:
-        logger.warning("no job name given and none found on the pod: registering without one")
-        return settings
-    logger.info("job from the pod's labels: %s %s/%s, attempt %r", ref.kind, ref.namespace, ref.name, attempt_of(pod))
-    return dataclasses.replace(
-        settings,
-        job_name=ref.name,
-        job_kind=settings.job_kind or ref.kind,
-        job_uid=settings.job_uid or ref.uid,
-        attempt=settings.attempt or attempt_of(pod),
+    if pod is None:
+        if not settings.job_name:
+            logger.warning("no job name given and the pod could not be read: registering without one")
+        return settings, None
+    snap = podstatus.snapshot(pod, settings.container)
+    if derive_attempt:
+        settings = dataclasses.replace(settings, attempt=attempt_of(pod, snap.restart_count))
+    if not settings.node_name and snap.node:
+        settings = dataclasses.replace(settings, node_name=snap.node)
+    if not settings.job_name:
+        ref = workload_from_labels(pod)
+        if ref is None:
+            logger.warning("no job name given and none found on the pod: registering without one")
+            return settings, snap
+        settings = dataclasses.replace(
+            settings, job_name=ref.name, job_kind=settings.job_kind or ref.kind, job_uid=settings.job_uid or ref.uid
+        )
+    logger.info(
+        "from the pod: job %s %s/%s, attempt %r, node %r",
+        settings.job_kind,
+        settings.namespace,
+        settings.job_name,
+        settings.attempt,
+        settings.node_name,
     )
+    return settings, snap
 
 
 def _tls_ca(settings: Settings) -> bytes | None:

@@ -1,7 +1,7 @@
 """The sidecar's one long-lived `Collector.Report` stream to the aggregator.
 
 Everything the sidecar knows travels on one bidirectional gRPC stream (the contract is
-protos/podmortem/v1/collector.proto): `Register` first — again after every reconnect, since the
+protos/podmortem/protocol/v1/collector.proto): `Register` first — again after every reconnect, since the
 aggregator may have restarted — then every event the outbox still holds, then new events as they
 come. The aggregator's `Ack`s remove events from the outbox; anything not acknowledged when the stream
 breaks is sent again on the next one (the aggregator deduplicates by event id).
@@ -170,6 +170,16 @@ class StreamClient:
         self._probes: dict[int, int] = {}  # seq -> t1 (ns) of probes awaiting replies
         self._ever_sent: set[str] = set()  # ids sent on some stream (to log resends as such)
         self.aggregator_id: str | None = None  # of the aggregator incarnation last registered with
+        self._call: Any = None  # the open stream
+        self._switching = False  # `reregister` ended the stream: reconnect at once
+
+    def reregister(self, register: pb.Register) -> None:
+        """Speak as `register` from now on: the open stream ends and the next one registers so at once
+        (a new job attempt: the training container restarted). Unacknowledged events go on the new one."""
+        self.register = register
+        self._switching = True
+        if self._call is not None:
+            self._call.cancel()
 
     async def run(self) -> None:
         if self.tls_ca is not None:
@@ -185,6 +195,10 @@ class StreamClient:
                 if code == grpc.StatusCode.INVALID_ARGUMENT:
                     logger.error("aggregator %s rejected this sidecar: %s (a configuration bug)", self.target, details)
                     raise RegistrationRejected(details)
+                if self._switching:
+                    self._switching = False
+                    logger.info("registering again as job attempt %r", self.register.attempt)
+                    continue
                 if was_registered:
                     attempt = 0
                 delay = self.backoff.delay(attempt, self._rand)
@@ -216,6 +230,7 @@ class StreamClient:
     async def _session(self, stub: Any) -> tuple[Any, str, bool]:
         """One stream, from Register to its end: (status code or None when closed OK, details, registered)."""
         self.sessions += 1
+        self._switching = False  # a `reregister` before this stream is already in `self.register`
         logger.info(
             "opening stream %d to aggregator %s (waits until it is reachable); %d event(s) pending",
             self.sessions,
@@ -225,6 +240,7 @@ class StreamClient:
         self._probes.clear()
         control = _Control()
         call = stub.Report(wait_for_ready=True, metadata=self._metadata())
+        self._call = call
         writer = asyncio.create_task(self._write(call, control), name="podmortem-stream-writer")
         prober = asyncio.create_task(self._probe(control), name="podmortem-clock-prober")
         writer.add_done_callback(lambda t: call.cancel() if not t.cancelled() and t.exception() else None)
@@ -265,7 +281,12 @@ class StreamClient:
                     self._on_clock_reply(msg.clock_reply, control)
         except grpc.aio.AioRpcError as exc:
             code, details = exc.code(), exc.details() or ""
+        except asyncio.CancelledError:
+            if not self._switching or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+            code = grpc.StatusCode.CANCELLED
         finally:
+            self._call = None
             self.registered.clear()
             prober.cancel()
             writer.cancel()

@@ -35,15 +35,17 @@ import errno
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from podmortem import settings
 from podmortem.core import errorfile
 from podmortem.core.model import ErrorRecord
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar import inotify
+from podmortem.sidecar.config import FORCE_POLLING
 from podmortem.sidecar.outbox import describe
 
 logger = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ TICK_MS = 500
 # After the first change, wait this long for the rest of a write (torch writes its error file in a few
 # write() calls, then closes it): one read of the whole file instead of one per part.
 COALESCE_S = 0.005
-FORCE_POLLING_ENV = "PODMORTEM_FORCE_POLLING"
+FORCE_POLLING_ENV = FORCE_POLLING.env
 
 # What changes a file in the watched directory (written and closed, written, created, moved in or out,
 # deleted), and what ends the watch itself (the directory deleted or moved; the kernel then drops it).
@@ -69,9 +71,9 @@ _DIR_MASK = (
 _GONE = inotify.DELETE_SELF | inotify.MOVE_SELF | inotify.IGNORED
 
 
-def force_polling_from_env(environ: dict[str, str] | None = None) -> bool:
-    value = (environ if environ is not None else os.environ).get(FORCE_POLLING_ENV, "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+def force_polling_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """The --force-polling setting as the environment gives it (the process's own when `environ` is None)."""
+    return settings.is_true(settings.read((FORCE_POLLING,), environ).get(FORCE_POLLING.dest))
 
 
 def _nearest_existing_dir(path: Path) -> Path:
@@ -225,6 +227,11 @@ class ErrorFileWatcher:
         self._signature: tuple[int, int, int] | None = None
         self._unsettled: _Unsettled | None = None
         self._sent: set[str] = set()
+        # When the training container's current run started (pod clock, whole seconds, from the pod's
+        # status): a file last written before it is the previous run's, left in the shared volume, and
+        # is not this run's failure. None: not known (then every file counts).
+        self.not_before: float | None = None
+        self._stale: tuple[int, int, int] | None = None  # the stale file last logged as such
 
     async def run(self) -> None:
         """Watch until cancelled."""
@@ -249,6 +256,14 @@ class ErrorFileWatcher:
         except OSError:
             st = None  # read_error_file reports it as a parse error
         signature = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        if st is not None and self.not_before is not None and st.st_mtime < self.not_before:
+            if signature != self._stale:
+                self._stale = signature
+                logger.info(
+                    "error file %s predates the container's current run: the previous run's, not sent", self.path
+                )
+            self._signature, self._unsettled = None, None
+            return None
         if signature is not None and signature == self._signature and not (force or final):
             return self._settle(final)
         self._signature = signature

@@ -3,26 +3,8 @@
 Only `--tls-cert` and `--tls-key` have no default, so `podmortem webhook --listen HOST:PORT --tls-cert FILE
 --tls-key FILE` starts it; the chart sets every other one through the environment.
 
-| flag | environment | default | meaning |
-| --- | --- | --- | --- |
-| `--listen` | `PODMORTEM_WEBHOOK_LISTEN` | `0.0.0.0:8443` | HTTPS address: `POST /mutate`, `GET /healthz` |
-| `--tls-cert` | `PODMORTEM_WEBHOOK_TLS_CERT` | required | PEM serving certificate (chain) |
-| `--tls-key` | `PODMORTEM_WEBHOOK_TLS_KEY` | required | its PEM private key |
-| `--metrics-listen` | `PODMORTEM_WEBHOOK_METRICS_LISTEN` | `0.0.0.0:9091` | plain HTTP `/metrics`; `""` disables |
-| `--aggregator` | `PODMORTEM_AGGREGATOR` | `podmortem-aggregator.podmortem.svc:50051` | what the sidecars dial |
-| `--sidecar-image` | `PODMORTEM_SIDECAR_IMAGE` | `ghcr.io/podmortem/podmortem:<version>` | the sidecar's image |
-| `--sidecar-image-pull-policy` | `PODMORTEM_SIDECAR_IMAGE_PULL_POLICY` | `IfNotPresent` | |
-| `--native-sidecars` | `PODMORTEM_NATIVE_SIDECARS` | `true` | native sidecar (k8s >= 1.29); `false`: a container |
-| `--sidecar-cpu-request` | `PODMORTEM_SIDECAR_CPU_REQUEST` | `10m` | |
-| `--sidecar-memory-request` | `PODMORTEM_SIDECAR_MEMORY_REQUEST` | `48Mi` | |
-| `--sidecar-cpu-limit` | `PODMORTEM_SIDECAR_CPU_LIMIT` | `""` | none: a limit throttles the report on a busy node |
-| `--sidecar-memory-limit` | `PODMORTEM_SIDECAR_MEMORY_LIMIT` | `64Mi` | the sidecar's budget is 40 MiB RSS |
-| `--sidecar-run-as-user` | `PODMORTEM_SIDECAR_RUN_AS_USER` | `65532` | the image's non-root user |
-| `--error-dir` | `PODMORTEM_ERROR_DIR` | `/var/run/podmortem` | shared volume's mount when the pod sets no error file |
-| `--token-audience` | `PODMORTEM_TOKEN_AUDIENCE` | `podmortem` | audience of the sidecar's projected token |
-| `--token-expiration` | `PODMORTEM_TOKEN_EXPIRATION` | `3600` | its lifetime in seconds (>= 600) |
-| `--shutdown-grace` | `PODMORTEM_WEBHOOK_SHUTDOWN_GRACE` | `5` | seconds to finish open requests on SIGTERM |
-| `--log-level` | `PODMORTEM_LOG_LEVEL` | `INFO` | |
+The settings are the rows of `_SERVER` and `_INJECTION` below (flag, variable, default, meaning): see
+`podmortem webhook --help` or the README's Webhook table (tests/unit/test_readme.py holds them together).
 
 A malformed value is a `ConfigError` naming every problem at once.
 """
@@ -65,58 +47,120 @@ class WebhookConfig:
     sidecar_tls_ca: Path | None = None  # read into `injection.tls_ca_pem` at start-up
 
 
-# Server settings, then the injection's (dest = an `Injection` field).
+# Server settings, then the injection's (dest = an `Injection` field; defaults are Injection's).
+_D = Injection()
 _SERVER: tuple[Setting, ...] = (
-    Setting("listen", "--listen", "PODMORTEM_WEBHOOK_LISTEN", "HTTPS address host:port (default 0.0.0.0:8443)"),
-    Setting("tls_cert", "--tls-cert", "PODMORTEM_WEBHOOK_TLS_CERT", "PEM serving certificate (required)"),
-    Setting("tls_key", "--tls-key", "PODMORTEM_WEBHOOK_TLS_KEY", "PEM private key (required)"),
+    Setting("listen", "--listen", "PODMORTEM_WEBHOOK_LISTEN", "HTTPS address host:port", default="0.0.0.0:8443"),
+    Setting("tls_cert", "--tls-cert", "PODMORTEM_WEBHOOK_TLS_CERT", "PEM serving certificate (chain)", required=True),
+    Setting("tls_key", "--tls-key", "PODMORTEM_WEBHOOK_TLS_KEY", "its PEM private key", required=True),
     Setting(
         "metrics_listen",
         "--metrics-listen",
         "PODMORTEM_WEBHOOK_METRICS_LISTEN",
-        "plain-HTTP /metrics address; '' disables (default 0.0.0.0:9091)",
+        "plain-HTTP /metrics address; '' disables",
+        default="0.0.0.0:9091",
     ),
     Setting(
         "shutdown_grace",
         "--shutdown-grace",
         "PODMORTEM_WEBHOOK_SHUTDOWN_GRACE",
-        "seconds to finish open requests on SIGTERM (default 5)",
+        "seconds to finish open requests on SIGTERM",
+        default="5",
     ),
-    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level (default INFO)"),
+    Setting("log_level", "--log-level", "PODMORTEM_LOG_LEVEL", "logging level", default="INFO"),
 )
 _INJECTION: tuple[Setting, ...] = (
-    Setting("aggregator", "--aggregator", "PODMORTEM_AGGREGATOR", "aggregator gRPC host:port the sidecars dial"),
-    Setting("image", "--sidecar-image", "PODMORTEM_SIDECAR_IMAGE", "the sidecar's container image"),
+    Setting(
+        "aggregator",
+        "--aggregator",
+        "PODMORTEM_AGGREGATOR",
+        "aggregator gRPC host:port the sidecars dial",
+        shown=_D.aggregator,
+    ),
+    Setting(
+        "image",
+        "--sidecar-image",
+        "PODMORTEM_SIDECAR_IMAGE",
+        "the sidecar's image",
+        shown="ghcr.io/podmortem/podmortem:VERSION",
+    ),
     Setting(
         "image_pull_policy",
         "--sidecar-image-pull-policy",
         "PODMORTEM_SIDECAR_IMAGE_PULL_POLICY",
-        "Always, IfNotPresent or Never",
+        "the sidecar's imagePullPolicy",
+        shown=_D.image_pull_policy,
+        choices=("Always", "IfNotPresent", "Never"),
     ),
     Setting(
         "native_sidecars",
         "--native-sidecars",
         "PODMORTEM_NATIVE_SIDECARS",
         "true: init container with restartPolicy Always (Kubernetes >= 1.29); false: regular container",
+        shown="true",
     ),
-    Setting("cpu_request", "--sidecar-cpu-request", "PODMORTEM_SIDECAR_CPU_REQUEST", "sidecar CPU request"),
-    Setting("memory_request", "--sidecar-memory-request", "PODMORTEM_SIDECAR_MEMORY_REQUEST", "memory request"),
-    Setting("cpu_limit", "--sidecar-cpu-limit", "PODMORTEM_SIDECAR_CPU_LIMIT", "sidecar CPU limit; '' for none"),
-    Setting("memory_limit", "--sidecar-memory-limit", "PODMORTEM_SIDECAR_MEMORY_LIMIT", "sidecar memory limit"),
-    Setting("run_as_user", "--sidecar-run-as-user", "PODMORTEM_SIDECAR_RUN_AS_USER", "the sidecar's uid and gid"),
-    Setting("error_dir", "--error-dir", "PODMORTEM_ERROR_DIR", "shared volume mount path for the error file"),
-    Setting("token_audience", "--token-audience", "PODMORTEM_TOKEN_AUDIENCE", "projected token audience"),
+    Setting(
+        "cpu_request",
+        "--sidecar-cpu-request",
+        "PODMORTEM_SIDECAR_CPU_REQUEST",
+        "sidecar CPU request",
+        shown=_D.cpu_request,
+    ),
+    Setting(
+        "memory_request",
+        "--sidecar-memory-request",
+        "PODMORTEM_SIDECAR_MEMORY_REQUEST",
+        "sidecar memory request",
+        shown=_D.memory_request,
+    ),
+    Setting(
+        "cpu_limit",
+        "--sidecar-cpu-limit",
+        "PODMORTEM_SIDECAR_CPU_LIMIT",
+        "sidecar CPU limit; '' for none (a limit throttles the report on a busy node)",
+        shown='""',
+    ),
+    Setting(
+        "memory_limit",
+        "--sidecar-memory-limit",
+        "PODMORTEM_SIDECAR_MEMORY_LIMIT",
+        "sidecar memory limit (its budget is 40 MiB RSS)",
+        shown=_D.memory_limit,
+    ),
+    Setting(
+        "run_as_user",
+        "--sidecar-run-as-user",
+        "PODMORTEM_SIDECAR_RUN_AS_USER",
+        "the sidecar's uid and gid (the image's non-root user)",
+        shown=str(_D.run_as_user),
+    ),
+    Setting(
+        "error_dir",
+        "--error-dir",
+        "PODMORTEM_ERROR_DIR",
+        "the shared volume's mount when the pod sets no error file",
+        shown=_D.error_dir,
+    ),
+    Setting(
+        "token_audience",
+        "--token-audience",
+        "PODMORTEM_TOKEN_AUDIENCE",
+        "audience of the sidecar's projected token",
+        shown=_D.token_audience,
+    ),
     Setting(
         "tls_ca_pem",
         "--sidecar-tls-ca",
         "PODMORTEM_SIDECAR_TLS_CA",
         "PEM file: the CA of the aggregator's gRPC certificate, handed to each sidecar (TLS)",
+        shown="plain gRPC",
     ),
     Setting(
         "token_expiration_seconds",
         "--token-expiration",
         "PODMORTEM_TOKEN_EXPIRATION",
         "projected token lifetime in seconds (>= 600)",
+        shown=str(_D.token_expiration_seconds),
     ),
 )
 SETTINGS = _SERVER + _INJECTION
@@ -135,7 +179,8 @@ def _address(value: str) -> bool:
     return bool(sep and port.isdigit() and int(port) < 65536)
 
 
-def load(ns: argparse.Namespace | None, env: Mapping[str, str]) -> WebhookConfig:
+def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) -> WebhookConfig:
+    """The settings: flag > variable (the process's environment when `env` is None) > default."""
     raw = settings.read(SETTINGS, env, ns)
     problems: list[str] = []
 

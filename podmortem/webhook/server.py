@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import signal
 import ssl
 import sys
@@ -182,7 +181,7 @@ def build_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(ns: argparse.Namespace) -> int:
     try:
-        config = config_mod.load(ns, os.environ)
+        config = config_mod.load(ns)
         for path in (config.tls_cert, config.tls_key):
             if not path.is_file():
                 raise ConfigError(f"{path} does not exist or is not a file")

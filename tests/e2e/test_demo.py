@@ -7,10 +7,12 @@ The real demo starts torchrun (marked `torch`, slow); the same command without t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,20 @@ def test_demo_without_torch() -> None:
     assert code == 0, output
     assert "without torch" in output
     _assert_names_the_failed_pod(output, "crash")
+
+
+def test_demo_keep_leaves_a_bundle_that_analyze_decides_alike(tmp_path: Path) -> None:
+    kept = tmp_path / "bundle"
+    code, output = _demo("--fault", "exception", "--pods", "2", "--keep", str(kept), torch=False)
+    assert code == 0, output
+    assert f"kept: {kept}" in output
+    target = re.search(r"fault: pod (\S+) \(node rank", output)
+    assert target, output
+    analyzed = subprocess.run(
+        [sys.executable, "-m", "podmortem.cli", "analyze", str(kept), "--json"], capture_output=True, text=True
+    )
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert json.loads(analyzed.stdout)["root_cause"]["pod"] == target.group(1)
+    again, output = _demo("--keep", str(kept), torch=False)  # not an empty directory: refused, nothing lost
+    assert again == 2 and "not an empty directory" in output
+    assert (kept / "incident.json").exists()

@@ -9,8 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.kube_emulator import TRAINJOBS, EmulatorHandle
-from support.kube_objects import NS, decision, make_kube, seed_jobset, seed_pytorchjob, trainjob
+from support.kube_emulator import PODS, TRAINJOBS, EmulatorHandle
+from support.kube_objects import (
+    JOB,
+    NS,
+    decision,
+    make_kube,
+    seed_jobset,
+    seed_pytorchjob,
+    terminated,
+    trainjob,
+)
 
 from podmortem import kubectl_plugin
 from podmortem.aggregator.kube.client import KubeSettings
@@ -134,3 +143,32 @@ async def test_a_trainjob_pod_leads_through_job_and_jobset_to_the_trainjob(
     via = "showing its job trainjob.trainer.kubeflow.org/ft, via job.batch/ft-node-0 -> jobset.jobset.x-k8s.io/ft"
     assert via in out.stdout, out.stdout
     assert f"Pod:          {pods[2]['metadata']['name']}" in out.stdout
+
+
+async def test_kubectl_podmortem_bundle_collects_what_podmortem_analyze_reads(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    """A job's pods and logs through the real kubectl, into a bundle that `podmortem analyze` decides on."""
+    _, pods = seed_pytorchjob(kube_api, workers=3)
+    victim_log = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer\n"
+    for pod in pods:
+        kube_api.set_log(
+            NS,
+            pod,
+            "pytorch",
+            "Traceback (most recent call last):\nKeyError: 'label'\n" if pod == pods[1] else victim_log,
+        )
+        kube_api.change(
+            PODS, NS, pod, terminated(1, finished="2026-11-21T15:06:10Z" if pod == pods[1] else "2026-11-21T15:06:12Z")
+        )
+    kube_api.emulator.token = None  # kubectl (client-go) sends no bearer token over plain http
+    env = plugin_on_path(tmp_path) | {"KUBECONFIG": str(kube_api.kubeconfig(tmp_path / "config", NS))}
+    out = run(["kubectl", "podmortem", "bundle", f"pytorchjob/{JOB}", str(tmp_path / "b"), "-n", NS], env=env)
+    assert out.returncode == 0, out.stderr
+    bundle = tmp_path / "b"
+    assert json.loads((bundle / "incident.json").read_text())["job"]["kind"] == "PyTorchJob"
+    assert sorted(p.name for p in (bundle / "pods").iterdir()) == sorted(pods)
+    assert "KeyError" in (bundle / "pods" / pods[1] / "log.txt").read_text()
+    analyzed = run([sys.executable, "-m", "podmortem.cli", "analyze", str(bundle), "--json"])
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert json.loads(analyzed.stdout)["root_cause"]["pod"] == pods[1]

@@ -28,9 +28,9 @@ def test_fault_list_matches_the_expected_categories() -> None:
 def test_parser_reads_env_and_flags_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PODMORTEM_FAULT", "oom")
     monkeypatch.setenv("PODMORTEM_FAIL_RANK", "3")
-    args = workload.parser().parse_args([])
+    args = workload.parse([])
     assert (args.fault, args.fail_rank) == ("oom", 3)
-    args = workload.parser().parse_args(["--fault", "hang", "--fail-rank", "1"])
+    args = workload.parse(["--fault", "hang", "--fail-rank", "1"])
     assert (args.fault, args.fail_rank) == ("hang", 1)
 
 

@@ -36,3 +36,11 @@ def test_an_explicit_address_wins_either_way() -> None:
 def test_a_bad_address_is_a_clear_error() -> None:
     with pytest.raises(config.ConfigError, match="listen"):
         config.load(_ns("--listen", "nowhere"), env={})
+
+
+def test_verdict_files_are_private_unless_the_operator_opens_them() -> None:
+    assert config.load(_ns(), env={}).verdict_file_mode == 0o600
+    assert config.load(_ns("--verdict-file-mode", "0640"), env={}).verdict_file_mode == 0o640
+    assert config.load(_ns(), env={"PODMORTEM_VERDICT_FILE_MODE": "644"}).verdict_file_mode == 0o644
+    with pytest.raises(config.ConfigError, match="PODMORTEM_VERDICT_FILE_MODE"):
+        config.load(_ns("--verdict-file-mode", "0666"), env={})  # others may not write verdicts

@@ -582,15 +582,13 @@ def test_operator_rule_changes_the_verdict(tmp_path: Path) -> None:
 
 def test_operator_can_declare_a_message_secondary(tmp_path: Path) -> None:
     wrapper = member("w-0", rank=0, msg="TrainerAbort: collective failed, aborting", ts=T0, exit_code=1)
-    real = member(
-        "w-1", rank=1, msg="RuntimeError: CUDA error: uncorrectable ECC error encountered", ts=T0 + 1, exit_code=1
-    )
+    real = member("w-1", rank=1, msg="IndexError: shard 12 out of range", ts=T0 + 1, exit_code=1)
     check(decide(incident(wrapper, real)), "w-0", "user_code", False)
     path = tmp_path / "rules.json"
     path.write_text(
         json.dumps({"rules": [{"id": "site.abort", "exception_type": "TrainerAbort", "secondary": "peer"}]})
     )
-    check(decide(incident(wrapper, real), load_rules(path)), "w-1", "hardware", True)
+    check(decide(incident(wrapper, real), load_rules(path)), "w-1", "user_code", False)
 
 
 # --- logs, purity, speed -----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -259,7 +260,7 @@ def test_replace_defaults(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[" * 100_000, "nested too deeply"),
-        ([1, 2], "top level must be a JSON object"),
+        ([1, 2], "top level must be an object"),
         ({"rules": {}}, "'rules' must be a list"),
         ({"rulez": []}, "unknown top-level key"),
         ({"rules": [{"message": "x", "category": "infra"}]}, "needs a non-empty string 'id'"),
@@ -291,6 +292,69 @@ def test_bad_rules_file_is_a_clear_error(tmp_path: Path, doc: object, expected: 
     text = str(info.value)
     assert expected in text
     assert str(path) in text and "\n" not in text
+
+
+def test_the_built_in_rules_are_a_rules_file_an_operator_could_write(tmp_path: Path) -> None:
+    """rules.yaml is read by the operator's path: as a file with replace_defaults it yields the same rules."""
+    text = resources.files("podmortem.core").joinpath("rules.yaml").read_text(encoding="utf-8")
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text + "\nreplace_defaults: true\n", encoding="utf-8")
+    loaded = load_rules(copy)
+    assert [(r.id, r.kind, r.pattern and r.pattern.pattern, r.category, r.secondary) for r in loaded.rules] == [
+        (r.id, r.kind, r.pattern and r.pattern.pattern, r.category, r.secondary) for r in DEFAULT_RULES.rules
+    ]
+    assert all(r.operator for r in loaded.rules) and not any(r.operator for r in DEFAULT_RULES.rules)
+
+
+def test_a_yaml_rules_file_with_comments_alternatives_and_shared_parts(tmp_path: Path) -> None:
+    path = tmp_path / "site.yml"
+    path.write_text(
+        """
+# Our storage gateway's words for a dead mount, shared by two rules.
+definitions:
+  gateway-down: &gateway-down
+    - 'gw: backend (unreachable|timed out)'
+    - 'gw: lease lost'
+rules:
+- id: site.gateway-message
+  message:
+    - 'GatewayError'
+    - *gateway-down        # a nested list is flattened into the alternatives
+  category: infra
+- id: site.gateway-log
+  log: [*gateway-down]
+  category: infra
+  retryable: true
+""",
+        encoding="utf-8",
+    )
+    rules = load_rules(path)
+    for text in ("GatewayError: no", "gw: backend timed out", "gw: lease lost"):
+        r = rules.classify_message(text, exception_type_of(text))
+        assert r is not None and r.id == "site.gateway-message", text
+    other = rules.classify_message("gw: backend up", "")
+    assert other is None or not other.id.startswith("site.")
+    found = rules.first_log_rule("step 9\ngw: lease lost\n")
+    assert found is not None and (found.id, found.category) == ("site.gateway-log", "infra")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rules: [\n", "not valid YAML"),
+        # an alias that makes the list contain itself
+        ("rules:\n- id: a\n  message: &loop [*loop]\n  category: infra\n", "list of non-empty alternatives"),
+        ("rules:\n- id: a\n  message: []\n  category: infra\n", "list of non-empty alternatives"),
+        ("rules:\n- id: a\n  message: ['x', 3]\n  category: infra\n", "list of non-empty alternatives"),
+        ("- just a list\n", "top level must be an object"),
+    ],
+)
+def test_bad_yaml_rules_file_is_a_clear_error(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(RulesError) as info:
+        load_rules(path)
+    assert expected in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_missing_rules_file(tmp_path: Path) -> None:

@@ -18,14 +18,11 @@ connection errors) with exponential backoff; permanent errors are raised at once
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
-import os
 import threading
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
@@ -34,6 +31,14 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from podmortem.aggregator.config import (  # re-exported: the settings live with the aggregator's others
+    DEFAULT_POD_SELECTORS,
+    PUBLISH_TARGETS,
+    KubeSettings,
+    add_kube_arguments,
+    in_cluster,
+    load_kube_settings,
+)
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.errors import (
     ConflictError,
@@ -44,6 +49,17 @@ from podmortem.k8s.errors import (
     from_response,
     from_watch_event,
 )
+
+__all__ = [
+    "DEFAULT_POD_SELECTORS",
+    "PUBLISH_TARGETS",
+    "Kube",
+    "KubeSettings",
+    "RateLimiter",
+    "add_kube_arguments",
+    "load_configuration",
+    "load_kube_settings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,123 +72,6 @@ def _from_api_exception(exc: ApiException) -> KubeError:
     if not error.message or error.message == f"HTTP {error.status}":
         error.message = str(exc.reason or error.message)
     return error
-
-
-# -- settings ----------------------------------------------------------------------------------
-
-# Training pods are found by label; a selector cannot say "this label OR that one", so one watch each.
-DEFAULT_POD_SELECTORS: tuple[str, ...] = (
-    "training.kubeflow.org/job-name",  # Kubeflow PyTorchJob (training-operator v1)
-    "batch.kubernetes.io/job-completion-index",  # indexed batch Jobs, and so JobSet and TrainJob v2
-)
-PUBLISH_TARGETS = frozenset({"annotations", "condition", "events"})
-
-
-@dataclass(frozen=True)
-class KubeSettings:
-    """How the aggregator talks to Kubernetes (flags and environment in `add_kube_arguments`)."""
-
-    enabled: bool = False
-    kubeconfig: str | None = None  # None: in-cluster when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config
-    context: str | None = None
-    namespaces: tuple[str, ...] = ()  # () = every namespace (needs a ClusterRole)
-    pod_selectors: tuple[str, ...] = DEFAULT_POD_SELECTORS
-    publish: frozenset[str] = PUBLISH_TARGETS
-    qps: float = 20.0
-    burst: int = 40
-    retries: int = 6
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    request_timeout: float = 30.0
-    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
-    # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
-    # sidecar sent none and whose termination carries no message.
-    pod_log_bytes: int = 64 << 10
-    # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
-    leader_elect: bool = False
-    lease_name: str = "podmortem-aggregator"
-    lease_namespace: str = field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default")
-    reporting_instance: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
-
-
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("Kubernetes (each flag overrides its environment variable)")
-    g.add_argument(
-        "--kube", action="store_true", default=None, help="watch pods and publish verdicts [PODMORTEM_KUBE=1]"
-    )
-    g.add_argument("--kubeconfig", help="kubeconfig file; default in-cluster, else ~/.kube/config [KUBECONFIG]")
-    g.add_argument("--kube-context", help="kubeconfig context [PODMORTEM_KUBE_CONTEXT]")
-    g.add_argument("--namespaces", help="comma-separated namespaces to watch; default all [PODMORTEM_NAMESPACES]")
-    g.add_argument(
-        "--pod-selector",
-        action="append",
-        help="label selector of training pods, repeatable [PODMORTEM_POD_SELECTORS, ';'-separated]",
-    )
-    g.add_argument(
-        "--kube-publish",
-        help="what to write: annotations,condition,events or none [PODMORTEM_KUBE_PUBLISH]",
-    )
-    g.add_argument("--kube-qps", type=float, help="client-side rate limit, requests/s [PODMORTEM_KUBE_QPS]")
-    g.add_argument("--kube-burst", type=int, help="client-side burst [PODMORTEM_KUBE_BURST]")
-    g.add_argument(
-        "--leader-elect",
-        action="store_true",
-        default=None,
-        help="serve only while holding a Lease (two replicas; identity POD_NAME) [PODMORTEM_LEADER_ELECT=1]",
-    )
-    g.add_argument("--lease-name", help="the Lease's name [PODMORTEM_LEASE_NAME, podmortem-aggregator]")
-    g.add_argument("--lease-namespace", help="the Lease's namespace [POD_NAMESPACE, else default]")
-    g.add_argument(
-        "--pod-log-bytes",
-        type=int,
-        help="log tail read of a failed pod without a sidecar; 0 never reads logs [PODMORTEM_POD_LOG_BYTES, 65536]",
-    )
-
-
-def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> KubeSettings:
-    """Flags > environment > defaults. Raises ValueError naming the bad setting."""
-    env = os.environ if env is None else env
-
-    def pick(attr: str, var: str) -> Any:
-        value = getattr(ns, attr, None)
-        return value if value is not None else env.get(var) or None
-
-    enabled = pick("kube", "PODMORTEM_KUBE")
-    namespaces = pick("namespaces", "PODMORTEM_NAMESPACES")
-    selectors = getattr(ns, "pod_selector", None) or [
-        s for s in (env.get("PODMORTEM_POD_SELECTORS") or "").split(";") if s.strip()
-    ]
-    publish = pick("kube_publish", "PODMORTEM_KUBE_PUBLISH")
-    targets = PUBLISH_TARGETS
-    if publish is not None:
-        targets = frozenset(t.strip() for t in str(publish).split(",") if t.strip() and t.strip() != "none")
-        if unknown := targets - PUBLISH_TARGETS:
-            raise ValueError(f"--kube-publish: unknown target(s) {sorted(unknown)}; use {sorted(PUBLISH_TARGETS)}")
-    qps = float(pick("kube_qps", "PODMORTEM_KUBE_QPS") or KubeSettings.qps)
-    burst = int(pick("kube_burst", "PODMORTEM_KUBE_BURST") or KubeSettings.burst)
-    if qps <= 0 or burst < 1:
-        raise ValueError("--kube-qps must be > 0 and --kube-burst >= 1")
-    log_bytes = pick("pod_log_bytes", "PODMORTEM_POD_LOG_BYTES")
-    pod_log_bytes = KubeSettings.pod_log_bytes if log_bytes is None else int(log_bytes)
-    if not 0 <= pod_log_bytes <= 1 << 20:
-        raise ValueError("--pod-log-bytes must be between 0 and 1048576")
-    return KubeSettings(
-        enabled=enabled is True or str(enabled).lower() in _TRUE,
-        kubeconfig=pick("kubeconfig", "KUBECONFIG"),
-        context=pick("kube_context", "PODMORTEM_KUBE_CONTEXT"),
-        namespaces=tuple(n.strip() for n in str(namespaces or "").split(",") if n.strip()),
-        pod_selectors=tuple(s.strip() for s in selectors) or DEFAULT_POD_SELECTORS,
-        publish=targets,
-        qps=qps,
-        burst=burst,
-        pod_log_bytes=pod_log_bytes,
-        leader_elect=(elect := pick("leader_elect", "PODMORTEM_LEADER_ELECT")) is True or str(elect).lower() in _TRUE,
-        lease_name=pick("lease_name", "PODMORTEM_LEASE_NAME") or KubeSettings.lease_name,
-        lease_namespace=pick("lease_namespace", "POD_NAMESPACE") or "default",
-    )
 
 
 # -- paths -------------------------------------------------------------------------------------
@@ -212,7 +111,7 @@ class RateLimiter:
 def load_configuration(settings: KubeSettings) -> k8s_client.Configuration:
     """kubeconfig when given, else in-cluster when in a pod, else the default kubeconfig."""
     cfg = k8s_client.Configuration()
-    if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if settings.kubeconfig is None and in_cluster():
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     else:
         k8s_config.load_kube_config(

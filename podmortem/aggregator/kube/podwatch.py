@@ -238,7 +238,7 @@ class PodWatch:
             return None
         uid = self._uid(pod)
         snap = podstatus.snapshot(pod)
-        attempt = attempt_of(pod)
+        attempt = attempt_of(pod, snap.restart_count)  # as the pod's sidecar registers (k8s.workloads)
         identity = wire.member_from_snapshot(snap)
         rank = node_rank(resolved.spec_object, pod)
         if rank is not None:
@@ -253,6 +253,12 @@ class PodWatch:
                 self.book.expect(resolved.job, attempt, resolved.world_size)
         previous = self._known.get(uid)
         events = wire.events_from_snapshot(snap, previous.snapshot if previous else None)
+        earlier = [e for e in events if wire.run_of(e) < snap.restart_count]
+        if earlier:  # the end of the run before a restart belongs to that run's attempt
+            events = [e for e in events if e not in earlier]
+            before = self.book.observe_member(resolved.job, attempt_of(pod, snap.restart_count - 1), identity)
+            read_before = self.logs is not None and needs_log(snap) and self.book.lacks_log(before)
+            self._ingest(uid, before, earlier, snap if read_before else None)
         ended = any(e.WhichOneof("payload") == "termination" for e in events)
         read_log = ended and self.logs is not None and needs_log(snap) and self.book.lacks_log(key)
         self._ingest(uid, key, events, snap if read_log else None)
