@@ -9,7 +9,9 @@ plugin reads it back for a person at a terminal. It is installed as the console 
 It reads through the `kubectl` binary itself (`kubectl get -o json`; `$KUBECTL` overrides which), so
 it uses exactly the user's kubeconfig, context, credentials plugins and flags — and needs no
 Kubernetes client library. Asked about a pod that carries no verdict, it follows the pod's controller
-ownerReference to its job and explains that.
+ownerReference to its job and explains that. It then lists the job's pods (by the label each kind puts on
+them) and shows each one's `podmortem.io/*` condition: Victim, PermanentFailure, RetryableFailure, or
+none — what a `podFailurePolicy` acted on.
 
 Exit status: 0 with a verdict, 1 when the object has none (yet), 2 on usage or kubectl errors.
 """
@@ -30,6 +32,7 @@ from podmortem.settings import Setting
 SUMMARY = "podmortem.io/summary"
 VERDICT = "podmortem.io/verdict"
 CONDITION_TYPE = "PodmortemRootCause"
+POD_CONDITION_TYPES = ("podmortem.io/Victim", "podmortem.io/PermanentFailure", "podmortem.io/RetryableFailure")
 
 
 class PluginError(Exception):
@@ -45,8 +48,39 @@ def _field(label: str, value: Any, indent: int = 0) -> str:
     return f"{' ' * indent}{label + ':':<{16 - indent}}{text}"
 
 
-def render(obj: dict[str, Any]) -> str | None:
-    """The describe-style text for an object carrying a verdict; None when it carries none (pure)."""
+def pod_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's podmortem.io/* condition, if it carries one."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") in POD_CONDITION_TYPES and c.get("status") == "True":
+            return c
+    return None
+
+
+def pod_lines(pods: Sequence[dict[str, Any]]) -> list[str]:
+    """'Pod Conditions:' with each pod's podmortem condition (or <none>), by name (pure)."""
+    if not pods:
+        return []
+    named = sorted(((str((p.get("metadata") or {}).get("name", "")), pod_condition(p)) for p in pods), key=_first)
+    width = max(len(name) for name, _ in named)
+    lines = ["Pod Conditions:"]
+    for name, c in named:
+        if c is None:
+            lines.append(f"  {name:<{width}}  <none>")
+        else:
+            kind = str(c.get("type", "")).rpartition("/")[2]
+            lines.append(
+                f"  {name:<{width}}  {kind} ({c.get('reason')}, {c.get('lastTransitionTime')}): {c.get('message')}"
+            )
+    return lines
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | None:
+    """The describe-style text for an object carrying a verdict; None when it carries none (pure). With
+    `pods` (the job's), each one's podmortem condition."""
     annotations = _annotations(obj)
     if VERDICT not in annotations and SUMMARY not in annotations:
         return None
@@ -87,6 +121,7 @@ def render(obj: dict[str, Any]) -> str | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
             lines.append(_field("Condition", f"{CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
+    lines += pod_lines(pods)
     return "\n".join(lines) + "\n"
 
 
@@ -122,6 +157,18 @@ class Kubectl:
         if not isinstance(obj, dict) or obj.get("kind", "").endswith("List"):
             raise PluginError(f"{target}: name one object, as <kind>/<name>")
         return obj
+
+    def pods_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """The job's pods (by its kind's pod label); [] when its kind is not known or they cannot be listed."""
+        label = POD_LABELS.get(str(job.get("kind", "")))
+        name = (job.get("metadata") or {}).get("name")
+        text = self.text("get", "pods", "-l", f"{label}={name}", "-o", "json") if label and name else None
+        try:
+            listed = json.loads(text) if text else {}
+        except ValueError:
+            return []
+        items = listed.get("items") if isinstance(listed, dict) else None
+        return [p for p in items or [] if isinstance(p, dict)]
 
     def text(self, *args: str) -> str | None:
         """The output of `kubectl <flags> <args>`; None when kubectl fails (the caller goes without)."""
@@ -258,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(verdict)
         return 0
-    text = render(obj)
+    text = render(obj, kubectl.pods_of(obj) if render(obj) is not None else [])
     if text is None:
         print(f"No podmortem verdict on {args.target} (yet).")
         return 1

@@ -142,6 +142,28 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str, str, tuple[int, int]]] 
         (12, 8),
     ),
     (
+        "Pod conditions written",
+        "podmortem.io/* conditions written on failed member pods for a podFailurePolicy: Victim (ignored by "
+        "the policy), PermanentFailure (fails the job), RetryableFailure (counted).",
+        [
+            (
+                "{{type}}",
+                f"sum by (type) (increase(podmortem_pod_conditions_total{{{JOB}}}[$__rate_interval]))",
+            )
+        ],
+        "timeseries",
+        "short",
+        (16, 8),
+    ),
+    (
+        "Retry budget saved",
+        "Victims marked in the time range: failed pods a podFailurePolicy need not count against backoffLimit.",
+        [("victims", f"sum(increase(podmortem_retry_budget_saved_total{{{JOB}}}[$__range]))")],
+        "stat",
+        "short",
+        (8, 8),
+    ),
+    (
         "Pods the webhook let through unchanged",
         "Admission reviews by outcome; 'unsupported' are training pods the webhook did not understand.",
         [

@@ -60,6 +60,8 @@ class AggregatorConfig:
     tls_cert: str = ""
     tls_key: str = ""
     state_dir: str = ""  # "": incidents live in memory only
+    permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
+    peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -123,6 +125,22 @@ SETTINGS: tuple[Setting, ...] = (
         shown="memory only",
     ),
     Setting(
+        "permanent_confidence",
+        "--permanent-confidence",
+        "PODMORTEM_PERMANENT_CONFIDENCE",
+        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0-1); below it "
+        "RetryableFailure or none: never give up on a guess",
+        default="0.9",
+    ),
+    Setting(
+        "peer_wait",
+        "--peer-wait",
+        "PODMORTEM_PEER_WAIT",
+        "seconds a held pod that failed on its own waits for its peers' first evidence before its condition "
+        "is decided (within its sidecar's hold)",
+        default="5",
+    ),
+    Setting(
         "auth",
         "--auth",
         "PODMORTEM_AUTH",
@@ -141,7 +159,7 @@ DEFAULT_POD_SELECTORS: tuple[str, ...] = (
     "training.kubeflow.org/job-name",  # Kubeflow PyTorchJob (training-operator v1)
     "batch.kubernetes.io/job-completion-index",  # indexed batch Jobs, and so JobSet and TrainJob v2
 )
-PUBLISH_TARGETS = frozenset({"annotations", "condition", "events"})
+PUBLISH_TARGETS = frozenset({"annotations", "condition", "events", "pod-conditions"})
 MAX_POD_LOG_BYTES = 1 << 20
 
 
@@ -195,8 +213,8 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
         "kube_publish",
         "--kube-publish",
         "PODMORTEM_KUBE_PUBLISH",
-        "what to write: a comma-separated subset of annotations,condition,events, or none",
-        default="annotations,condition,events",
+        "what to write: a comma-separated subset of annotations,condition,events,pod-conditions, or none",
+        default="annotations,condition,events,pod-conditions",
     ),
     Setting("kube_qps", "--kube-qps", "PODMORTEM_KUBE_QPS", "client-side rate limit, requests/s", default="20"),
     Setting("kube_burst", "--kube-burst", "PODMORTEM_KUBE_BURST", "client-side burst", default="40"),
@@ -294,6 +312,8 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         shutdown_grace=_positive(name("shutdown_grace"), raw["shutdown_grace"]),
         log_level=raw["log_level"].upper() or "INFO",
         state_dir=raw.get("state_dir", ""),
+        permanent_confidence=_number(name("permanent_confidence"), raw["permanent_confidence"], float, 0.01, 1.0),
+        peer_wait=_number(name("peer_wait"), raw["peer_wait"], float, 0.0, 3600.0),
     )
 
 

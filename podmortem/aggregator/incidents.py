@@ -264,6 +264,11 @@ class IncidentBook:
         state = self._jobs.get(key)
         return self._incident(state) if state else None
 
+    def member(self, key: MemberKey) -> Member | None:
+        """One member as known now (its events folded), without building the whole incident."""
+        state = self._member(key)
+        return state.member() if state is not None else None
+
     def open_incidents(self) -> list[JobKey]:
         return [k for k, s in self._jobs.items() if s.opened_at is not None and s.closed_by is None]
 

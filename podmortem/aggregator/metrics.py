@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
+from podmortem.core.conditions import CONDITION_TYPES, VICTIM
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
@@ -73,6 +74,11 @@ def exception_label(exception_type: str) -> str:
     """'torch.cuda.OutOfMemoryError' -> 'OutOfMemoryError': the class name only, at most 64 name characters."""
     name = exception_type.strip().rsplit(".", 1)[-1]
     return _NOT_NAME.sub("_", name)[:64]
+
+
+def condition_label(condition_type: str) -> str:
+    """'podmortem.io/Victim' -> 'Victim' (the `type` label of podmortem_pod_conditions_total)."""
+    return condition_type.rsplit("/", 1)[-1]
 
 
 def _retryable(value: bool | None) -> str:
@@ -170,6 +176,19 @@ class Metrics:
             ["namespace", "job", "incident", "pod", "node", "category", "retryable"],
             registry=self.registry,
         )
+        self.pod_conditions = Counter(
+            "podmortem_pod_conditions_total",
+            "podmortem.io/* conditions written on member pods, by type (Victim, PermanentFailure, RetryableFailure).",
+            ["type"],
+            registry=self.registry,
+        )
+        self.retry_budget_saved = Counter(
+            "podmortem_retry_budget_saved_total",
+            "Victim conditions written: failed pods a podFailurePolicy need not count against the retry budget.",
+            registry=self.registry,
+        )
+        for condition_type in CONDITION_TYPES:
+            self.pod_conditions.labels(type=condition_label(condition_type))
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
         self._node_label = _Bounded(MAX_NODES, "unknown")
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -182,6 +201,11 @@ class Metrics:
             self.rejected.labels(reason=reason)
         # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
         self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
+
+    def pod_condition_written(self, condition_type: str) -> None:
+        self.pod_conditions.labels(type=condition_label(condition_type)).inc()
+        if condition_type == VICTIM:
+            self.retry_budget_saved.inc()
 
     def observe_decision(self, decision: Decision) -> None:
         category = decision.verdict.category or NO_CATEGORY

@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from podmortem.aggregator import config as config_mod
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide
+from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
@@ -52,8 +53,10 @@ log = logging.getLogger(__name__)
 
 def make_decide(rules_path: str = "") -> Decide:
     """The engine with the built-in rules, extended by the operator's rules file when given."""
-    ruleset = rules.load_rules(rules_path) if rules_path else None
+    return _decide_with(rules.load_rules(rules_path) if rules_path else rules.DEFAULT_RULES)
 
+
+def _decide_with(ruleset: rules.RuleSet) -> Decide:
     def decide(incident: Incident) -> Verdict:
         return engine.decide(incident, ruleset)
 
@@ -93,14 +96,34 @@ class Aggregator:
         if self.store is not None:
             chain.append(self.store)  # last: a job is forgotten once its final verdict went everywhere
         self.queue = PublishQueue([self.metrics.counting(p) for p in chain])
+        ruleset = rules.load_rules(config.rules) if config.rules else rules.DEFAULT_RULES
+        decide = decide or _decide_with(ruleset)
         self.book = IncidentBook(
-            decide or make_decide(config.rules),
+            decide,
             self.queue.submit,
             quorum_timeout=config.quorum_timeout,
             default_world_size=config.world_size,
             clock=clock,
             metrics=self.metrics,
         )
+        # Pod conditions (podmortem.io/Victim, ...): decided while each sidecar holds its pod, written by the
+        # Lease holder only (`_may_act`). Without Kubernetes there is nothing to write: sidecars do not hold.
+        self.holds: HoldDesk | None = None
+        self._elector: LeaderElector | None = None
+        if self._kube is not None and self.kube_settings is not None and "pod-conditions" in self.kube_settings.publish:
+            from podmortem.aggregator.kube.podconditions import PodConditionWriter
+
+            self.condition_writer = PodConditionWriter(self._kube, clock)
+            self.holds = HoldDesk(
+                self.book,
+                decide,
+                self.condition_writer.write,
+                rules=ruleset,
+                permanent_confidence=config.permanent_confidence,
+                peer_wait=config.peer_wait,
+                metrics=self.metrics,
+                may_act=self._may_act,
+            )
         authenticator = None
         if config.auth == "tokenreview" and self._kube is not None:
             from podmortem.aggregator.auth import TokenReviewer
@@ -108,7 +131,13 @@ class Aggregator:
             authenticator = TokenReviewer(self._kube, clock)
         namespaces = self.kube_settings.namespaces if self.kube_settings is not None else ()
         self.service = CollectorService(
-            self.book, self.metrics, clock, authenticator=authenticator, namespaces=namespaces or (), store=self.store
+            self.book,
+            self.metrics,
+            clock,
+            authenticator=authenticator,
+            namespaces=namespaces or (),
+            store=self.store,
+            holds=self.holds,
         )
         self.port = 0
         self.metrics_port = 0
@@ -125,6 +154,7 @@ class Aggregator:
         """Open the port and start the root tasks. With an `elector`, first stand by — alive (the
         process's health SERVING) but not Ready (the Collector's NOT_SERVING, streams refused) — until
         this replica holds the Lease; False when `stop` came first (nothing else was started)."""
+        self._elector = elector
         if self.store is not None:
             self.store.replay(self.book)  # before the port opens: what was acked before a restart comes first
         credentials = None
@@ -153,7 +183,7 @@ class Aggregator:
             from podmortem.aggregator.kube.podwatch import run_kubernetes
 
             self._kube_task = asyncio.create_task(
-                run_kubernetes(self.book, self.kube_settings, self._kube_stop, self._kube), name="pod-watch"
+                run_kubernetes(self.book, self.kube_settings, self._kube_stop, self._kube, self.holds), name="pod-watch"
             )
             self._roots.append(self._kube_task)
         for i, factory in enumerate(self._extra):
@@ -171,6 +201,10 @@ class Aggregator:
         if self.config.ready_file:
             await asyncio.to_thread(_write_atomically, Path(self.config.ready_file), address + "\n")
         return True
+
+    def _may_act(self) -> bool:
+        """May this replica write to pods now? Without leader election, always; with it, while it leads."""
+        return self._elector is None or self._elector.is_leader
 
     async def run_until(self, stop: asyncio.Event) -> asyncio.Task[None] | None:
         """Wait for the stop event or the first root task to end; the task that ended, else None."""

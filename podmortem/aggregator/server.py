@@ -3,7 +3,9 @@
 One `Report` stream per sidecar: `register` first (else INVALID_ARGUMENT), then events — each taken
 into the incident book and acknowledged by id, duplicates included (the sidecar resends whatever was
 not acknowledged after a reconnect) — and NTP-style clock probes answered with receive and send
-times of this server's clock. `create_server(address)` returns `(server, port)` so tests bind port 0.
+times of this server's clock. With a hold desk (`aggregator.holding`: pod conditions are written), the
+server says so in `Registered.holds` and answers each sidecar's `hold` with its pod's condition.
+`create_server(address)` returns `(server, port)` so tests bind port 0.
 
 Server options are set on purpose: receive size bounded (the sidecar truncates payloads far below
 it), keepalive policy that admits the sidecar's pings, and pending-request limits above the largest
@@ -24,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from podmortem.aggregator.auth import AuthError, Identity, TokenReviewer, authorize, bearer
+from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.intake import LimitExceeded
 from podmortem.aggregator.metrics import Metrics
@@ -105,8 +108,10 @@ class CollectorService(pb_grpc.CollectorServicer):
         store: StateStore | None = None,
         event_rate: float = EVENT_RATE,
         event_burst: int = EVENT_BURST,
+        holds: HoldDesk | None = None,
     ) -> None:
         self.event_rate, self.event_burst = event_rate, event_burst
+        self.holds = holds  # None: no pod conditions written here; sidecars are told not to hold
         self.book = book
         self.store = store  # --state-dir: registrations and events committed before they are acked
         self.metrics = metrics
@@ -178,8 +183,11 @@ class CollectorService(pb_grpc.CollectorServicer):
         )
         if self.metrics:
             self.metrics.connected.inc()
+        if self.holds is not None:
+            self.holds.registered(key, first.register.holds)
         try:
-            yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id=self.aggregator_id))
+            registered = pb.Registered(aggregator_id=self.aggregator_id, holds=self.holds is not None)
+            yield pb.AggregatorMessage(registered=registered)
             bucket = _TokenBucket(self.event_rate, self.event_burst)
             async for msg in request_iterator:
                 body = msg.WhichOneof("body")
@@ -202,7 +210,19 @@ class CollectorService(pb_grpc.CollectorServicer):
                             self.store.event(key, msg.event)  # durable before acknowledged
                         except sqlite3.Error as exc:
                             await self._state_failed(context, exc)
+                    if self.holds is not None:
+                        self.holds.changed(key.job)
                     yield pb.AggregatorMessage(ack=pb.Ack(event_ids=[msg.event.id]))
+                elif body == "hold":
+                    if self.holds is None:
+                        answer = pb.HoldReply(
+                            seq=msg.hold.seq,
+                            outcome=pb.HoldReply.NOT_WRITTEN,
+                            detail="this aggregator writes no pod conditions",
+                        )
+                    else:
+                        answer = await self.holds.hold(key, msg.hold)
+                    yield pb.AggregatorMessage(hold_reply=answer)
                 elif body == "clock_probe":
                     t2 = self.clock()
                     reply = pb.ClockReply(seq=msg.clock_probe.seq)

@@ -77,6 +77,7 @@ class Settings:
     container: str | None = None
     settle_seconds: float = 2.0
     flush_timeout: float = 10.0
+    hold_timeout: float = 15.0
     clock_probe_interval: float = 30.0
     log_level: str = "INFO"
     token_file: Path | None = None
@@ -173,6 +174,15 @@ _SETTINGS: tuple[Setting, ...] = (
         default="10",
     ),
     Setting(
+        "hold_timeout",
+        "--hold-timeout",
+        "PODMORTEM_HOLD_TIMEOUT",
+        "after a failed training container, seconds (from the SIGTERM, the flush included) to hold the pod "
+        "until the aggregator confirms its podmortem.io/* condition; capped below the pod's grace period, "
+        "skipped when the pod is being deleted; 0 never holds",
+        default="15",
+    ),
+    Setting(
         "clock_probe_interval",
         "--clock-probe-interval",
         "PODMORTEM_CLOCK_PROBE_INTERVAL",
@@ -215,7 +225,7 @@ _SETTINGS: tuple[Setting, ...] = (
 )
 # What the environment/flag text becomes, per field (str fields need no entry).
 _INT_FIELDS = {"replica_index", "rank", "log_tail_bytes"}
-_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "clock_probe_interval"}
+_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "hold_timeout", "clock_probe_interval"}
 _PATH_FIELDS = {"error_file", "pod_status_file", "log_file", "token_file", "tls_ca"}
 
 

@@ -156,6 +156,7 @@ class PodReporter:
         self.log_file = log_file
         self.log_tail_bytes = log_tail_bytes
         self.previous: PodSnapshot | None = None
+        self.grace_seconds: float | None = None  # the pod's terminationGracePeriodSeconds, once seen
         self._warned_name = False
         # Runs of the container before this one belong to earlier job attempts, registered as such by
         # earlier sidecars (or the aggregator's pod watch): their ends are not reported again (`serve`).
@@ -174,6 +175,9 @@ class PodReporter:
 
     async def observe(self, pod: dict[str, Any]) -> list[pb.Event]:
         snap = podstatus.snapshot(pod, self.container)
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+            self.grace_seconds = float(grace)
         if self.pod_name and snap.name and snap.name != self.pod_name and not self._warned_name:
             self._warned_name = True
             logger.warning("pod status names pod %r, but this sidecar is for %r", snap.name, self.pod_name)

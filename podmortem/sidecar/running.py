@@ -13,9 +13,16 @@ moment later: so when the pod's end is not known yet, it keeps watching the pod 
 until it is, at most `flush_timeout` — the termination (exit code, signal, OOMKilled) and the log tail
 are what the verdict needs. Then a flush — it waits, at most
 `flush_timeout`, until the aggregator has acknowledged every event (the watchers keep running
-meanwhile, so a file written during the flush still goes out). Then everything is cancelled and
-awaited, and the failure of any task is re-raised. Exit code 0 after a stop, 2 for a configuration
-error (bad settings, or INVALID_ARGUMENT from the aggregator).
+meanwhile, so a file written during the flush still goes out). Then the hold (`_hold`): when the
+training container did not end cleanly and the pod is not being deleted, the sidecar asks the aggregator
+to confirm this pod's condition (`podmortem.io/Victim`, `PermanentFailure`, `RetryableFailure`, or none)
+and waits for the answer, until `hold_timeout` after the SIGTERM (the flush included: an unreachable
+aggregator keeps a held pod no longer than that) and never past its pod's grace period (less a margin
+for the rest of the stop path): the kubelet does not make the pod terminal while its native sidecar runs,
+so the Job controller sees the condition when it sees the failure. An aggregator that does not hold
+(older) or does not answer in time lets the pod fall back to Kubernetes' defaults. Then everything is
+cancelled and awaited, and the failure of any task is re-raised. Exit code 0 after a stop (SIGTERM
+included), 2 for a configuration error (bad settings, or INVALID_ARGUMENT from the aggregator).
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ from podmortem.sidecar.watcher import ErrorFileWatcher
 
 logger = logging.getLogger("podmortem.sidecar")
 IDENTITY_WAIT = 10.0  # seconds to read our own pod for the job's identity at start
+# Kubernetes' default terminationGracePeriodSeconds, when the pod's own is not known.
+DEFAULT_GRACE = 30.0
+# Of the grace period the SIGTERM started, what the hold leaves for the rest of the stop path and the exit.
+GRACE_MARGIN = 2.0
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -97,6 +108,7 @@ def build_register(settings: Settings, session_id: str) -> pb.Register:
         session_id=session_id,
         sidecar_version=podmortem.__version__,
         pod_ip=settings.pod_ip,
+        holds=settings.hold_timeout > 0,
     )
     if settings.replica_index is not None:
         register.replica_index = settings.replica_index
@@ -221,13 +233,20 @@ async def serve(
         await asyncio.wait(everything, return_when=asyncio.FIRST_COMPLETED)
         if stopper.done() and not streamer.done():
             logger.info("stopping: a last look at the error file and the pod, then flushing")
+            stopped_at = loop.time()
             watcher.check(force=True, final=True)
             deadline = loop.time() + settings.flush_timeout
             if reporter is not None:
                 await reporter.refresh()
                 await _await_end(reporter, pod_changed, settings.flush_timeout)
                 watcher.check(force=True, final=True)
+            if will_hold(settings, reporter, client):
+                # A held pod waits for the aggregator at most until its hold deadline, the flush included.
+                grace = reporter.grace_seconds if reporter is not None else None
+                deadline = min(deadline, loop.time() + hold_budget(settings, grace, stopped_at, loop.time()))
             await _flush(outbox, streamer, max(deadline - loop.time(), min(settings.flush_timeout, 1.0)))
+            if not streamer.done():
+                await _hold(client, reporter, settings, stopped_at)
     finally:
         for task in everything:
             task.cancel()
@@ -320,6 +339,65 @@ async def _await_end(reporter: PodReporter, changed: asyncio.Event, limit: float
         logger.warning("the pod's end was not seen within %gs; flushing what is known", limit)
     else:
         logger.info("the pod's end is known: flushing")
+
+
+def hold_budget(settings: Settings, grace: float | None, stopped_at: float, now: float) -> float:
+    """Seconds left of the hold at `now`: it ends `hold_timeout` after the SIGTERM (at `stopped_at`, loop
+    clock; the flush before it counts), and never past the pod's grace period less `GRACE_MARGIN`."""
+    grace_left = stopped_at + (DEFAULT_GRACE if grace is None else grace) - GRACE_MARGIN
+    return max(min(stopped_at + settings.hold_timeout, grace_left) - now, 0.0)
+
+
+def will_hold(settings: Settings, reporter: PodReporter | None, client: StreamClient) -> bool:
+    """Is this pod to be held (as far as is known before the flush)?"""
+    return settings.hold_timeout > 0 and not hold_skipped(reporter) and client.may_hold()
+
+
+def hold_skipped(reporter: PodReporter | None) -> str:
+    """Why this pod is not held ("" when it is): being deleted (the grace period is shared with the
+    deletion, and the Job controller, a JobSet restart, a drain or a preemption is already acting), or its
+    training container exited 0 (a pod that succeeded gets no condition)."""
+    snap = reporter.previous if reporter is not None else None
+    if snap is None:
+        return ""
+    if snap.deleted_at is not None:
+        return "the pod is being deleted"
+    t = snap.termination
+    if t is not None and t.exit_code == 0 and not t.signal and snap.phase != "Failed":
+        return "the training container exited 0"
+    return ""
+
+
+async def _hold(client: StreamClient, reporter: PodReporter | None, settings: Settings, stopped_at: float) -> None:
+    """Wait for the aggregator to confirm this pod's condition (see the module docstring)."""
+    if settings.hold_timeout <= 0:
+        return
+    if not client.may_hold():
+        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+        return
+    if why := hold_skipped(reporter):
+        logger.info("not holding the pod: %s", why)
+        return
+    loop = asyncio.get_running_loop()
+    grace = reporter.grace_seconds if reporter is not None else None
+    budget = hold_budget(settings, grace, stopped_at, loop.time())
+    if budget <= 0:
+        logger.warning("no confirmation within the hold (%gs from the SIGTERM): exiting", settings.hold_timeout)
+        return
+    logger.info("holding the pod until the aggregator confirms its condition (at most %.1fs)", budget)
+    started = loop.time()
+    reply = await client.hold(budget)
+    waited = loop.time() - started
+    if reply is None and not client.may_hold():
+        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+    elif reply is None:
+        logger.warning("no confirmation within %.1fs: exiting; Kubernetes' defaults apply to this pod", budget)
+    elif reply.outcome == pb.HoldReply.WRITTEN:
+        logger.info("condition %s written on this pod (held %.2fs)", reply.condition_type, waited)
+    elif reply.outcome == pb.HoldReply.NO_CONDITION:
+        logger.info("the aggregator gives this pod no condition (held %.2fs)", waited)
+    else:
+        logger.warning("the aggregator wrote no condition: %s (held %.2fs)", reply.detail or "no reason", waited)
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

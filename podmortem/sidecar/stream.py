@@ -19,6 +19,12 @@ offset = ((t2 - t1) + (t3 - t4)) / 2 and round trip = (t4 - t1) - (t3 - t2), kee
 the smallest round trip (the one least disturbed by queueing) and sends a `ClockEstimate` whenever
 that best sample improves (and after each registration). The wall clock, the backoff's sleep and
 its randomness are injected so tests can skew and speed them.
+
+The hold (`hold`): once the training container ended and the last events were sent, the sidecar asks the
+aggregator to confirm this pod's condition (proto `Hold` / `HoldReply`). Asked only of an aggregator that
+said it answers (`Registered.holds`); sent after every event still unacknowledged on its stream, and sent
+again after a reconnect. `hold` returns the reply, or None when this aggregator does not hold (an older
+one) or the caller's timeout passes first.
 """
 
 from __future__ import annotations
@@ -170,6 +176,10 @@ class StreamClient:
         self._probes: dict[int, int] = {}  # seq -> t1 (ns) of probes awaiting replies
         self._ever_sent: set[str] = set()  # ids sent on some stream (to log resends as such)
         self.aggregator_id: str | None = None  # of the aggregator incarnation last registered with
+        self.aggregator_holds: bool | None = None  # the last aggregator registered with answers `hold`
+        self._hold: pb.Hold | None = None  # asked and not answered yet
+        self._hold_reply: asyncio.Future[pb.HoldReply | None] | None = None
+        self._control: _Control | None = None  # of the registered stream, for a hold asked meanwhile
         self._call: Any = None  # the open stream
         self._switching = False  # `reregister` ended the stream: reconnect at once
 
@@ -263,6 +273,8 @@ class StreamClient:
                             again,
                         )
                     self.aggregator_id = new_id
+                    self.aggregator_holds = msg.registered.holds
+                    self._control = control
                     self.registered.set()
                     logger.info(
                         "registered with aggregator %s (id %r) as pod %s/%s; %d event(s) pending",
@@ -274,6 +286,14 @@ class StreamClient:
                     )
                     if (estimate := self.clock.estimate()) is not None:
                         control.push(pb.SidecarMessage(clock_estimate=estimate))
+                    if self._hold is not None:
+                        if msg.registered.holds:
+                            control.push(pb.SidecarMessage(hold=self._hold))
+                        else:
+                            self._answer(None)  # an aggregator that does not hold: no reason to wait
+                elif kind == "hold_reply":
+                    if self._hold is not None and msg.hold_reply.seq == self._hold.seq:
+                        self._answer(msg.hold_reply)
                 elif kind == "ack":
                     for event in self.outbox.ack(msg.ack.event_ids):
                         logger.info("acked %s", describe(event))
@@ -288,6 +308,7 @@ class StreamClient:
         finally:
             self._call = None
             self.registered.clear()
+            self._control = None
             prober.cancel()
             writer.cancel()
             results = await asyncio.gather(writer, prober, return_exceptions=True)
@@ -297,12 +318,42 @@ class StreamClient:
                 raise result  # a bug in the writer, not a broken stream
         return code, details, was_registered
 
+    def may_hold(self) -> bool:
+        """False once the aggregator registered with says it does not answer `hold` (an older one)."""
+        return self.aggregator_holds is not False
+
+    async def hold(self, timeout_seconds: float) -> pb.HoldReply | None:
+        """Ask the aggregator to confirm this pod's condition; its reply, or None (an aggregator that does
+        not hold, or `timeout_seconds` passed first). Events not yet acknowledged go out before it."""
+        if self.registered.is_set() and self.aggregator_holds is False:
+            return None
+        loop = asyncio.get_running_loop()
+        seq = (self._hold.seq if self._hold is not None else 0) + 1
+        self._hold = pb.Hold(seq=seq, timeout_seconds=timeout_seconds)
+        self._hold_reply = loop.create_future()
+        if self._control is not None and self.aggregator_holds:
+            self._control.push(pb.SidecarMessage(hold=self._hold))
+        try:
+            async with asyncio.timeout(timeout_seconds):
+                return await self._hold_reply
+        except TimeoutError:
+            return None
+        finally:
+            self._hold, self._hold_reply = None, None
+
+    def _answer(self, reply: pb.HoldReply | None) -> None:
+        if self._hold_reply is not None and not self._hold_reply.done():
+            self._hold_reply.set_result(reply)
+
     async def _write(self, call: Any, control: _Control) -> None:
         await call.write(pb.SidecarMessage(register=self.register))
         sent = 0
         while True:
+            holds: list[pb.SidecarMessage] = []
             for item in control.take():
-                if item is _PROBE:
+                if isinstance(item, pb.SidecarMessage) and item.WhichOneof("body") == "hold":
+                    holds.append(item)  # after the events below: the aggregator decides on everything sent
+                elif item is _PROBE:
                     self._probe_seq += 1
                     t1 = self._wall_ns()
                     self._probes[self._probe_seq] = t1
@@ -320,6 +371,9 @@ class StreamClient:
                 self._ever_sent.add(event.id)
                 logger.info("%s %s", verb, describe(event))
             sent = upto
+            for item in holds:
+                await call.write(item)
+                logger.info("asked the aggregator to confirm this pod's condition (hold %d)", item.hold.seq)
             await _first(self.outbox.wait_beyond(sent), control.wait())
 
     async def _probe(self, control: _Control) -> None:

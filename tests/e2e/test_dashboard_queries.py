@@ -226,6 +226,9 @@ async def test_every_dashboard_query_returns_data(stack: tuple[Aggregator, Webho
         closed = set(values("Incidents closed by quorum vs timeout", "closed_by"))
         assert closed == {"quorum", "timeout"}
         assert values("Publish errors", "publisher").keys() >= {"json-file"}
+        # Created up front: the three condition types are series from the first scrape.
+        assert set(values("Pod conditions written", "type")) == {"Victim", "PermanentFailure", "RetryableFailure"}
+        assert values("Retry budget saved", "") == {"": 0.0}
 
         board = json.loads(DASHBOARD.read_text())
         for variable in board["templating"]["list"]:

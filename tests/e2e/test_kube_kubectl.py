@@ -65,6 +65,24 @@ async def test_kubectl_podmortem_explain_a_job(published: Path, tmp_path: Path) 
     assert "Condition:      PodmortemRootCause=True (UserCode)" in text
 
 
+async def test_explain_shows_each_pods_condition(published: Path, kube_api: EmulatorHandle) -> None:
+    for pod, kind, reason in (("worker-0", "Victim", "Victim"), ("worker-1", "PermanentFailure", "UserCode")):
+        condition = {
+            "type": f"podmortem.io/{kind}", "status": "True", "reason": reason, "message": f"{kind} of {pod}",
+            "lastTransitionTime": "2026-11-21T15:06:11Z",
+        }  # fmt: skip
+        kube_api.change(PODS, NS, f"mixtral-cpt-{pod}", {"status": {"conditions": [condition]}})
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pod/mixtral-cpt-worker-0",
+               "--kubeconfig", str(published), "-n", NS])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    section = out.stdout.split("Pod Conditions:\n", 1)[1].splitlines()
+    assert section == [
+        "  mixtral-cpt-worker-0  Victim (Victim, 2026-11-21T15:06:11Z): Victim of worker-0",
+        "  mixtral-cpt-worker-1  PermanentFailure (UserCode, 2026-11-21T15:06:11Z): PermanentFailure of worker-1",
+        "  mixtral-cpt-worker-2  <none>",
+    ]
+
+
 async def test_a_pod_without_a_verdict_leads_to_its_job(published: Path) -> None:
     args = [sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pod/mixtral-cpt-worker-0"]
     out = run([*args, "--kubeconfig", str(published), "-n", NS])

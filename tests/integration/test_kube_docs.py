@@ -16,7 +16,9 @@ from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.leader import LeaderElector, LeaseTimings
+from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.kube.podwatch import PodWatch
+from podmortem.core.conditions import VICTIM, PodCondition
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"
@@ -92,9 +94,12 @@ async def test_the_aggregator_role_covers_its_requests(kube_api: EmulatorHandle,
     await asyncio.gather(task, return_exceptions=True)
     for publisher in kp.kube_publishers(KubeSettings(), kube):
         await publisher.publish(decision())
+    victim = PodCondition("mixtral-cpt-worker-0", VICTIM, "Victim", "gloo: connection closed by peer")
+    await PodConditionWriter(kube).write(NS, victim.pod, victim)
     kube.close()
     asked = needed(kube_api.requests())
     assert ("", "pods", "watch") in asked and ("kubeflow.org", "pytorchjobs/status", "patch") in asked
+    assert ("", "pods/status", "patch") in asked
     assert ("", "pods/log", "get") in asked
     assert asked <= granted(roles()["podmortem-aggregator"])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from support.common import HANG_GUARD, eventually
 from support.fake_collector import FakeCollector, serving
 
 from podmortem.k8s.backoff import Backoff
+from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar import config, running
 from podmortem.sidecar.config import Settings
 from podmortem.sidecar.outbox import Outbox
@@ -35,6 +37,7 @@ POD = {
     },
 }
 FAST = Backoff(initial=0.01, maximum=0.05)
+SETTINGS = Settings(pod_name="p", namespace="ns", error_file=Path("e"), aggregator="127.0.0.1:1")
 
 
 # What the sidecar logs once SIGTERM came before the pod's end: it waits for that end (a positive signal).
@@ -322,3 +325,79 @@ async def test_without_a_job_name_a_jobset_pod_registers_under_its_jobset(tmp_pa
             assert await asyncio.wait_for(task, HANG_GUARD) == 0
     reg = served.collector.registers[0]
     assert (reg.job.name, reg.job.kind, reg.attempt) == ("llm", "JobSet", "2")
+
+
+# -- the hold: after a failed training container, wait for the aggregator to confirm the pod's condition ----
+
+WRITTEN = pb.HoldReply(outcome=pb.HoldReply.WRITTEN, condition_type="podmortem.io/Victim")
+
+
+async def _failed_and_stopped(served: Any, tmp_path: Path, pod: dict[str, Any], **extra: str) -> tuple[int, float]:
+    """A sidecar whose training container failed and which is then stopped: (exit code, seconds to exit)."""
+    settings = settings_for(tmp_path, served.target, **extra)
+    assert settings.pod_status_file is not None
+    settings.pod_status_file.write_text(json.dumps(pod))
+    async with serve_task(settings, Outbox()) as (stop, task):
+        await eventually(lambda: len(served.collector.events) >= 1, "the first event")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        stop.set()
+        code = await asyncio.wait_for(task, HANG_GUARD)
+        return code, loop.time() - started
+
+
+async def test_hold_waits_for_the_confirmation_after_the_last_events(tmp_path: Path) -> None:
+    async with serving(FakeCollector(holds=True, hold_reply=WRITTEN)) as served:
+        code, _ = await _failed_and_stopped(served, tmp_path, POD, PODMORTEM_HOLD_TIMEOUT="30")
+        fake = served.collector
+    assert code == 0
+    assert fake.registers[0].holds
+    [(hold, events_before)] = fake.hold_requests
+    assert events_before == len(fake.events)  # asked after every event
+    assert 0 < hold.timeout_seconds <= 30 - running.GRACE_MARGIN  # within the default grace of 30 s
+
+
+async def test_hold_is_asked_again_after_a_reconnect(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
+    fake = FakeCollector(holds=True, hold_reply=WRITTEN)
+    fake.break_on_hold = 1  # the stream breaks as the first hold arrives
+    async with serving(fake) as served:
+        code, _ = await _failed_and_stopped(served, tmp_path, POD, PODMORTEM_HOLD_TIMEOUT="30")
+    assert code == 0
+    assert len(fake.registers) == 2 and len(fake.hold_requests) == 2  # registered again, asked again
+    assert "condition podmortem.io/Victim written on this pod" in caplog.text
+
+
+async def test_hold_ends_at_its_timeout_when_nobody_answers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async with serving(FakeCollector(holds=True, hold_reply=None)) as served:
+        code, _ = await _failed_and_stopped(served, tmp_path, POD, PODMORTEM_HOLD_TIMEOUT="0.5")
+        assert len(served.collector.hold_requests) == 1
+    assert code == 0
+    assert "no confirmation within 0.5s" in caplog.text
+
+
+async def test_an_older_aggregator_is_not_asked_to_hold(tmp_path: Path) -> None:
+    # An aggregator from before the hold says nothing of it in Registered: the sidecar exits without waiting.
+    async with serving(FakeCollector(holds=False)) as served:
+        code, _ = await _failed_and_stopped(served, tmp_path, POD, PODMORTEM_HOLD_TIMEOUT="3600")
+        assert served.collector.hold_requests == []
+    assert code == 0
+
+
+async def test_no_hold_for_a_pod_being_deleted_or_one_that_succeeded(tmp_path: Path) -> None:
+    succeeded = json.loads(json.dumps(POD))
+    succeeded["status"]["phase"] = "Succeeded"
+    succeeded["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 0
+    for pod in (DELETED_ENDED_POD, succeeded):
+        async with serving(FakeCollector(holds=True, hold_reply=None)) as served:
+            code, _ = await _failed_and_stopped(served, tmp_path, pod, PODMORTEM_HOLD_TIMEOUT="3600")
+            assert served.collector.hold_requests == []
+        assert code == 0
+
+
+def test_the_hold_never_outlasts_the_pods_grace() -> None:
+    settings = dataclasses.replace(SETTINGS, hold_timeout=15.0)
+    assert running.hold_budget(settings, None, stopped_at=100.0, now=101.0) == 14.0  # counted from the SIGTERM
+    assert running.hold_budget(settings, 10.0, stopped_at=100.0, now=101.0) == 10.0 - running.GRACE_MARGIN - 1.0
+    assert running.hold_budget(settings, 1.0, stopped_at=100.0, now=101.0) == 0.0
+    assert running.hold_budget(settings, None, stopped_at=100.0, now=120.0) == 0.0

@@ -1,7 +1,8 @@
 """A small Collector servicer speaking collector.proto, for sidecar tests over real gRPC on 127.0.0.1.
 
 It registers, acks (or holds its acks), answers clock probes on a clock it can skew, rejects bad
-registrations with INVALID_ARGUMENT, and can be stopped and restarted on the same port — the parts of
+registrations with INVALID_ARGUMENT, answers `hold` when asked to (`holds`: else it is an aggregator of
+before the hold, which ignores the message), and can be stopped and restarted on the same port — the parts of
 an aggregator a sidecar test needs, without the aggregator's incident logic.
 """
 
@@ -23,7 +24,19 @@ from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 class FakeCollector(pb_grpc.CollectorServicer):
     """A test aggregator: records what it receives and answers as the contract says."""
 
-    def __init__(self, *, clock_offset_ns: int = 0, ack: bool = True, reject: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        clock_offset_ns: int = 0,
+        ack: bool = True,
+        reject: str = "",
+        holds: bool = False,
+        hold_reply: pb.HoldReply | None = None,
+    ) -> None:
+        self.holds = holds  # says Registered.holds and answers `hold` (with `hold_reply`; None: never)
+        self.hold_reply = hold_reply
+        self.break_on_hold = 0  # end this many streams (UNAVAILABLE) when a hold arrives on them
+        self.hold_requests: list[tuple[pb.Hold, int]] = []  # each hold, with the events received before it
         self.clock_offset_ns = clock_offset_ns
         self.ack = ack
         self.reject = reject
@@ -60,7 +73,17 @@ class FakeCollector(pb_grpc.CollectorServicer):
                 self.registers.append(msg.register)
                 if self.reject or not msg.register.pod:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.reject or "pod is required")
-                yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id="fake"))
+                yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id="fake", holds=self.holds))
+            elif kind == "hold":
+                self.hold_requests.append((msg.hold, len(self.events)))
+                if self.break_on_hold > 0:
+                    self.break_on_hold -= 1
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "test: the aggregator went away")
+                if self.holds and self.hold_reply is not None:
+                    answer = pb.HoldReply()
+                    answer.CopyFrom(self.hold_reply)
+                    answer.seq = msg.hold.seq
+                    yield pb.AggregatorMessage(hold_reply=answer)
             elif kind == "event":
                 self.events.append(msg.event)
                 held.append(msg.event.id)

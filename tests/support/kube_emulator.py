@@ -81,16 +81,23 @@ Key = tuple[Resource, str | None, str]
 # -- pure helpers ------------------------------------------------------------------------------
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: dicts merge recursively, null deletes, everything else replaces."""
+def merge_patch(target: Any, patch: Any, strategic: bool = False) -> Any:
+    """RFC 7386 JSON merge patch: dicts merge recursively, null deletes, everything else replaces. With
+    `strategic`, a `conditions` list merges by `type` (patchMergeKey) as the API server's strategic merge does."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
+        elif strategic and key == "conditions" and isinstance(value, list) and isinstance(result.get(key), list):
+            merged = {c.get("type"): c for c in result[key] if isinstance(c, dict)}
+            for c in value:
+                if isinstance(c, dict):
+                    merged[c.get("type")] = merge_patch(merged.get(c.get("type")), c, strategic)
+            result[key] = list(merged.values())
         else:
-            result[key] = merge_patch(result.get(key), value)
+            result[key] = merge_patch(result.get(key), value, strategic)
     return result
 
 
@@ -452,7 +459,7 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
             if not isinstance(body, dict):
                 raise _Problem(400, "BadRequest", "a merge patch is an object")
             self._check_version((body.get("metadata") or {}).get("resourceVersion"), old, name)
-            new = merge_patch(old, body)
+            new = merge_patch(old, body, strategic=ctype == "application/strategic-merge-patch+json")
         else:
             raise _Problem(415, "UnsupportedMediaType", f"the patch content type {ctype!r} is not supported")
         new = self._finish_write(res, request.subresource, old, new)

@@ -117,6 +117,11 @@ annotations, their status patched for the condition; Events are created for even
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
+{{- if has "pod-conditions" $publish }}
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- if has "events" $publish }}
 - apiGroups: [""]
   resources: ["events"]

@@ -15,7 +15,9 @@ ids, so a fact seen by both is one event):
 * the job's size, resolved from its spec (`jobs.world_size`), goes to `book.expect`;
 * a member that ends with no sidecar to speak for it and no termination message gets its failed
   run's log tail read (`logs.LogReader`) — ingested before its termination, so quorum does not close
-  on a member whose log is still on its way. A pod's events stay in the order the watch saw them.
+  on a member whose log is still on its way. A pod's events stay in the order the watch saw them;
+* each version of a member pod goes to the hold desk (`holding.HoldDesk.pod_seen`), with it the API's
+  word that this pod belongs to this job, and a pod that cannot be held gets its condition there.
 
 Pods are found by label selector (one watch per selector and namespace: `KubeSettings.pod_selectors`,
 `KubeSettings.namespaces`). A watch resumes from the last resourceVersion it saw after a dropped
@@ -34,6 +36,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.jobs import node_rank, world_size
@@ -144,9 +147,11 @@ class PodWatch:
         settings: KubeSettings,
         resolver: JobResolver | None = None,
         backoff: Backoff | None = None,
+        holds: HoldDesk | None = None,
     ) -> None:
         self.kube = kube
         self.book = book
+        self.holds = holds
         self.settings = settings
         self.resolver = resolver or JobResolver(kube)
         self.backoff = backoff or Backoff(settings.backoff_initial, settings.backoff_max)
@@ -262,6 +267,8 @@ class PodWatch:
         ended = any(e.WhichOneof("payload") == "termination" for e in events)
         read_log = ended and self.logs is not None and needs_log(snap) and self.book.lacks_log(key)
         self._ingest(uid, key, events, snap if read_log else None)
+        if self.holds is not None:
+            self.holds.pod_seen(key, pod)
         self._known[uid] = _Known(key, snap, scope)
         self.observed += 1
         return uid
@@ -288,11 +295,17 @@ class PodWatch:
         assert ts is not None
         deletion.deletion_timestamp.CopyFrom(ts)
         self._ingest(uid, known.key, [wire.make_event(deletion, f"{uid}/deletion/vanished")])
+        if self.holds is not None:
+            self.holds.vanished(known.key)
         log.info("pod %s/%s is gone (phase %s)", snap.namespace, snap.name, snap.phase or "unknown")
 
 
 async def run_kubernetes(
-    book: IncidentBook, settings: KubeSettings, stop: asyncio.Event, kube: Kube | None = None
+    book: IncidentBook,
+    settings: KubeSettings,
+    stop: asyncio.Event,
+    kube: Kube | None = None,
+    holds: HoldDesk | None = None,
 ) -> None:
     """The aggregator's pod watch task: runs until `stop` is set, then cancels its watches and returns.
 
@@ -301,7 +314,7 @@ async def run_kubernetes(
     """
     own = kube is None
     client = Kube.from_settings(settings) if kube is None else kube
-    watch = PodWatch(client, book, settings)
+    watch = PodWatch(client, book, settings, holds=holds)
     task = asyncio.create_task(watch.run(), name="podmortem pod watch")
     stopper = asyncio.create_task(stop.wait())
     try:

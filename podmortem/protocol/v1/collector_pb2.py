@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%podmortem/protocol/v1/collector.proto\x12\x0cpodmortem.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x01\n\x0eSidecarMessage\x12*\n\x08register\x18\x01 \x01(\x0b\x32\x16.podmortem.v1.RegisterH\x00\x12$\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x13.podmortem.v1.EventH\x00\x12/\n\x0b\x63lock_probe\x18\x03 \x01(\x0b\x32\x18.podmortem.v1.ClockProbeH\x00\x12\x35\n\x0e\x63lock_estimate\x18\x04 \x01(\x0b\x32\x1b.podmortem.v1.ClockEstimateH\x00\x42\x06\n\x04\x62ody\"\x9e\x01\n\x11\x41ggregatorMessage\x12.\n\nregistered\x18\x01 \x01(\x0b\x32\x18.podmortem.v1.RegisteredH\x00\x12 \n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x11.podmortem.v1.AckH\x00\x12/\n\x0b\x63lock_reply\x18\x03 \x01(\x0b\x32\x18.podmortem.v1.ClockReplyH\x00\x42\x06\n\x04\x62ody\"D\n\x06JobRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\"\xb9\x02\n\x08Register\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x14.podmortem.v1.JobRef\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x0f\n\x07pod_uid\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x14\n\x0creplica_type\x18\x05 \x01(\t\x12\x1a\n\rreplica_index\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\x04rank\x18\x07 \x01(\x05H\x01\x88\x01\x01\x12\x1c\n\x0fworld_size_hint\x18\x08 \x01(\x05H\x02\x88\x01\x01\x12\x0f\n\x07\x61ttempt\x18\t \x01(\t\x12\x12\n\nsession_id\x18\n \x01(\t\x12\x17\n\x0fsidecar_version\x18\x0b \x01(\t\x12\x0e\n\x06pod_ip\x18\x0c \x01(\tB\x10\n\x0e_replica_indexB\x07\n\x05_rankB\x12\n\x10_world_size_hint\"#\n\nRegistered\x12\x15\n\raggregator_id\x18\x01 \x01(\t\"\xcc\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\twall_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmonotonic_ns\x18\x03 \x01(\x03\x12-\n\nerror_file\x18\n \x01(\x0b\x32\x17.podmortem.v1.ErrorFileH\x00\x12\x30\n\x0btermination\x18\x0b \x01(\x0b\x32\x19.podmortem.v1.TerminationH\x00\x12/\n\tcondition\x18\x0c \x01(\x0b\x32\x1a.podmortem.v1.PodConditionH\x00\x12*\n\x08\x64\x65letion\x18\r \x01(\x0b\x32\x16.podmortem.v1.DeletionH\x00\x12)\n\x08log_tail\x18\x0e \x01(\x0b\x32\x15.podmortem.v1.LogTailH\x00\x42\t\n\x07payload\"\xd1\x01\n\tErrorFile\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\x12\x16\n\ttimestamp\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\nerror_code\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\ttruncated\x18\x06 \x01(\x08\x12\x12\n\nsize_bytes\x18\x07 \x01(\x03\x12\x13\n\x0bparse_error\x18\x08 \x01(\tB\x0c\n\n_timestampB\r\n\x0b_error_code\"\xff\x01\n\x0bTermination\x12\x16\n\texit_code\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x06signal\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rrestart_count\x18\x07 \x01(\x05\x12\x11\n\tcontainer\x18\x08 \x01(\tB\x0c\n\n_exit_codeB\t\n\x07_signal\"\x87\x01\n\x0cPodCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x38\n\x14last_transition_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x08\x44\x65letion\x12\x36\n\x12\x64\x65letion_timestamp\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x07LogTail\x12\x0c\n\x04text\x18\x01 \x01(\x0c\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"\x18\n\x03\x41\x63k\x12\x11\n\tevent_ids\x18\x01 \x03(\t\"A\n\nClockProbe\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12&\n\x02t1\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x91\x01\n\nClockReply\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12&\n\x02t1\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02t2\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02t3\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"J\n\rClockEstimate\x12\x11\n\toffset_ns\x18\x01 \x01(\x03\x12\x15\n\rround_trip_ns\x18\x02 \x01(\x03\x12\x0f\n\x07samples\x18\x03 \x01(\x05\x32X\n\tCollector\x12K\n\x06Report\x12\x1c.podmortem.v1.SidecarMessage\x1a\x1f.podmortem.v1.AggregatorMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%podmortem/protocol/v1/collector.proto\x12\x0cpodmortem.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf6\x01\n\x0eSidecarMessage\x12*\n\x08register\x18\x01 \x01(\x0b\x32\x16.podmortem.v1.RegisterH\x00\x12$\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x13.podmortem.v1.EventH\x00\x12/\n\x0b\x63lock_probe\x18\x03 \x01(\x0b\x32\x18.podmortem.v1.ClockProbeH\x00\x12\x35\n\x0e\x63lock_estimate\x18\x04 \x01(\x0b\x32\x1b.podmortem.v1.ClockEstimateH\x00\x12\"\n\x04hold\x18\x05 \x01(\x0b\x32\x12.podmortem.v1.HoldH\x00\x42\x06\n\x04\x62ody\"\xcd\x01\n\x11\x41ggregatorMessage\x12.\n\nregistered\x18\x01 \x01(\x0b\x32\x18.podmortem.v1.RegisteredH\x00\x12 \n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x11.podmortem.v1.AckH\x00\x12/\n\x0b\x63lock_reply\x18\x03 \x01(\x0b\x32\x18.podmortem.v1.ClockReplyH\x00\x12-\n\nhold_reply\x18\x04 \x01(\x0b\x32\x17.podmortem.v1.HoldReplyH\x00\x42\x06\n\x04\x62ody\"D\n\x06JobRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\"\xc8\x02\n\x08Register\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x14.podmortem.v1.JobRef\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x0f\n\x07pod_uid\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x14\n\x0creplica_type\x18\x05 \x01(\t\x12\x1a\n\rreplica_index\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\x04rank\x18\x07 \x01(\x05H\x01\x88\x01\x01\x12\x1c\n\x0fworld_size_hint\x18\x08 \x01(\x05H\x02\x88\x01\x01\x12\x0f\n\x07\x61ttempt\x18\t \x01(\t\x12\x12\n\nsession_id\x18\n \x01(\t\x12\x17\n\x0fsidecar_version\x18\x0b \x01(\t\x12\x0e\n\x06pod_ip\x18\x0c \x01(\t\x12\r\n\x05holds\x18\r \x01(\x08\x42\x10\n\x0e_replica_indexB\x07\n\x05_rankB\x12\n\x10_world_size_hint\"2\n\nRegistered\x12\x15\n\raggregator_id\x18\x01 \x01(\t\x12\r\n\x05holds\x18\x02 \x01(\x08\",\n\x04Hold\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\x01\"\xc6\x01\n\tHoldReply\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x30\n\x07outcome\x18\x02 \x01(\x0e\x32\x1f.podmortem.v1.HoldReply.Outcome\x12\x16\n\x0e\x63ondition_type\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"R\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07WRITTEN\x10\x01\x12\x10\n\x0cNO_CONDITION\x10\x02\x12\x0f\n\x0bNOT_WRITTEN\x10\x03\"\xcc\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\twall_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmonotonic_ns\x18\x03 \x01(\x03\x12-\n\nerror_file\x18\n \x01(\x0b\x32\x17.podmortem.v1.ErrorFileH\x00\x12\x30\n\x0btermination\x18\x0b \x01(\x0b\x32\x19.podmortem.v1.TerminationH\x00\x12/\n\tcondition\x18\x0c \x01(\x0b\x32\x1a.podmortem.v1.PodConditionH\x00\x12*\n\x08\x64\x65letion\x18\r \x01(\x0b\x32\x16.podmortem.v1.DeletionH\x00\x12)\n\x08log_tail\x18\x0e \x01(\x0b\x32\x15.podmortem.v1.LogTailH\x00\x42\t\n\x07payload\"\xd1\x01\n\tErrorFile\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\x12\x16\n\ttimestamp\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\nerror_code\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\ttruncated\x18\x06 \x01(\x08\x12\x12\n\nsize_bytes\x18\x07 \x01(\x03\x12\x13\n\x0bparse_error\x18\x08 \x01(\tB\x0c\n\n_timestampB\r\n\x0b_error_code\"\xff\x01\n\x0bTermination\x12\x16\n\texit_code\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x06signal\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rrestart_count\x18\x07 \x01(\x05\x12\x11\n\tcontainer\x18\x08 \x01(\tB\x0c\n\n_exit_codeB\t\n\x07_signal\"\x87\x01\n\x0cPodCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x38\n\x14last_transition_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x08\x44\x65letion\x12\x36\n\x12\x64\x65letion_timestamp\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x07LogTail\x12\x0c\n\x04text\x18\x01 \x01(\x0c\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"\x18\n\x03\x41\x63k\x12\x11\n\tevent_ids\x18\x01 \x03(\t\"A\n\nClockProbe\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12&\n\x02t1\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x91\x01\n\nClockReply\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12&\n\x02t1\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02t2\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02t3\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"J\n\rClockEstimate\x12\x11\n\toffset_ns\x18\x01 \x01(\x03\x12\x15\n\rround_trip_ns\x18\x02 \x01(\x03\x12\x0f\n\x07samples\x18\x03 \x01(\x05\x32X\n\tCollector\x12K\n\x06Report\x12\x1c.podmortem.v1.SidecarMessage\x1a\x1f.podmortem.v1.AggregatorMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,35 +33,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'podmortem.protocol.v1.colle
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SIDECARMESSAGE']._serialized_start=89
-  _globals['_SIDECARMESSAGE']._serialized_end=299
-  _globals['_AGGREGATORMESSAGE']._serialized_start=302
-  _globals['_AGGREGATORMESSAGE']._serialized_end=460
-  _globals['_JOBREF']._serialized_start=462
-  _globals['_JOBREF']._serialized_end=530
-  _globals['_REGISTER']._serialized_start=533
-  _globals['_REGISTER']._serialized_end=846
-  _globals['_REGISTERED']._serialized_start=848
-  _globals['_REGISTERED']._serialized_end=883
-  _globals['_EVENT']._serialized_start=886
-  _globals['_EVENT']._serialized_end=1218
-  _globals['_ERRORFILE']._serialized_start=1221
-  _globals['_ERRORFILE']._serialized_end=1430
-  _globals['_TERMINATION']._serialized_start=1433
-  _globals['_TERMINATION']._serialized_end=1688
-  _globals['_PODCONDITION']._serialized_start=1691
-  _globals['_PODCONDITION']._serialized_end=1826
-  _globals['_DELETION']._serialized_start=1828
-  _globals['_DELETION']._serialized_end=1925
-  _globals['_LOGTAIL']._serialized_start=1927
-  _globals['_LOGTAIL']._serialized_end=1969
-  _globals['_ACK']._serialized_start=1971
-  _globals['_ACK']._serialized_end=1995
-  _globals['_CLOCKPROBE']._serialized_start=1997
-  _globals['_CLOCKPROBE']._serialized_end=2062
-  _globals['_CLOCKREPLY']._serialized_start=2065
-  _globals['_CLOCKREPLY']._serialized_end=2210
-  _globals['_CLOCKESTIMATE']._serialized_start=2212
-  _globals['_CLOCKESTIMATE']._serialized_end=2286
-  _globals['_COLLECTOR']._serialized_start=2288
-  _globals['_COLLECTOR']._serialized_end=2376
+  _globals['_SIDECARMESSAGE']._serialized_end=335
+  _globals['_AGGREGATORMESSAGE']._serialized_start=338
+  _globals['_AGGREGATORMESSAGE']._serialized_end=543
+  _globals['_JOBREF']._serialized_start=545
+  _globals['_JOBREF']._serialized_end=613
+  _globals['_REGISTER']._serialized_start=616
+  _globals['_REGISTER']._serialized_end=944
+  _globals['_REGISTERED']._serialized_start=946
+  _globals['_REGISTERED']._serialized_end=996
+  _globals['_HOLD']._serialized_start=998
+  _globals['_HOLD']._serialized_end=1042
+  _globals['_HOLDREPLY']._serialized_start=1045
+  _globals['_HOLDREPLY']._serialized_end=1243
+  _globals['_HOLDREPLY_OUTCOME']._serialized_start=1161
+  _globals['_HOLDREPLY_OUTCOME']._serialized_end=1243
+  _globals['_EVENT']._serialized_start=1246
+  _globals['_EVENT']._serialized_end=1578
+  _globals['_ERRORFILE']._serialized_start=1581
+  _globals['_ERRORFILE']._serialized_end=1790
+  _globals['_TERMINATION']._serialized_start=1793
+  _globals['_TERMINATION']._serialized_end=2048
+  _globals['_PODCONDITION']._serialized_start=2051
+  _globals['_PODCONDITION']._serialized_end=2186
+  _globals['_DELETION']._serialized_start=2188
+  _globals['_DELETION']._serialized_end=2285
+  _globals['_LOGTAIL']._serialized_start=2287
+  _globals['_LOGTAIL']._serialized_end=2329
+  _globals['_ACK']._serialized_start=2331
+  _globals['_ACK']._serialized_end=2355
+  _globals['_CLOCKPROBE']._serialized_start=2357
+  _globals['_CLOCKPROBE']._serialized_end=2422
+  _globals['_CLOCKREPLY']._serialized_start=2425
+  _globals['_CLOCKREPLY']._serialized_end=2570
+  _globals['_CLOCKESTIMATE']._serialized_start=2572
+  _globals['_CLOCKESTIMATE']._serialized_end=2646
+  _globals['_COLLECTOR']._serialized_start=2648
+  _globals['_COLLECTOR']._serialized_end=2736
 # @@protoc_insertion_point(module_scope)

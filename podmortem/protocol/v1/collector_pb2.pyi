@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -10,26 +11,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SidecarMessage(_message.Message):
-    __slots__ = ("register", "event", "clock_probe", "clock_estimate")
+    __slots__ = ("register", "event", "clock_probe", "clock_estimate", "hold")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     CLOCK_PROBE_FIELD_NUMBER: _ClassVar[int]
     CLOCK_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
     register: Register
     event: Event
     clock_probe: ClockProbe
     clock_estimate: ClockEstimate
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., event: _Optional[_Union[Event, _Mapping]] = ..., clock_probe: _Optional[_Union[ClockProbe, _Mapping]] = ..., clock_estimate: _Optional[_Union[ClockEstimate, _Mapping]] = ...) -> None: ...
+    hold: Hold
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., event: _Optional[_Union[Event, _Mapping]] = ..., clock_probe: _Optional[_Union[ClockProbe, _Mapping]] = ..., clock_estimate: _Optional[_Union[ClockEstimate, _Mapping]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
 
 class AggregatorMessage(_message.Message):
-    __slots__ = ("registered", "ack", "clock_reply")
+    __slots__ = ("registered", "ack", "clock_reply", "hold_reply")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     CLOCK_REPLY_FIELD_NUMBER: _ClassVar[int]
+    HOLD_REPLY_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     ack: Ack
     clock_reply: ClockReply
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., clock_reply: _Optional[_Union[ClockReply, _Mapping]] = ...) -> None: ...
+    hold_reply: HoldReply
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., clock_reply: _Optional[_Union[ClockReply, _Mapping]] = ..., hold_reply: _Optional[_Union[HoldReply, _Mapping]] = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("namespace", "name", "kind", "uid")
@@ -44,7 +49,7 @@ class JobRef(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., uid: _Optional[str] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("job", "pod", "pod_uid", "node", "replica_type", "replica_index", "rank", "world_size_hint", "attempt", "session_id", "sidecar_version", "pod_ip")
+    __slots__ = ("job", "pod", "pod_uid", "node", "replica_type", "replica_index", "rank", "world_size_hint", "attempt", "session_id", "sidecar_version", "pod_ip", "holds")
     JOB_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +62,7 @@ class Register(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
     POD_IP_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
     job: JobRef
     pod: str
     pod_uid: str
@@ -69,13 +75,46 @@ class Register(_message.Message):
     session_id: str
     sidecar_version: str
     pod_ip: str
-    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., pod: _Optional[str] = ..., pod_uid: _Optional[str] = ..., node: _Optional[str] = ..., replica_type: _Optional[str] = ..., replica_index: _Optional[int] = ..., rank: _Optional[int] = ..., world_size_hint: _Optional[int] = ..., attempt: _Optional[str] = ..., session_id: _Optional[str] = ..., sidecar_version: _Optional[str] = ..., pod_ip: _Optional[str] = ...) -> None: ...
+    holds: bool
+    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., pod: _Optional[str] = ..., pod_uid: _Optional[str] = ..., node: _Optional[str] = ..., replica_type: _Optional[str] = ..., replica_index: _Optional[int] = ..., rank: _Optional[int] = ..., world_size_hint: _Optional[int] = ..., attempt: _Optional[str] = ..., session_id: _Optional[str] = ..., sidecar_version: _Optional[str] = ..., pod_ip: _Optional[str] = ..., holds: _Optional[bool] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("aggregator_id",)
+    __slots__ = ("aggregator_id", "holds")
     AGGREGATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
     aggregator_id: str
-    def __init__(self, aggregator_id: _Optional[str] = ...) -> None: ...
+    holds: bool
+    def __init__(self, aggregator_id: _Optional[str] = ..., holds: _Optional[bool] = ...) -> None: ...
+
+class Hold(_message.Message):
+    __slots__ = ("seq", "timeout_seconds")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    timeout_seconds: float
+    def __init__(self, seq: _Optional[int] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class HoldReply(_message.Message):
+    __slots__ = ("seq", "outcome", "condition_type", "detail")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[HoldReply.Outcome]
+        WRITTEN: _ClassVar[HoldReply.Outcome]
+        NO_CONDITION: _ClassVar[HoldReply.Outcome]
+        NOT_WRITTEN: _ClassVar[HoldReply.Outcome]
+    OUTCOME_UNSPECIFIED: HoldReply.Outcome
+    WRITTEN: HoldReply.Outcome
+    NO_CONDITION: HoldReply.Outcome
+    NOT_WRITTEN: HoldReply.Outcome
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    CONDITION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    outcome: HoldReply.Outcome
+    condition_type: str
+    detail: str
+    def __init__(self, seq: _Optional[int] = ..., outcome: _Optional[_Union[HoldReply.Outcome, str]] = ..., condition_type: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail")

@@ -66,6 +66,14 @@ class CollectorServicer:
         retried like UNAVAILABLE.
         Keepalive: clients ping every 20 s (without calls allowed); the server permits pings
         every 10 s.
+
+        The hold (both sides opt in: `Register.holds` and `Registered.holds`; either side without it
+        never sends or answers a `hold`, and the pod falls back to Kubernetes' defaults). After its
+        training container ended and its last events were sent, a sidecar sends `hold` and waits,
+        at most its hold timeout, for one `hold_reply`: this pod's condition was written, it gets
+        none, or it could not be written. A sidecar whose stream breaks while it waits registers
+        again, resends what is unacknowledged, then `hold` again; the aggregator decides a pod's
+        condition once and answers every later `hold` with that same outcome.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,403 @@
+"""The hold desk: each failed member pod's condition, decided while its sidecar holds the pod.
+
+A Job controller with a `podFailurePolicy` acts the moment a pod is terminal, on the conditions the pod
+has then. A pod whose native sidecar still runs is not terminal; so a sidecar whose training container
+failed holds its pod (proto `Hold`) until this desk answers (`HoldReply`): the pod's condition
+(`podmortem.core.conditions`) is written on its `status.conditions`, or it gets none, or it could not be
+written. The desk decides once per member and never rewrites: a later `Hold` (a reconnect) gets the same
+answer, and a later revision of the incident changes annotations, Events and metrics, never a condition.
+
+When: a member that failed with a plain echo is decided at once; one that failed on its own waits for
+its peers' first evidence (`conditions.ready`), at most `peer_wait` and always within the sidecar's own
+timeout, less a margin for the write. The verdict it is decided against is the engine's on the incident
+as known then.
+
+Pods that cannot be held get their condition when the pod watch shows their end (`pod_seen`): no
+podmortem sidecar in the pod's spec, a sidecar that does not hold (an older one; `registered`), a pod on
+a lost node. The Job controller may have acted by then. A pod being deleted and not held gets none:
+whoever deletes it (the Job controller after FailJob, a JobSet restart, a drain, a preemption, which
+Kubernetes' DisruptionTarget condition names) has acted already, and a large job torn down at once would
+otherwise cost a write per pod.
+A pod whose sidecar could hold it but which became terminal without a decision (the aggregator was
+unreachable, or the sidecar's hold timed out) gets none, ever: a condition written after the Job
+controller acted would say something the retry did not follow.
+
+Who may write: only for a member whose job membership is verified against the API (`verified`: by
+default, the pod watch placed this pod in this job attempt), and only while this replica may act
+(`may_act`: the leader holding its Lease). Otherwise the answer is NOT_WRITTEN with the reason, and the
+pod falls back to Kubernetes' defaults. Writes go through `write` (the Kubernetes writer,
+`kube.podconditions`), bounded by the hold's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from podmortem.aggregator.deciding import Decide
+from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.members import is_terminal
+from podmortem.aggregator.metrics import Metrics
+from podmortem.core import conditions
+from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition
+from podmortem.core.engine import assess
+from podmortem.core.model import Incident, Member, Verdict
+from podmortem.core.rules import DEFAULT_RULES, RuleSet
+from podmortem.protocol.v1 import collector_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+WriteCondition = Callable[[str, str, PodCondition], Awaitable[None]]  # namespace, pod, condition
+# Seconds of the sidecar's hold kept for the write after the decision.
+WRITE_MARGIN = 1.0
+# Of the peers' first evidence, the most a member that failed on its own waits for (seconds, aggregator
+# flag --peer-wait); the root usually ends a second or more before its victims.
+PEER_WAIT = 5.0
+# The incident and its verdict, built for one member of a job, are reused for the next ones decided within
+# this long (a burst of victims holding at once: one incident and one engine decision, not one per pod;
+# each member's own facts are read fresh).
+VERDICT_REUSE = 0.25
+# A waiting decision looks again at most this often, however many events wake it (each look reads every
+# member of the job).
+MIN_RECHECK = 0.1
+# How often a waiting decision looks again when nothing woke it (pod-watch events that arrive after a
+# log read do not wake it).
+RECHECK = 0.5
+NODE_LOST_REASONS = frozenset({"DeletionByPodGC", "DeletionByTaintManager"})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one member's condition was settled."""
+
+    condition: PodCondition | None  # the condition decided (None: none for this pod)
+    written: bool  # on the pod (or found there)
+    detail: str = ""
+
+    def reply(self, seq: int) -> pb.HoldReply:
+        if self.condition is not None and self.written:
+            return pb.HoldReply(seq=seq, outcome=pb.HoldReply.WRITTEN, condition_type=self.condition.type)
+        if self.condition is None and not self.detail:
+            return pb.HoldReply(seq=seq, outcome=pb.HoldReply.NO_CONDITION)
+        return pb.HoldReply(seq=seq, outcome=pb.HoldReply.NOT_WRITTEN, detail=self.detail)
+
+
+@dataclass
+class _Pod:
+    """What the desk knows of one member pod."""
+
+    namespace: str = ""
+    verified: bool = False  # the pod watch placed this pod in this job attempt
+    sidecar: bool | None = None  # its spec has a podmortem sidecar (None: spec not seen)
+    holds: bool | None = None  # its sidecar registered, saying whether it holds
+    deleting: bool = False
+    node_lost: bool = False
+    terminal: bool = False  # phase Failed or Succeeded: no container runs any more
+    outcome: Outcome | None = None
+    deciding: asyncio.Task[Outcome] | None = None
+
+    def unholdable(self) -> str:
+        """Why no sidecar will hold this pod ("" when one should)."""
+        if self.holds is False:
+            return "its sidecar does not hold (an older version)"
+        if self.node_lost:
+            return "its node was lost"
+        if self.sidecar is False and not self.holds:
+            return "it has no podmortem sidecar"
+        return ""
+
+
+def has_sidecar(pod: JSON) -> bool:
+    """Does the pod's spec run a podmortem sidecar (a container told where the aggregator is)?"""
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if isinstance(c, dict) and any(
+            isinstance(e, dict) and e.get("name") == "PODMORTEM_AGGREGATOR" for e in c.get("env") or []
+        ):
+            return True
+    return False
+
+
+def existing_condition(pod: JSON) -> PodCondition | None:
+    """A podmortem condition the pod already carries (written before an aggregator restart)."""
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True":
+            return PodCondition(name, c["type"], str(c.get("reason", "")), str(c.get("message", "")))
+    return None
+
+
+class HoldDesk:
+    def __init__(
+        self,
+        book: IncidentBook,
+        decide: Decide,
+        write: WriteCondition | None,
+        *,
+        rules: RuleSet = DEFAULT_RULES,
+        permanent_confidence: float = conditions.PERMANENT_CONFIDENCE,
+        peer_wait: float = PEER_WAIT,
+        metrics: Metrics | None = None,
+        may_act: Callable[[], bool] = lambda: True,
+        verified: Callable[[MemberKey], bool] | None = None,
+    ) -> None:
+        self.book = book
+        self._decide_verdict = decide
+        self._write = write
+        self.rules = rules
+        self.permanent_confidence = permanent_confidence
+        self.peer_wait = peer_wait
+        self.metrics = metrics
+        self.may_act = may_act
+        self._verified = verified
+        self._pods: dict[MemberKey, _Pod] = {}
+        self._changes: dict[JobKey, asyncio.Event] = {}
+        self._views: dict[JobKey, tuple[float, Incident, asyncio.Task[Verdict] | None]] = {}
+        self._victims: dict[JobKey, set[str]] = {}  # pods decided Victim, per job (the last-member guard)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def registered(self, key: MemberKey, holds: bool) -> None:
+        """A sidecar registered; `holds`: it will hold its pod (an older sidecar does not)."""
+        self._pod(key).holds = holds
+
+    def changed(self, job: JobKey) -> None:
+        """Something about the job's members changed: waiting decisions look again."""
+        event = self._changes.pop(job, None)
+        if event is not None:
+            event.set()
+
+    def pod_seen(self, key: MemberKey, pod: JSON) -> None:
+        """One version of a member pod from the pod watch (the API's view: membership verified)."""
+        state = self._pod(key)
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        state.namespace = str(meta.get("namespace") or state.namespace)
+        state.verified = True
+        state.sidecar = has_sidecar(pod)
+        state.deleting = bool(meta.get("deletionTimestamp"))
+        phase, reason = str(status.get("phase") or ""), str(status.get("reason") or "")
+        state.node_lost = (
+            phase == "Unknown"
+            or reason == "NodeLost"
+            or any(
+                isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("reason") in NODE_LOST_REASONS
+                for c in status.get("conditions") or []
+            )
+        )
+        state.terminal = phase in ("Failed", "Succeeded")
+        found = existing_condition(pod)
+        if found is not None and (state.outcome is None or not state.outcome.written):
+            state.outcome = Outcome(found, written=True, detail="found on the pod")
+        self.changed(key.job)
+        if state.outcome is not None or state.deciding is not None:
+            return
+        if state.deleting and not state.node_lost:
+            # Deleted (Job cleanup after FailJob, a JobSet restart, a drain, a preemption: Kubernetes' own
+            # DisruptionTarget says so): whoever deletes it has acted already. No condition, and no write
+            # for each pod of a large job torn down at once.
+            state.outcome = Outcome(None, written=False, detail="the pod is being deleted")
+            return
+        if why := state.unholdable():
+            if _ended(pod):
+                log.info("pod %s ended and cannot be held (%s): deciding its condition now", key.pod, why)
+                self._start(key, state, asyncio.get_running_loop().time() + self.peer_wait, None)
+        elif state.terminal:
+            # Its sidecar could have held it and did not (the aggregator unreachable, its hold timed out):
+            # the Job controller may have acted already. Never a condition now.
+            state.outcome = Outcome(None, written=False, detail="the pod ended without a hold")
+            log.info("pod %s ended without a hold: no condition will be written", key.pod)
+
+    async def hold(self, key: MemberKey, request: pb.Hold) -> pb.HoldReply:
+        """A sidecar holds its pod: decide (once) and write its condition within `request.timeout_seconds`."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        limit = max(float(request.timeout_seconds), 0.0)
+        give_up = now + limit  # the sidecar stops waiting then
+        state = self._pod(key)
+        if state.outcome is None and state.deciding is None:
+            decide_by = now + min(self.peer_wait, max(limit - WRITE_MARGIN, 0.0))
+            self._start(key, state, decide_by, give_up)
+        task = state.deciding
+        outcome = state.outcome
+        if task is not None:
+            try:
+                async with asyncio.timeout(max(give_up - loop.time(), 0.0)):
+                    outcome = await asyncio.shield(task)
+            except TimeoutError:
+                pass
+            except Exception as exc:  # logged where the task ends (`_start`); the sidecar is answered
+                outcome = Outcome(None, written=False, detail=f"deciding the condition failed: {exc}")
+        if outcome is None:
+            outcome = Outcome(None, written=False, detail="not decided within the hold")
+        return outcome.reply(request.seq)
+
+    async def settle(self) -> None:
+        """Let decisions under way finish (shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def _pod(self, key: MemberKey) -> _Pod:
+        state = self._pods.get(key)
+        if state is None:
+            state = self._pods[key] = _Pod(namespace=key.job[0])
+        return state
+
+    def is_verified(self, key: MemberKey) -> bool:
+        if self._verified is not None:
+            return self._verified(key)
+        state = self._pods.get(key)
+        return state is not None and state.verified
+
+    def _start(self, key: MemberKey, state: _Pod, decide_by: float, give_up: float | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._settle(key, decide_by, give_up), name=f"hold {key.pod}")
+        state.deciding = task
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Outcome]) -> None:
+            self._tasks.discard(t)
+            if state.deciding is t:
+                state.deciding = None
+            if not t.cancelled() and t.exception() is not None:
+                log.error("pod %s: deciding its condition failed", key.pod, exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    async def _settle(self, key: MemberKey, decide_by: float, give_up: float | None) -> Outcome:
+        member, incident = await self._wait(key, decide_by)
+        state = self._pod(key)
+        if member is None or incident is None:
+            return Outcome(None, written=False, detail="the member is not known to the aggregator")
+        if state.outcome is not None:  # found on the pod meanwhile, or the pod ended without a hold
+            return state.outcome
+        verdict = await self._verdict(key.job, incident)
+        victims = self._victims.setdefault(key.job, set())
+        condition = conditions.decide(
+            member,
+            incident,
+            verdict,
+            rules=self.rules,
+            permanent_confidence=self.permanent_confidence,
+            victims=victims,
+        )
+        if condition is not None and condition.type == VICTIM:
+            victims.add(key.pod)  # at the decision, not the write: two last echoes must not both pass
+        if condition is None:
+            state.outcome = Outcome(None, written=False)
+            log.info(
+                "pod %s: no condition (verdict: %s, %s, confidence %.2f)",
+                key.pod,
+                verdict.pod,
+                verdict.category,
+                verdict.confidence,
+            )
+            return state.outcome
+        refused = self._refusal(key)
+        if refused:
+            log.warning("pod %s: %s not written: %s", key.pod, condition.type, refused)
+            return Outcome(condition, written=False, detail=refused)  # not kept: a later hold may write it
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None if give_up is None else max(give_up - loop.time(), 0.0)):
+                assert self._write is not None
+                await self._write(state.namespace, key.pod, condition)
+        except TimeoutError:
+            log.warning("pod %s: writing %s did not finish within the hold", key.pod, condition.type)
+            return Outcome(condition, written=False, detail="the write did not finish within the hold")
+        except Exception as exc:
+            log.warning("pod %s: writing %s failed: %s", key.pod, condition.type, exc)
+            return Outcome(condition, written=False, detail=f"the write failed: {exc}")
+        state.outcome = Outcome(condition, written=True)
+        log.info("pod %s: %s (%s) written: %s", key.pod, condition.type, condition.reason, condition.message)
+        if self.metrics is not None:
+            self.metrics.pod_condition_written(condition.type)
+        return state.outcome
+
+    def _refusal(self, key: MemberKey) -> str:
+        if self._write is None:
+            return "this aggregator writes no pod conditions"
+        if not self.is_verified(key):
+            return "the pod's membership in the job is not verified against the API"
+        if not self.may_act():
+            return "this replica does not hold the leader Lease"
+        return ""
+
+    async def _wait(self, key: MemberKey, decide_by: float) -> tuple[Member | None, Incident | None]:
+        """The member and its incident once its end is known and it is `ready`, or at `decide_by`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            event = self._changes.setdefault(key.job, asyncio.Event())
+            looked = loop.time()
+            member = self.book.member(key)
+            incident = self._incident(key.job, fresh=False)
+            if incident is None or member is None:
+                return None, None
+            if looked >= decide_by:
+                return member, incident
+            if is_terminal(member):
+                if conditions.plain_echo(assess(member, self.rules)):
+                    return member, incident  # a Victim at once: the others as known a moment ago will do
+                incident = self._incident(key.job, fresh=True)
+                if incident is not None and conditions.ready(member, incident, self.rules):
+                    return member, incident
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(min(decide_by - loop.time(), RECHECK), 0.0)):
+                    await event.wait()
+            await asyncio.sleep(max(looked + MIN_RECHECK - loop.time(), 0.0))
+
+    def _incident(self, job: JobKey, fresh: bool) -> Incident | None:
+        """The job's incident: built now when `fresh` or when the one kept is older than VERDICT_REUSE."""
+        loop = asyncio.get_running_loop()
+        kept = self._views.get(job)
+        if kept is not None and not fresh and loop.time() - kept[0] < VERDICT_REUSE:
+            return kept[1]
+        incident = self.book.incident(job)
+        if incident is not None:
+            self._views[job] = (loop.time(), incident, None)
+        return incident
+
+    async def _verdict(self, job: JobKey, incident: Incident) -> Verdict:
+        """The engine's verdict on `incident`, computed once per incident kept (see `_incident`): the holds
+        that ask meanwhile await the same computation."""
+        kept = self._views.get(job)
+        if kept is not None and kept[1] is incident and kept[2] is not None:
+            return await asyncio.shield(kept[2])
+        if len(incident.members) >= self.book.offload_members:
+            task = asyncio.ensure_future(asyncio.to_thread(self._decide_verdict, incident))
+        else:
+            task = asyncio.ensure_future(_now(self._decide_verdict, incident))
+        if kept is not None and kept[1] is incident:
+            self._views[job] = (kept[0], incident, task)
+        return await asyncio.shield(task)
+
+    def vanished(self, key: MemberKey) -> None:
+        """The pod is gone from the API: nothing more to write on it; its record goes."""
+        state = self._pods.get(key)
+        if state is not None and state.deciding is not None:
+            state.deciding.cancel()
+        self._pods.pop(key, None)
+        if not any(k.job == key.job for k in self._pods):
+            self._views.pop(key.job, None)
+            self._victims.pop(key.job, None)
+
+
+async def _now(decide: Decide, incident: Incident) -> Verdict:
+    return decide(incident)
+
+
+def _ended(pod: Mapping[str, Any]) -> bool:
+    """Does this version of the pod show its training container's end (or the pod's)?"""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Failed", "Succeeded", "Unknown"):
+        return True
+    for c in status.get("containerStatuses") or []:
+        if isinstance(c, dict) and isinstance(c.get("state"), dict) and "terminated" in c["state"]:
+            return True
+    return False

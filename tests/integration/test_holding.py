@@ -1,0 +1,151 @@
+"""The hold desk on the Kubernetes emulator: who may write a pod's condition, and that it is written once.
+
+The real incident book, hold desk and Kubernetes writer against the emulator; holds are asked of the desk
+directly (the gRPC side is tests/e2e/test_kube_pod_conditions.py). A member's membership is verified once
+the pod watch placed its pod in the job (`pod_seen`); conditions are written only for verified members,
+only while the replica may act (holds the Lease), once, and a condition found on the pod counts as
+written (an aggregator restarted between two holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import NS, make_kube, seed_pytorchjob
+
+from podmortem.aggregator.holding import HoldDesk
+from podmortem.aggregator.incidents import IncidentBook, MemberKey
+from podmortem.aggregator.kube.podconditions import PodConditionWriter
+from podmortem.aggregator.running import make_decide
+from podmortem.core.model import ErrorRecord, Termination
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
+
+GLOO = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.11]:29500"
+
+
+def register(book: IncidentBook, pod: str) -> MemberKey:
+    reg = pb.Register(job=pb.JobRef(namespace=NS, name="mixtral-cpt", kind="PyTorchJob"), pod=pod, holds=True)
+    return book.register(reg)
+
+
+def failed(book: IncidentBook, key: MemberKey, message: str) -> None:
+    book.ingest(
+        key, make_event(error_to_pb(ErrorRecord(message=message, exception_type="RuntimeError")), f"{key.pod}/e")
+    )
+    book.ingest(key, make_event(termination_to_pb(Termination(exit_code=1, reason="Error")), f"{key.pod}/t"))
+
+
+def patches(api: EmulatorHandle) -> list[str]:
+    return [path for method, path in api.requests() if method == "PATCH" and path.endswith("/status")]
+
+
+async def desk_for(api: EmulatorHandle, tmp_path: Path, **kwargs: Any) -> tuple[IncidentBook, HoldDesk, Any]:
+    kube = make_kube(api, tmp_path)
+    book = IncidentBook(make_decide(), lambda d: None, quorum_timeout=600)
+    desk = HoldDesk(book, make_decide(), PodConditionWriter(kube).write, peer_wait=0.5, **kwargs)
+    return book, desk, kube
+
+
+async def test_written_once_for_a_verified_member(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})  # the pod watch: membership verified
+    failed(book, keys[0], GLOO)
+    first = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
+    again = await desk.hold(keys[0], pb.Hold(seq=2, timeout_seconds=5))  # a reconnect: the same answer
+    kube.close()
+    assert (first.outcome, first.condition_type) == (pb.HoldReply.WRITTEN, "podmortem.io/Victim")
+    assert (again.seq, again.outcome, again.condition_type) == (2, pb.HoldReply.WRITTEN, "podmortem.io/Victim")
+    assert len(patches(kube_api)) == 1  # never rewritten
+    conditions = (kube_api.get(PODS, NS, pods[0]) or {})["status"]["conditions"]
+    assert [c["type"] for c in conditions] == ["podmortem.io/Victim"]
+
+
+async def test_not_written_for_a_member_the_api_did_not_place_in_the_job(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # A pod registers as a member of a job the pod watch never placed it in (the notebook attack, issue 21).
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    root, key = register(book, pods[1]), register(book, pods[0])
+    failed(book, root, "ValueError: label 7 out of range")
+    failed(book, key, GLOO)
+    reply = await desk.hold(key, pb.Hold(seq=1, timeout_seconds=5))
+    kube.close()
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "not verified" in reply.detail
+    assert patches(kube_api) == []
+
+
+async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    leading = False
+    book, desk, kube = await desk_for(kube_api, tmp_path, may_act=lambda: leading)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+    failed(book, keys[0], GLOO)
+    refused = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
+    assert refused.outcome == pb.HoldReply.NOT_WRITTEN and "Lease" in refused.detail
+    assert patches(kube_api) == []
+    leading = True  # the Lease again: a later hold of the same pod may write it
+    written = await desk.hold(keys[0], pb.Hold(seq=2, timeout_seconds=5))
+    kube.close()
+    assert written.outcome == pb.HoldReply.WRITTEN
+
+
+async def test_a_condition_found_on_the_pod_is_not_written_again(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # Written by an aggregator before its restart: this one finds it on the pod and answers from it.
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    found = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "earlier"}
+    kube_api.change(PODS, NS, pods[0], {"status": {"conditions": [found]}})
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    key = register(book, pods[0])
+    desk.pod_seen(key, kube_api.get(PODS, NS, pods[0]) or {})
+    failed(book, key, "ValueError: a different story now")
+    reply = await desk.hold(key, pb.Hold(seq=1, timeout_seconds=5))
+    kube.close()
+    assert (reply.outcome, reply.condition_type) == (pb.HoldReply.WRITTEN, "podmortem.io/Victim")
+    assert patches(kube_api) == []
+
+
+async def test_a_failed_write_is_not_written_and_a_later_hold_tries_again(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+    failed(book, keys[0], GLOO)
+    kube_api.fail(403, 1, methods=("PATCH",), plural="pods", subresource="status")  # forbidden: permanent
+    refused = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
+    assert refused.outcome == pb.HoldReply.NOT_WRITTEN and "write failed" in refused.detail
+    written = await asyncio.wait_for(desk.hold(keys[0], pb.Hold(seq=2, timeout_seconds=5)), 30)
+    kube.close()
+    assert written.outcome == pb.HoldReply.WRITTEN
+
+
+async def test_a_pod_being_deleted_and_not_held_gets_none(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # The Job controller deletes the pods after FailJob (or a JobSet restarts): it has acted already, and a
+    # big job torn down at once must not cost a write per pod. Nor is a later hold answered with one.
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    keys = [register(book, p) for p in pods]
+    failed(book, keys[1], "ValueError: label 7 out of range")
+    failed(book, keys[0], GLOO)
+    for key in keys:
+        pod = kube_api.get(PODS, NS, key.pod) or {}
+        pod["metadata"]["deletionTimestamp"] = "2026-11-25T19:00:00Z"
+        pod["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 143}}
+        desk.pod_seen(key, pod)
+    await desk.settle()
+    reply = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
+    kube.close()
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "deleted" in reply.detail
+    assert patches(kube_api) == []
