@@ -1,9 +1,10 @@
-"""`podmortem` — one command, four jobs.
+"""`podmortem` — one command, five jobs.
 
     podmortem sidecar      run next to a training container: watch its error file and pod, stream events
     podmortem aggregator   collect events from every sidecar, decide each incident's root cause, publish it
     podmortem analyze DIR  decide offline from a copied incident bundle (error files, pod JSON, logs)
     podmortem demo         run a small local training job with an injected fault, end to end, no cluster
+    podmortem policy KIND  print the retry policy (YAML) that makes podmortem's pod conditions act
 
 Only the chosen subcommand's module is imported: the sidecar runs in every training pod, and its
 memory must not pay for the aggregator's or the engine's imports (nor the kubernetes client's).
@@ -117,9 +118,45 @@ def _demo_run(ns: argparse.Namespace) -> int:
     )
 
 
+def _policy_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "kind", choices=("job", "jobset", "trainjob", "pytorchjob"), help="the object the fragment goes into"
+    )
+    parser.add_argument(
+        "--replicated-job",
+        action="append",
+        metavar="NAME",
+        help="jobset/trainjob: a replicatedJob to give the pod rules, repeatable "
+        "(default: workers for jobset, node for trainjob)",
+    )
+    parser.add_argument(
+        "--max-restarts", type=int, default=None, help="jobset/trainjob: failurePolicy.maxRestarts (default 3)"
+    )
+
+
+def _policy_run(ns: argparse.Namespace) -> int:
+    from podmortem.k8s import policy
+
+    if ns.kind == "pytorchjob":
+        print(policy.PYTORCHJOB_NOTE, file=sys.stderr)
+        return 2
+    try:
+        text = policy.render(
+            ns.kind,
+            tuple(ns.replicated_job or ()),
+            policy.DEFAULT_MAX_RESTARTS if ns.max_restarts is None else ns.max_restarts,
+        )
+    except ValueError as exc:
+        print(f"podmortem policy: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
 _LOCAL: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "analyze": (_analyze_parser, _analyze_run),
     "demo": (_demo_parser, _demo_run),
+    "policy": (_policy_parser, _policy_run),
 }
 _MODULES = {"sidecar": "podmortem.sidecar.running", "aggregator": "podmortem.aggregator.running"}
 _MODULES["webhook"] = "podmortem.webhook.server"
@@ -129,6 +166,7 @@ _HELP = {
     "webhook": "inject the sidecar into training pods (Kubernetes mutating admission webhook, HTTPS)",
     "analyze": "decide offline from an incident bundle (copied error files, pod JSON, log tails)",
     "demo": "run a local multi-pod training job with an injected fault and print the verdict (no cluster)",
+    "policy": "print the podFailurePolicy / JobSet failurePolicy that makes podmortem's pod conditions act",
 }
 
 

@@ -13,6 +13,9 @@ ownerReference to its job and explains that. It then lists the job's pods (by th
 them) and shows each one's `podmortem.io/*` condition: Victim, PermanentFailure, RetryableFailure, or
 none — what a `podFailurePolicy` acted on.
 
+Under the verdict it shows the root pod's node's hardware-fault record (`podmortem.io/hardware-faults`,
+and the `podmortem.io/SuspectHardware` condition) when podmortem keeps one there.
+
 Exit status: 0 with a verdict, 1 when the object has none (yet), 2 on usage or kubectl errors.
 """
 
@@ -122,6 +125,35 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
         if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
             lines.append(_field("Condition", f"{CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
     lines += pod_lines(pods)
+    return "\n".join(lines) + "\n"
+
+
+NODE_FAULTS = "podmortem.io/hardware-faults"
+NODE_CONDITION = "podmortem.io/SuspectHardware"
+
+
+def render_node(node: dict[str, Any]) -> str | None:
+    """The hardware-fault record podmortem keeps on a node (pure); None when it has none."""
+    raw = _annotations(node).get(NODE_FAULTS)
+    suspect = next(
+        (c for c in (node.get("status") or {}).get("conditions") or []
+         if isinstance(c, dict) and c.get("type") == NODE_CONDITION),
+        None,
+    )  # fmt: skip
+    if raw is None and suspect is None:
+        return None
+    try:
+        loaded = json.loads(raw or "[]")
+    except (ValueError, RecursionError):
+        loaded = []
+    faults = [f for f in loaded if isinstance(f, dict)] if isinstance(loaded, list) else []
+    name = (node.get("metadata") or {}).get("name")
+    lines = [f"Node {name} Hardware Faults:" + ("" if faults else " <none>")]
+    for f in faults:
+        lines.append(f"  {f.get('time')}  {f.get('job')}  pod {f.get('pod')}")
+        lines += [f"      {e}" for e in f.get("evidence") or []]
+    if suspect is not None:
+        lines.append(_field("Suspect", f"{suspect.get('status')} ({suspect.get('reason')}): {suspect.get('message')}"))
     return "\n".join(lines) + "\n"
 
 
@@ -310,7 +342,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"No podmortem verdict on {args.target} (yet).")
         return 1
     sys.stdout.write(note + text)
+    node_name = _verdict_node(obj)
+    if node_name:
+        try:  # the user may not read nodes (a cluster-scoped permission): the verdict stands without it
+            record = render_node(kubectl.get(f"node/{node_name}"))
+        except PluginError as exc:  # a node that is gone has no record to show
+            record = None if "NotFound" in str(exc) else f"Node {node_name} Hardware Faults: <not readable: {exc}>\n"
+        if record:
+            sys.stdout.write(record)
     return 0
+
+
+def _verdict_node(obj: dict[str, Any]) -> str:
+    try:
+        doc = json.loads(_annotations(obj).get(VERDICT, "{}"))
+    except (ValueError, RecursionError):
+        return ""
+    return str(doc.get("node") or "") if isinstance(doc, dict) else ""
 
 
 if __name__ == "__main__":

@@ -97,6 +97,15 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str, str, tuple[int, int]]] 
         (8, 8),
     ),
     (
+        "Suspect nodes",
+        "Nodes marked podmortem.io/SuspectHardware (repeated hardware root causes) by the aggregator; "
+        "their record: kubectl podmortem explain, or the node annotation podmortem.io/hardware-faults.",
+        [("suspect nodes", f"max(podmortem_suspect_nodes{{{JOB}}})")],
+        "stat",
+        "short",
+        (4, 4),
+    ),
+    (
         "Time from first failure to verdict",
         "p50 and p95 of the seconds from the first failure seen in an incident to its first verdict.",
         [
@@ -170,6 +179,21 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str, str, tuple[int, int]]] 
             (
                 "{{outcome}}",
                 'sum by (outcome) (increase(podmortem_webhook_reviews_total{job=~"$job", outcome!="injected"}'
+                "[$__rate_interval]))",
+            )
+        ],
+        "timeseries",
+        "short",
+        (12, 8),
+    ),
+    (
+        "Retry policy at admission",
+        "Opted-in Jobs and JobSets: 'added' got podmortem's retry policy; 'own_policy' kept theirs; "
+        "'restart_on_failure' cannot have one (pods restart in place).",
+        [
+            (
+                "{{kind}} {{outcome}}",
+                'sum by (kind, outcome) (increase(podmortem_webhook_retry_policy_total{job=~"$job"}'
                 "[$__rate_interval]))",
             )
         ],

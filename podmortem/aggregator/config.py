@@ -183,6 +183,12 @@ class KubeSettings:
     # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
     # sidecar sent none and whose termination carries no message.
     pod_log_bytes: int = 64 << 10
+    # Bad nodes (podmortem.aggregator.kube.nodes): hardware root causes recorded on their node; a node with
+    # `suspect_node_threshold` of them within `suspect_node_window` seconds is marked (tainted only if asked).
+    node_actions: bool = True
+    suspect_node_threshold: int = 2
+    suspect_node_window: float = 7 * 86400.0
+    suspect_node_taint: bool = False
     # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
     leader_elect: bool = False
     lease_name: str = "podmortem-aggregator"
@@ -224,6 +230,35 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
         "PODMORTEM_POD_LOG_BYTES",
         "log tail the pod watch reads of a failed pod no sidecar spoke for; 0 never reads logs",
         default="65536",
+    ),
+    Setting(
+        "node_actions",
+        "--node-actions",
+        "PODMORTEM_NODE_ACTIONS",
+        "record each hardware root cause on its node and mark a node that keeps failing; off needs no node RBAC",
+        default="on",
+        choices=("on", "off"),
+    ),
+    Setting(
+        "suspect_node_threshold",
+        "--suspect-node-threshold",
+        "PODMORTEM_SUSPECT_NODE_THRESHOLD",
+        "hardware root causes within the window that mark a node podmortem.io/SuspectHardware",
+        default="2",
+    ),
+    Setting(
+        "suspect_node_window",
+        "--suspect-node-window",
+        "PODMORTEM_SUSPECT_NODE_WINDOW",
+        "how far back they count (seconds, or with s/m/h/d)",
+        default="7d",
+    ),
+    Setting(
+        "suspect_node_taint",
+        "--suspect-node-taint",
+        "PODMORTEM_SUSPECT_NODE_TAINT",
+        "also taint a suspect node podmortem.io/suspect-hardware:NoSchedule",
+        switch=True,
     ),
     Setting(
         "leader_elect",
@@ -339,7 +374,14 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
     burst = int(_number(name("kube_burst"), raw["kube_burst"], int, 1))
     pod_log_bytes = int(_number(name("pod_log_bytes"), raw["pod_log_bytes"], int, 0, MAX_POD_LOG_BYTES))
     selectors = tuple(s.strip() for s in raw.get("pod_selector", "").split(";") if s.strip())
+    node_actions = raw["node_actions"].lower()
+    if node_actions not in ("on", "off"):
+        raise ConfigError(f"{name('node_actions')} = {node_actions!r} is not on or off")
     return KubeSettings(
+        node_actions=node_actions == "on",
+        suspect_node_threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
+        suspect_node_window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
+        suspect_node_taint=settings.is_true(raw.get("suspect_node_taint")),
         enabled=settings.is_true(raw.get("kube")),
         kubeconfig=raw.get("kubeconfig") or None,
         context=raw.get("kube_context") or None,
@@ -354,6 +396,23 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         lease_namespace=raw["lease_namespace"] or "default",
         reporting_instance=raw.get("reporting_instance") or KubeSettings.reporting_instance,
     )
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(name: str, text: str) -> float:
+    """Seconds from '604800', '90m', '36h' or '7d'; ConfigError naming the setting otherwise."""
+    text = text.strip().lower()
+    unit = _UNITS.get(text[-1:], 0.0)
+    number = text[:-1] if unit else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"{name} = {text!r} is not a duration (seconds, or a number with s, m, h or d)") from None
+    if value <= 0:
+        raise ConfigError(f"{name} = {text!r}: must be > 0")
+    return value
 
 
 def in_cluster() -> bool:

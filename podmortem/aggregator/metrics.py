@@ -139,6 +139,11 @@ class Metrics:
             ["limit"],
             registry=self.registry,
         )
+        self.suspect_nodes = Gauge(
+            "podmortem_suspect_nodes",
+            "Nodes this aggregator has marked podmortem.io/SuspectHardware (repeated hardware root causes).",
+            registry=self.registry,
+        )
         self.open_incidents = Gauge(
             "podmortem_open_incidents",
             "Incidents opened and waiting for quorum or timeout.",

@@ -84,13 +84,18 @@ class Aggregator:
         if self.verdict_files is not None:
             chain.append(self.verdict_files)
         self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
+        self._leading: Callable[[], bool] = lambda: True  # start() narrows it to the Lease holder
         self._kube: Kube | None = None
         if self.kube_settings is not None:
             from podmortem.aggregator.kube.publish import kube_publishers
 
             # One client for the pod watch and the publishers, so they share one rate limit.
             self._kube = Kube.from_settings(self.kube_settings)
-            chain.extend(kube_publishers(self.kube_settings, self._kube))
+            chain.extend(
+                kube_publishers(
+                    self.kube_settings, self._kube, fence=self.may_write, on_suspects=self.metrics.suspect_nodes.set
+                )
+            )
         chain.extend(publishers)
         self.store = StateStore(config.state_dir, clock=clock) if config.state_dir else None
         if self.store is not None:
@@ -150,6 +155,11 @@ class Aggregator:
         self._extra = list(tasks)
         self._roots: list[asyncio.Task[None]] = []  # every root task; one ending early ends `run_until`
 
+    def may_write(self) -> bool:
+        """May actions with effects beyond podmortem's own records (node marks) be taken now: this replica
+        holds the Lease, or runs alone. The seam leader fencing (issue 21) narrows further."""
+        return self._leading()
+
     async def start(self, elector: LeaderElector | None = None, stop: asyncio.Event | None = None) -> bool:
         """Open the port and start the root tasks. With an `elector`, first stand by — alive (the
         process's health SERVING) but not Ready (the Collector's NOT_SERVING, streams refused) — until
@@ -174,6 +184,7 @@ class Aggregator:
                 return False
             self.service.standby = False
             self._extra.append(elector.hold)
+            self._leading = lambda: elector.is_leader
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)

@@ -156,6 +156,13 @@ _INJECTION: tuple[Setting, ...] = (
         shown="plain gRPC",
     ),
     Setting(
+        "jobset_max_restarts",
+        "--jobset-max-restarts",
+        "PODMORTEM_JOBSET_MAX_RESTARTS",
+        "maxRestarts of the failurePolicy added to an opted-in JobSet (docs/retries.md)",
+        shown=str(_D.jobset_max_restarts),
+    ),
+    Setting(
         "token_expiration_seconds",
         "--token-expiration",
         "PODMORTEM_TOKEN_EXPIRATION",
@@ -218,8 +225,8 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) ->
             if value.lower() not in ("true", "false"):
                 problems.append(f"{name(s.dest)} = {value!r} is not true or false")
             inj[s.dest] = value.lower() == "true"
-        elif s.dest in ("token_expiration_seconds", "run_as_user"):
-            low = 600 if s.dest == "token_expiration_seconds" else 1
+        elif s.dest in ("token_expiration_seconds", "run_as_user", "jobset_max_restarts"):
+            low = {"token_expiration_seconds": 600, "run_as_user": 1, "jobset_max_restarts": 0}[s.dest]
             if not value.isdigit() or int(value) < low:
                 problems.append(f"{name(s.dest)} = {value!r} is not a whole number >= {low}")
             else:

@@ -39,6 +39,8 @@ from typing import Any
 
 import jsonpatch
 
+from podmortem.webhook import retrypolicy
+
 JSON = dict[str, Any]
 
 SIDECAR_NAME = "podmortem-sidecar"
@@ -94,15 +96,18 @@ class Injection:
     # PEM of the CA that signed the aggregator's gRPC certificate: injected as PODMORTEM_TLS_CA_PEM, so
     # that each sidecar speaks TLS and verifies the aggregator ("" = plain gRPC).
     tls_ca_pem: str = ""
+    # maxRestarts of the failurePolicy given to an opted-in JobSet (podmortem/webhook/retrypolicy.py).
+    jobset_max_restarts: int = 3
 
 
 @dataclass(frozen=True)
 class Result:
-    """The patch (empty when the pod is left alone) and why."""
+    """The patch (empty when the object is left alone) and why; `kind` is what was reviewed (Pod, Job, JobSet)."""
 
     patch: list[JSON]
     outcome: str
     reason: str = ""
+    kind: str = "Pod"
 
 
 class Unsupported(Exception):
@@ -337,7 +342,9 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
 
 
 def review(admission_review: Mapping[str, Any], settings: Injection) -> tuple[JSON, Result]:
-    """Answer an `admission.k8s.io/v1` AdmissionReview. Always allowed: this webhook never rejects a pod.
+    """Answer an `admission.k8s.io/v1` AdmissionReview. Always allowed: this webhook never rejects an object.
+    A pod CREATE gets the sidecar (`mutate`); a batch Job or JobSet CREATE the opt-in retry policy
+    (`retrypolicy`).
 
     Raises `ValueError` when the body is not an AdmissionReview with a request uid (the server answers 400).
     """
@@ -350,7 +357,14 @@ def review(admission_review: Mapping[str, Any], settings: Injection) -> tuple[JS
     response: JSON = {"uid": request["uid"], "allowed": True}
     kind = request.get("kind") or {}
     pod = request.get("object")
-    if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request.get("operation") != "CREATE":
+    workload = retrypolicy.kind_of(str(kind.get("group", "")), str(kind.get("kind", "")))
+    if workload is not None and request.get("operation") == "CREATE" and isinstance(pod, Mapping):
+        if workload == "Job":
+            patch, outcome, reason = retrypolicy.mutate_job(pod, settings.version)
+        else:
+            patch, outcome, reason = retrypolicy.mutate_jobset(pod, settings.version, settings.jobset_max_restarts)
+        result = Result(patch, outcome, reason, kind=workload)
+    elif kind.get("kind") != "Pod" or kind.get("group", "") != "" or request.get("operation") != "CREATE":
         result = Result([], NOT_POD_CREATE, f"{kind.get('kind')} {request.get('operation')}")
     elif not isinstance(pod, Mapping):
         result = Result([], UNSUPPORTED, "request.object is not a pod")

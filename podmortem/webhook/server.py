@@ -1,4 +1,5 @@
-"""`podmortem webhook`: the HTTPS admission endpoint that injects the sidecar, on aiohttp.
+"""`podmortem webhook`: the HTTPS admission endpoint that injects the sidecar (and, for opted-in batch Jobs and
+JobSets, podmortem's retry policy: `retrypolicy.py`), on aiohttp.
 
 `POST /mutate` takes an `admission.k8s.io/v1` AdmissionReview and answers it with the JSONPatch of
 `mutation.review` (always `allowed`: the webhook never blocks a pod). `GET /healthz` answers 200 while
@@ -27,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 from podmortem.webhook import config as config_mod
-from podmortem.webhook import mutation
+from podmortem.webhook import mutation, retrypolicy
 from podmortem.webhook.config import ConfigError, WebhookConfig
 
 log = logging.getLogger("podmortem.webhook")
@@ -48,6 +49,16 @@ class WebhookMetrics:
         )
         for outcome in (*mutation.OUTCOMES, BAD_REQUEST):
             self.reviews.labels(outcome=outcome)
+        self.retry_policy = Counter(
+            "podmortem_webhook_retry_policy_total",
+            "Opted-in batch Jobs and JobSets reviewed, by kind and outcome ('added': podmortem's retry policy "
+            "was added; 'restart_on_failure': left alone, its pods use restartPolicy OnFailure).",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        for kind in ("Job", "JobSet"):
+            for outcome in retrypolicy.OUTCOMES:
+                self.retry_policy.labels(kind=kind, outcome=outcome)
 
 
 def _stamp(paths: tuple[Path, ...]) -> tuple[tuple[float, int, int], ...]:
@@ -101,11 +112,18 @@ class WebhookServer:
             self.metrics.reviews.labels(outcome=BAD_REQUEST).inc()
             log.warning("bad admission request from %s: %s", request.remote, exc)
             return web.json_response({"error": f"not an admission.k8s.io/v1 AdmissionReview: {exc}"}, status=400)
-        self.metrics.reviews.labels(outcome=result.outcome).inc()
         req = body["request"]
         obj = req.get("object") if isinstance(req.get("object"), dict) else {}
         meta = obj.get("metadata") or {}
         who = f"{req.get('namespace', '')}/{meta.get('name') or meta.get('generateName', '') + '*'}"
+        if result.kind != "Pod":
+            self.metrics.retry_policy.labels(kind=result.kind, outcome=result.outcome).inc()
+            if result.outcome == retrypolicy.ADDED:
+                log.info("%s %s: retry policy added", result.kind, who)
+            else:
+                log.info("%s %s: retry policy not added (%s): %s", result.kind, who, result.outcome, result.reason)
+            return web.json_response(answer)
+        self.metrics.reviews.labels(outcome=result.outcome).inc()
         if result.outcome == mutation.UNSUPPORTED:
             log.warning("pod %s left unchanged: %s", who, result.reason)
         elif result.outcome == mutation.INJECTED:

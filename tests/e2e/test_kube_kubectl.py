@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from support.kube_objects import (
 )
 
 from podmortem import kubectl_plugin
+from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.core.model import JobRef
@@ -81,6 +83,70 @@ async def test_explain_shows_each_pods_condition(published: Path, kube_api: Emul
         "  mixtral-cpt-worker-1  PermanentFailure (UserCode, 2026-11-21T15:06:11Z): PermanentFailure of worker-1",
         "  mixtral-cpt-worker-2  <none>",
     ]
+
+
+async def test_explain_shows_the_nodes_fault_record(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    """Two hardware root causes on node-1: explain shows the node's record and its SuspectHardware condition."""
+    seed_pytorchjob(kube_api)
+    kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
+    kube = make_kube(kube_api, tmp_path)
+    for n in (1, 2):
+        d = decision(category="hardware")
+        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.mixtral-cpt.{n}"))
+        for publisher in kube_publishers(KubeSettings(), kube):
+            await publisher.publish(d)
+    kube.close()
+    kube_api.emulator.token = None
+    config = kube_api.kubeconfig(tmp_path / "config", NS)
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pytorchjob/mixtral-cpt",
+               "--kubeconfig", str(config), "-n", NS])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Node node-1 Hardware Faults:" in out.stdout
+    assert out.stdout.count(f"{NS}/PyTorchJob/mixtral-cpt  pod mixtral-cpt-worker-1") == 2
+    assert "      error file: ValueError at 15:06:10" in out.stdout
+    assert "Suspect:        True (RepeatedHardwareFaults): 2 hardware root causes within 7d" in out.stdout
+
+
+def documented_clearing_commands() -> list[str]:
+    """The console commands docs/kubernetes.md gives for clearing a suspect node, as written there."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    section = text.split("Clearing a node once it is repaired", 1)[1].split("```console", 1)[1].split("```", 1)[0]
+    return [line[2:].split("  #", 1)[0].strip() for line in section.splitlines() if line.startswith("$ kubectl")]
+
+
+async def test_the_documented_commands_clear_a_suspect_node(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
+    kube = make_kube(kube_api, tmp_path)
+    settings = KubeSettings(suspect_node_taint=True, publish=frozenset())
+    for n in (1, 2):
+        d = decision(category="hardware")
+        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.j.{n}"))
+        for publisher in kube_publishers(settings, kube):
+            await publisher.publish(d)
+    node = kube_api.get("v1/nodes", None, "node-1")
+    assert node is not None and node["spec"]["taints"][0]["key"] == "podmortem.io/suspect-hardware"
+    kube_api.emulator.token = None
+    env = dict(os.environ, KUBECONFIG=str(kube_api.kubeconfig(tmp_path / "config", NS)))
+    commands = documented_clearing_commands()
+    assert len(commands) == 3
+    for command in commands:
+        out = subprocess.run(["bash", "-c", command.replace("NODE", "node-1")], capture_output=True, text=True,
+                             timeout=120, env=env)  # fmt: skip
+        assert out.returncode == 0, (command, out.stderr)
+    node = kube_api.get("v1/nodes", None, "node-1")
+    assert node is not None
+    [ours] = [c for c in node["status"]["conditions"] if c["type"] == "podmortem.io/SuspectHardware"]
+    assert ours["status"] == "False" and nodes.cleared_at(node) is not None
+    assert not node["spec"].get("taints") and "podmortem.io/hardware-faults" not in node["metadata"].get(
+        "annotations", {}
+    )
+    kube.close()
+
+
+def test_render_node() -> None:
+    assert kubectl_plugin.render_node({"metadata": {"name": "n"}}) is None
+    damaged = {"metadata": {"name": "n", "annotations": {"podmortem.io/hardware-faults": "{oops"}}}
+    assert kubectl_plugin.render_node(damaged) == "Node n Hardware Faults: <none>\n"
 
 
 async def test_a_pod_without_a_verdict_leads_to_its_job(published: Path) -> None:

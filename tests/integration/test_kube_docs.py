@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.leader import LeaderElector, LeaseTimings
+from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.kube.podwatch import PodWatch
 from podmortem.core.conditions import VICTIM, PodCondition
@@ -42,7 +44,12 @@ def granted(role: dict[str, object]) -> set[tuple[str, str, str]]:
 
 def test_the_rbac_snippets_are_valid_objects() -> None:
     found = roles()
-    assert set(found) == {"podmortem-aggregator", "podmortem-aggregator-leader-election", "podmortem-sidecar"}
+    assert set(found) == {
+        "podmortem-aggregator",
+        "podmortem-aggregator-leader-election",
+        "podmortem-aggregator-nodes",
+        "podmortem-sidecar",
+    }
     for role in found.values():
         kubernetes_validate.validate(role, "1.33.0", strict=True)
 
@@ -132,3 +139,18 @@ async def test_the_leader_election_role_covers_its_requests(kube_api: EmulatorHa
     asked = needed(kube_api.requests())
     assert {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")} <= asked
     assert asked <= granted(roles()["podmortem-aggregator-leader-election"])
+
+
+async def test_the_node_role_covers_the_bad_node_actions(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
+    kube = make_kube(kube_api, tmp_path)
+    actions = NodeActions(threshold=2, taint=True)
+    publisher = NodeFaultPublisher(kube, actions, clock=lambda: 1795271125.0)
+    for n in (1, 2):  # two hardware root causes on node-1: record, condition, Event, taint
+        d = decision(category="hardware")
+        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.j.{n}"))
+        await publisher.publish(d)
+    kube.close()
+    asked = needed(kube_api.requests())
+    assert {("", "nodes", "patch"), ("", "nodes/status", "patch"), ("", "events", "create")} <= asked
+    assert asked <= granted(roles()["podmortem-aggregator-nodes"])

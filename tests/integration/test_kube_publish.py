@@ -220,9 +220,11 @@ def test_merged_conditions_keeps_the_transition_time_when_status_holds() -> None
 
 def test_kube_publishers_follows_the_settings(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     client = make_kube(kube_api, tmp_path)
-    names = [p.name for p in kube_publishers(KubeSettings(publish=frozenset({"annotations", "events"})), client)]
+    settings = KubeSettings(publish=frozenset({"annotations", "events"}), node_actions=False)
+    names = [p.name for p in kube_publishers(settings, client)]
     assert names == ["kube-annotations", "kube-events"]
-    assert kube_publishers(KubeSettings(publish=frozenset()), client) == []
+    assert kube_publishers(KubeSettings(publish=frozenset(), node_actions=False), client) == []
+    assert [p.name for p in kube_publishers(KubeSettings(publish=frozenset()), client)] == ["kube-nodes"]
     assert isinstance(kube_publishers(KubeSettings(), client)[0], AnnotationPublisher)
     assert isinstance(kube_publishers(KubeSettings(), client)[2], EventPublisher)
     client.close()

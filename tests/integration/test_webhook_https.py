@@ -158,6 +158,80 @@ async def test_a_pod_it_does_not_understand_passes_unchanged_and_is_counted(
     assert count(webhook, mutation.UNSUPPORTED) == 1
 
 
+def retry_count(srv: WebhookServer, kind: str, outcome: str) -> float:
+    labels = {"kind": kind, "outcome": outcome}
+    return float(srv.metrics.registry.get_sample_value("podmortem_webhook_retry_policy_total", labels) or 0)
+
+
+def workload_review(obj: dict[str, Any]) -> dict[str, Any]:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "7f0d2c4e-1111-4d3b-9c61-0c0ffee00001",
+            "kind": {"group": group, "version": version, "kind": obj["kind"]},
+            "resource": {"group": group, "version": version, "resource": obj["kind"].lower() + "s"},
+            "namespace": "team-a",
+            "operation": "CREATE",
+            "object": obj,
+        },
+    }
+
+
+async def test_opted_in_job_gets_the_retry_policy_over_https(ca: trustme.CA, webhook: WebhookServer) -> None:
+    pod_spec = {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": "x"}]}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "ddp", "namespace": "team-a", "labels": {"podmortem.io/retry-policy": "enabled"}},
+        "spec": {"completions": 2, "completionMode": "Indexed", "template": {"spec": pod_spec}},
+    }
+    review = workload_review(job)
+    status, answer = await post(ca, webhook.port, review)
+    assert status == 200
+    out = patched(review, answer)  # applied and validated as a batch/v1 Job
+    assert [r["onPodConditions"][0]["type"] for r in out["spec"]["podFailurePolicy"]["rules"]][:3] == [
+        "podmortem.io/Victim",
+        "podmortem.io/PermanentFailure",
+        "podmortem.io/RetryableFailure",
+    ]
+    # The user's own policy wins: a second Job with one is passed unchanged.
+    own = json.loads(json.dumps(job))
+    own["spec"]["podFailurePolicy"] = {"rules": [{"action": "Count", "onPodConditions": [{"type": "X"}]}]}
+    _, answer = await post(ca, webhook.port, workload_review(own))
+    assert "patch" not in answer["response"]
+    on_failure = json.loads(json.dumps(job))
+    on_failure["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    _, answer = await post(ca, webhook.port, workload_review(on_failure))
+    assert "patch" not in answer["response"]
+    assert retry_count(webhook, "Job", "added") == 1
+    assert retry_count(webhook, "Job", "own_policy") == 1
+    assert retry_count(webhook, "Job", "restart_on_failure") == 1
+    assert count(webhook, mutation.INJECTED) == 0  # pods' counter untouched
+
+
+async def test_opted_in_jobset_gets_failure_policy_over_https(ca: trustme.CA, webhook: WebhookServer) -> None:
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "namespace": "team-a", "labels": {"podmortem.io/retry-policy": "enabled"}},
+        "spec": {
+            "replicatedJobs": [
+                {"name": "workers", "replicas": 2, "template": {"spec": {"template": {"spec": {"containers": []}}}}}
+            ]
+        },
+    }
+    review = workload_review(jobset)
+    _, answer = await post(ca, webhook.port, review)
+    response = answer["response"]
+    out = jsonpatch.apply_patch(jobset, json.loads(base64.b64decode(response["patch"])))
+    assert out["spec"]["failurePolicy"]["maxRestarts"] == 3
+    assert out["spec"]["failurePolicy"]["rules"][0]["action"] == "FailJobSet"
+    assert out["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert retry_count(webhook, "JobSet", "added") == 1
+
+
 async def test_bad_requests_get_400_and_are_counted(ca: trustme.CA, webhook: WebhookServer) -> None:
     status, answer = await post(ca, webhook.port, b"{not json")
     assert status == 400 and "AdmissionReview" in answer["error"]

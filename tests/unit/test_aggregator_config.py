@@ -44,3 +44,31 @@ def test_verdict_files_are_private_unless_the_operator_opens_them() -> None:
     assert config.load(_ns(), env={"PODMORTEM_VERDICT_FILE_MODE": "644"}).verdict_file_mode == 0o644
     with pytest.raises(config.ConfigError, match="PODMORTEM_VERDICT_FILE_MODE"):
         config.load(_ns("--verdict-file-mode", "0666"), env={})  # others may not write verdicts
+
+
+def test_node_action_settings() -> None:
+    from podmortem.aggregator.config import duration, load_kube_settings
+
+    default = load_kube_settings(argparse.Namespace(), {})
+    assert (default.node_actions, default.suspect_node_threshold, default.suspect_node_taint) == (True, 2, False)
+    assert default.suspect_node_window == 7 * 86400
+    env = {
+        "PODMORTEM_NODE_ACTIONS": "off",
+        "PODMORTEM_SUSPECT_NODE_THRESHOLD": "3",
+        "PODMORTEM_SUSPECT_NODE_WINDOW": "36h",
+        "PODMORTEM_SUSPECT_NODE_TAINT": "1",
+    }
+    s = load_kube_settings(argparse.Namespace(), env)
+    assert (s.node_actions, s.suspect_node_threshold, s.suspect_node_window, s.suspect_node_taint) == (
+        False,
+        3,
+        36 * 3600,
+        True,
+    )
+    flags = argparse.Namespace(node_actions="on", suspect_node_window="90m")
+    assert load_kube_settings(flags, env).node_actions and load_kube_settings(flags, env).suspect_node_window == 5400
+    assert duration("w", "604800") == 604800
+    for bad in ({"PODMORTEM_NODE_ACTIONS": "maybe"}, {"PODMORTEM_SUSPECT_NODE_WINDOW": "7x"},
+                {"PODMORTEM_SUSPECT_NODE_WINDOW": "0d"}, {"PODMORTEM_SUSPECT_NODE_THRESHOLD": "0"}):  # fmt: skip
+        with pytest.raises(ValueError):
+            load_kube_settings(argparse.Namespace(), bad)

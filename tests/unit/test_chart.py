@@ -164,6 +164,26 @@ def test_cluster_mode_rbac_is_the_documented_one() -> None:
     assert by_kind(docs, "Role") == []
 
 
+def test_node_rbac_only_while_node_actions_are_on() -> None:
+    docs = render()
+    role = one(docs, "ClusterRole", "-nodes")
+    assert role["rules"] == documented_role("ClusterRole", "podmortem-aggregator-nodes")
+    binding = one(docs, "ClusterRoleBinding", "-nodes")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    env = env_of(one(docs, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
+    settings = load_kube_settings(argparse.Namespace(), env)
+    assert settings.node_actions and settings.suspect_node_threshold == 2
+    assert settings.suspect_node_window == 7 * 86400 and not settings.suspect_node_taint
+    off = render({"aggregator": {"nodeActions": {"enabled": False}}})
+    assert not [d for d in off if d["metadata"]["name"].endswith("-nodes")]
+    env = env_of(one(off, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
+    assert not load_kube_settings(argparse.Namespace(), env).node_actions
+    tainting = render({"aggregator": {"nodeActions": {"taint": True, "suspectWindow": "36h"}}})
+    env = env_of(one(tainting, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
+    settings = load_kube_settings(argparse.Namespace(), env)
+    assert settings.suspect_node_taint and settings.suspect_node_window == 36 * 3600
+
+
 def test_namespace_mode_has_roles_and_no_webhook() -> None:
     docs = render(values_of("namespace-values.yaml"), namespace="team-a")
     kinds = {d["kind"] for d in docs}
@@ -236,7 +256,7 @@ def test_state_dir_is_on_a_volume() -> None:
 def test_webhook_configuration() -> None:
     docs = render(namespace="ops")
     config = one(docs, "MutatingWebhookConfiguration")
-    [hook] = config["webhooks"]
+    hook = next(h for h in config["webhooks"] if h["name"] == "inject.sidecar.podmortem.io")
     assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Ignore"
     assert hook["timeoutSeconds"] <= 10 and hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["rules"] == [
@@ -260,6 +280,27 @@ def test_webhook_configuration() -> None:
     svc = one(docs, "Service", "-webhook")
     assert (service["name"], service["namespace"], service["path"]) == (svc["metadata"]["name"], "ops", "/mutate")
     assert service["port"] in [p["port"] for p in svc["spec"]["ports"]]
+
+
+def test_retry_policy_webhook_sees_only_opted_in_jobs_and_jobsets() -> None:
+    docs = render(namespace="ops")
+    config = one(docs, "MutatingWebhookConfiguration")
+    hooks = {h["name"]: h for h in config["webhooks"]}
+    retry = hooks["retry-policy.podmortem.io"]
+    assert retry["objectSelector"] == {"matchLabels": {"podmortem.io/retry-policy": "enabled"}}
+    assert retry["namespaceSelector"] == hooks["inject.sidecar.podmortem.io"]["namespaceSelector"]
+    assert {(r["apiGroups"][0], r["resources"][0], tuple(r["operations"])) for r in retry["rules"]} == {
+        ("batch", "jobs", ("CREATE",)),
+        ("jobset.x-k8s.io", "jobsets", ("CREATE",)),
+    }
+    assert retry["clientConfig"] == hooks["inject.sidecar.podmortem.io"]["clientConfig"]
+    container = one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(container)
+    assert env["PODMORTEM_JOBSET_MAX_RESTARTS"] == "3"
+    cfg = webhook_config.load(None, {**env, "PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"})
+    assert cfg.injection.jobset_max_restarts == 3
+    off = one(render({"webhook": {"retryPolicy": {"enabled": False}}}), "MutatingWebhookConfiguration")
+    assert [h["name"] for h in off["webhooks"]] == ["inject.sidecar.podmortem.io"]
 
 
 def test_helm_generated_ca_signs_the_served_certificate() -> None:

@@ -18,7 +18,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_names_every_subcommand() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for name in ("sidecar", "aggregator", "analyze", "demo"):
+    for name in ("sidecar", "aggregator", "analyze", "demo", "policy"):
         assert name in result.stdout
 
 
@@ -33,7 +33,7 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
     assert "invalid choice" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["sidecar", "aggregator", "analyze", "demo"])
+@pytest.mark.parametrize("name", ["sidecar", "aggregator", "analyze", "demo", "policy"])
 def test_each_subcommand_has_help(name: str) -> None:
     result = run(name, "--help")
     assert result.returncode == 0, result.stderr

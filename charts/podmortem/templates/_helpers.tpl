@@ -196,3 +196,12 @@ the same CA.
 {{- end }}
 {{- index .Values "_webhookTls" | toJson }}
 {{- end }}
+
+{{/* on when the aggregator acts on nodes: asked for, and in cluster mode (nodes need a ClusterRole). */}}
+{{- define "podmortem.nodeActions" -}}
+{{- if and .Values.aggregator.nodeActions.enabled (ne .Values.installMode "namespace") -}}
+on
+{{- else -}}
+off
+{{- end -}}
+{{- end }}

@@ -33,6 +33,7 @@ from typing import Any
 
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
@@ -395,9 +396,16 @@ class NamespaceGuard:
         await self.inner.publish(decision)
 
 
-def kube_publishers(settings: KubeSettings, kube: Kube | None = None) -> list[Publisher]:
-    """The publishers `settings.publish` asks for, sharing one client (and so one rate limit)."""
-    if not settings.publish:
+def kube_publishers(
+    settings: KubeSettings,
+    kube: Kube | None = None,
+    *,
+    fence: Callable[[], bool] = lambda: True,
+    on_suspects: Callable[[int], None] = lambda n: None,
+) -> list[Publisher]:
+    """The publishers `settings.publish` asks for (and the node actions unless off), sharing one client (and so
+    one rate limit). `fence`: may this aggregator write now; `on_suspects`: the suspect-node gauge."""
+    if not settings.publish and not settings.node_actions:
         return []
     client = kube if kube is not None else Kube.from_settings(settings)
     out: list[Publisher] = []
@@ -407,4 +415,13 @@ def kube_publishers(settings: KubeSettings, kube: Kube | None = None) -> list[Pu
         out.append(ConditionPublisher(client))
     if "events" in settings.publish:
         out.append(EventPublisher(client, settings.reporting_instance))
+    if settings.node_actions:
+        actions = NodeActions(
+            True, settings.suspect_node_threshold, settings.suspect_node_window, settings.suspect_node_taint
+        )
+        out.append(
+            NodeFaultPublisher(
+                client, actions, fence=fence, on_suspects=on_suspects, instance=settings.reporting_instance
+            )
+        )
     return [NamespaceGuard(p, settings.namespaces) for p in out] if settings.namespaces else out

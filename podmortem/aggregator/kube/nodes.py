@@ -1,0 +1,315 @@
+"""Bad nodes: each `hardware` root cause is recorded on its node, and a node that keeps failing is marked.
+
+Meta's report on its research clusters (Kokolis et al., 2024) found that detecting "lemon nodes" from
+repeated failures measurably raised job success. podmortem knows, per incident, the root pod, its node
+and whether the cause was the hardware; this publisher keeps that knowledge where the cluster's owner
+and scheduler look:
+
+- the node annotation `podmortem.io/hardware-faults`: JSON, the last `MAX_FAULTS` hardware root causes
+  on that node (`time`, `incident`, `job`, `pod`, `evidence`), oldest first. It lives on the node, so
+  the record survives aggregator restarts and needs no database; each incident is recorded once.
+- when `threshold` faults (default 2) fall within `window` (default 7 days), and after the last time a
+  person cleared the mark: the node condition `podmortem.io/SuspectHardware=True` (reason
+  `RepeatedHardwareFaults`, the message naming the faults), a `Warning` Event on the node, and, only
+  with `taint` (off by default: taking nodes out of service is the cluster owner's decision), the taint
+  `podmortem.io/suspect-hardware:NoSchedule`.
+
+It never removes a taint or a condition: it adds its own taint when absent and writes only its own
+condition type. A person clears the mark by setting the condition to False (podmortem then counts only
+faults after that time) and removing the taint; docs/kubernetes.md has the command. Writes are
+read-modify-write with the node's resourceVersion as precondition (a 409 re-reads), and only while
+`fence()` says this aggregator may act (the leader holding its Lease).
+
+The builders (annotation, condition, taint, Event) are pure functions over plain data; the class reads,
+decides with them and writes through `kube.Kube`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.kube.client import Kube
+from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
+from podmortem.k8s.objects import resource_path
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+FAULTS_ANNOTATION = "podmortem.io/hardware-faults"
+CONDITION_TYPE = "podmortem.io/SuspectHardware"
+CONDITION_REASON = "RepeatedHardwareFaults"
+TAINT_KEY = "podmortem.io/suspect-hardware"
+TAINT_EFFECT = "NoSchedule"
+EVENT_REASON = "SuspectHardware"
+EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects live here (as kubectl describe node reads them)
+COMPONENT = "podmortem-aggregator"
+MAX_FAULTS = 10
+MAX_EVIDENCE = 3
+MAX_EVIDENCE_ITEM = 200
+MAX_MESSAGE = 1024
+ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class NodeActions:
+    """What the aggregator does to nodes (`--node-actions`, `--suspect-node-*`)."""
+
+    enabled: bool = True
+    threshold: int = 2
+    window: float = 7 * 86400.0
+    taint: bool = False
+
+
+# -- pure builders -------------------------------------------------------------------------------
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: Any) -> float | None:
+    try:
+        stamp = datetime.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+    return stamp.timestamp()
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fault_of(decision: Decision) -> JSON:
+    """The record of one hardware root cause."""
+    v, job = decision.verdict, decision.incident.job
+    return {
+        "time": rfc3339(v.failed_at if v.failed_at is not None else decision.decided_at),
+        "incident": decision.incident.incident_id,
+        "job": f"{job.namespace}/{job.kind}/{job.name}",
+        "pod": v.pod,
+        "evidence": [_cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
+    }
+
+
+def read_faults(node: JSON) -> list[JSON]:
+    """The node's fault record; an annotation someone edited into something else reads as empty (logged)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(FAULTS_ANNOTATION)
+    if raw is None:
+        return []
+    try:
+        loaded = json.loads(raw)
+    except (ValueError, RecursionError):
+        loaded = None
+    if not isinstance(loaded, list):
+        log.warning("node %s: annotation %s is not a JSON list; starting a new record",
+                    (node.get("metadata") or {}).get("name"), FAULTS_ANNOTATION)  # fmt: skip
+        return []
+    return [f for f in loaded if isinstance(f, dict)]
+
+
+def with_fault(faults: list[JSON], fault: JSON) -> list[JSON] | None:
+    """The record with `fault` added (the last MAX_FAULTS kept), or None when its incident is already in it."""
+    if any(f.get("incident") == fault["incident"] for f in faults):
+        return None
+    return [*faults, fault][-MAX_FAULTS:]
+
+
+def cleared_at(node: JSON) -> float | None:
+    """When a person last set our condition to False (podmortem counts only the faults after it)."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE and c.get("status") == "False":
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def recent(faults: list[JSON], now: float, window: float, since: float | None = None) -> list[JSON]:
+    """The faults within `window` seconds of `now`, and after `since` when given."""
+    start = now - window if since is None else max(now - window, since)
+    out = []
+    for f in faults:
+        t = parse_time(f.get("time"))
+        if t is not None and t > start:
+            out.append(f)
+    return out
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g}d" if seconds % 3600 == 0 else f"{seconds:g}s"
+
+
+def condition_message(faults: list[JSON], window: float) -> str:
+    named = "; ".join(f"{f.get('time')} {f.get('job')} pod {f.get('pod')}" for f in faults)
+    return _cut(f"{len(faults)} hardware root causes within {_days(window)}: {named}", MAX_MESSAGE)
+
+
+def suspect_condition(faults: list[JSON], window: float, now: float) -> JSON:
+    stamp = rfc3339(now)
+    return {
+        "type": CONDITION_TYPE,
+        "status": "True",
+        "reason": CONDITION_REASON,
+        "message": condition_message(faults, window),
+        "lastTransitionTime": stamp,
+        "lastHeartbeatTime": stamp,
+    }
+
+
+def conditions_with(conditions: list[JSON], ours: JSON) -> list[JSON] | None:
+    """The node's conditions with ours set True; None when it already says exactly that."""
+    out: list[JSON] = []
+    found = False
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            found = True
+            if c.get("status") == "True":
+                if c.get("message") == ours["message"]:
+                    return None
+                ours = dict(ours, lastTransitionTime=c.get("lastTransitionTime", ours["lastTransitionTime"]))
+            out.append(ours)
+        else:
+            out.append(c)
+    if not found:
+        out.append(ours)
+    return out
+
+
+def taints_with(taints: list[JSON]) -> list[JSON] | None:
+    """The node's taints with ours added; None when a taint with our key is there already (ours or a person's)."""
+    if any(isinstance(t, dict) and t.get("key") == TAINT_KEY for t in taints):
+        return None
+    return [*taints, {"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT}]
+
+
+def event_body(node: JSON, fault: JSON, faults: list[JSON], window: float, now: float, instance: str = "") -> JSON:
+    """A core/v1 Warning Event about the node; named after node and incident, so a replay is a 409."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    digest = hashlib.sha256(f"{name}\0{fault['incident']}".encode()).hexdigest()[:16]
+    involved = {"apiVersion": "v1", "kind": "Node", "name": name}
+    if meta.get("uid"):
+        involved["uid"] = meta["uid"]
+    stamp = rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name[:200]}.podmortem.{digest}", "namespace": EVENT_NAMESPACE},
+        "involvedObject": involved,
+        "type": "Warning",
+        "reason": EVENT_REASON,
+        "message": _cut(f"node {name} is suspect: {condition_message(faults, window)}", MAX_MESSAGE),
+        "source": {"component": COMPONENT},
+        "reportingComponent": "podmortem.io/aggregator",
+        "reportingInstance": instance[:128],
+        "action": "MarkedSuspect",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+# -- the publisher -------------------------------------------------------------------------------
+
+
+class NodeFaultPublisher:
+    """Records hardware root causes on their nodes; marks a node past the threshold (see the module doc)."""
+
+    name = "kube-nodes"
+
+    def __init__(
+        self,
+        kube: Kube,
+        actions: NodeActions,
+        *,
+        fence: Callable[[], bool] = lambda: True,
+        on_suspects: Callable[[int], None] = lambda n: None,
+        clock: Callable[[], float] | None = None,
+        instance: str = "",
+    ) -> None:
+        self.kube = kube
+        self.actions = actions
+        self.fence = fence  # may this aggregator write now? (the leader holding its Lease)
+        self.on_suspects = on_suspects  # the number of nodes marked suspect, for the gauge
+        self._clock = clock
+        self.instance = instance
+        self.suspects: set[str] = set()
+
+    async def publish(self, decision: Decision) -> None:
+        v = decision.verdict
+        if v.category != "hardware" or not v.pod or not v.node:
+            return
+        if not self.fence():
+            log.warning("incident %s: not the leader; node %s not written", decision.incident.incident_id, v.node)
+            return
+        path = resource_path("v1", "nodes", None, v.node)
+        fault = fault_of(decision)
+        now = self._clock() if self._clock is not None else decision.decided_at
+
+        def record(node: JSON) -> JSON | None:
+            faults = with_fault(read_faults(node), fault)
+            if faults is None:
+                return None
+            encoded = json.dumps(faults, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            return {"metadata": {"annotations": {FAULTS_ANNOTATION: encoded}}}
+
+        node = await self._update(path, "", record)
+        if node is None:
+            return
+        faults = recent(read_faults(node), now, self.actions.window, cleared_at(node))
+        if len(faults) < self.actions.threshold:
+            self._count(v.node, False)
+            return
+
+        def mark(node: JSON) -> JSON | None:
+            conditions = [c for c in ((node.get("status") or {}).get("conditions") or []) if isinstance(c, dict)]
+            merged = conditions_with(conditions, suspect_condition(faults, self.actions.window, now))
+            return None if merged is None else {"status": {"conditions": merged}}
+
+        node = await self._update(path, "/status", mark) or node
+        self._count(v.node, True)
+        try:
+            body = event_body(node, fault, faults, self.actions.window, now, self.instance)
+            await self.kube.request("POST", resource_path("v1", "events", EVENT_NAMESPACE), body=body)
+        except AlreadyExistsError:
+            pass  # this incident's Event was written before
+        if self.actions.taint:
+
+            def taint(node: JSON) -> JSON | None:
+                taints = [t for t in ((node.get("spec") or {}).get("taints") or []) if isinstance(t, dict)]
+                merged = taints_with(taints)
+                return None if merged is None else {"spec": {"taints": merged}}
+
+            await self._update(path, "", taint)
+        log.warning("node %s marked %s: %s", v.node, CONDITION_TYPE, condition_message(faults, self.actions.window))
+
+    async def _update(self, path: str, sub: str, change: Callable[[JSON], JSON | None]) -> JSON | None:
+        """Read the node, merge-patch `change(node)` with its resourceVersion, re-read on 409; the node
+        as written (or as read when there was nothing to change); None when it is gone."""
+        for attempt in range(ATTEMPTS):
+            try:
+                node = await self.kube.get(path)
+            except NotFoundError:
+                log.info("node %s is gone; nothing recorded", path.rsplit("/", 1)[1])
+                return None
+            patch = change(node)
+            if patch is None:
+                return node
+            patch.setdefault("metadata", {})["resourceVersion"] = (node.get("metadata") or {}).get("resourceVersion")
+            try:
+                return await self.kube.request(
+                    "PATCH", path + sub, body=patch, content_type="application/merge-patch+json"
+                )
+            except ConflictError:
+                log.info("node %s changed (attempt %d); re-reading", path.rsplit("/", 1)[1], attempt + 1)
+        raise ConflictError(409, "Conflict", f"{path}{sub}: still conflicting after {ATTEMPTS} attempts")
+
+    def _count(self, node: str, suspect: bool) -> None:
+        (self.suspects.add if suspect else self.suspects.discard)(node)
+        self.on_suspects(len(self.suspects))
