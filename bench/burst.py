@@ -51,7 +51,8 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool 
         failed = [f for f in finished if isinstance(f, str)]
         if failed:
             raise SystemExit(failed[0])
-        last_ack = max(t for t, _ in finished)
+        last_ack = max(t for t, _, _ in finished)
+        acks = sorted(a for _, _, lats in finished for a in lats)
         for p in procs:
             p.join()
         verdict_at = last_ack
@@ -75,6 +76,8 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool 
             "cpu_s": cpu,
             "cpu_per_event_ms": cpu / (pods * 4) * 1000,  # register + 3 events
             "peak_rss_mib": peak_rss_mib(proc.pid),
+            "ack_p50_s": acks[len(acks) // 2],
+            "ack_p99_s": acks[min(len(acks) - 1, round(0.99 * (len(acks) - 1)))],
         }
     finally:
         proc.terminate()
@@ -106,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         line = (
             f"W={w:>5}  burst {r['burst_s']:6.2f} s  last ack -> verdict {r['verdict_after_last_ack_s']:6.3f} s  "
             f"aggregator CPU {r['cpu_s']:6.2f} s ({r['cpu_per_event_ms']:.3f} ms/event)  "
-            f"peak RSS {r['peak_rss_mib']:.0f} MiB"
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB  "
+            f"ack p50/p99 {r['ack_p50_s'] * 1000:.0f}/{r['ack_p99_s'] * 1000:.0f} ms"
         )
         if ns.echo:
             e = run_once(w, tail, ns.generators, echo=True)
             ratio = r["cpu_s"] / max(e["cpu_s"], 1e-9)
             line += (
                 f"  | echo CPU {e['cpu_s']:.2f} s ({e['cpu_per_event_ms']:.3f} ms/event), ratio {ratio:.2f}x, "
-                f"echo peak RSS {e['peak_rss_mib']:.0f} MiB"
+                f"echo peak RSS {e['peak_rss_mib']:.0f} MiB, echo ack p99 {e['ack_p99_s'] * 1000:.0f} ms"
             )
         print(line, flush=True)
         if len(runs) > 1:

@@ -48,8 +48,8 @@ def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str
         failed = [f for f in finished if isinstance(f, str)]
         if failed:
             raise SystemExit(failed[0])
-        last_ack = max(t for t, _ in finished)
-        reconnects = sum(n for _, n in finished)
+        last_ack = max(t for t, _, _ in finished)
+        reconnects = sum(n for _, n, _ in finished)
         for p in procs:
             p.join()
         deadline = time.time() + 300

@@ -41,7 +41,7 @@ def messages(pods: int, tail_kib: int) -> list[tuple[bytes, list[bytes]]]:
         message = "ValueError: bad label 7" if pod == 0 else GLOO
         events = [
             make_event(error_to_pb(ErrorRecord(message, message.split(":")[0], timestamp=T0 + (pod > 0))), f"{pod}/e"),
-            make_event(pb.LogTail(text=tail, truncated=True), f"{pod}/log"),
+            make_event(pb.LogTail(text=tail.encode(), truncated=True), f"{pod}/log"),
             make_event(termination_to_pb(Termination(exit_code=1, reason="Error", finished_at=T0 + 2.0)), f"{pod}/t"),
         ]
         out.append(

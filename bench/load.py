@@ -68,11 +68,13 @@ RETRIED = (
 )  # fmt: skip
 
 
-async def one_pod(stub: Any, pod: int, world: int, tail: str, job: str = "burst") -> tuple[float, int]:
+async def one_pod(
+    stub: Any, pod: int, world: int, tail: str, job: str = "burst", acks: list[float] | None = None
+) -> tuple[float, int]:
     """A sidecar's life at failure time: register, error file, log tail, termination; each acked. Like a
     sidecar, it opens the stream again (backoff with jitter) and sends everything again when the stream
     is ended before all is acknowledged; the aggregator deduplicates by event id. Returns when the last
-    ack came and how many times it reconnected."""
+    ack came and how many times it reconnected; each event's write -> ack seconds go to `acks`."""
     name = f"w-{pod}" if job == "burst" else f"{job}-w-{pod}"
     reg = pb.Register(job=pb.JobRef(namespace="bench", name=job), pod=name, world_size_hint=world, attempt="0")
     reg.rank = pod
@@ -80,7 +82,7 @@ async def one_pod(stub: Any, pod: int, world: int, tail: str, job: str = "burst"
     key = f"{job}/{pod}"
     events = [
         make_event(error_to_pb(ErrorRecord(message, message.split(":")[0], timestamp=T0 + (pod > 0))), f"{key}/e"),
-        make_event(pb.LogTail(text=tail, truncated=True), f"{key}/log"),
+        make_event(pb.LogTail(text=tail.encode(), truncated=True), f"{key}/log"),
         make_event(termination_to_pb(Termination(exit_code=1, reason="Error", finished_at=T0 + 2.0)), f"{key}/t"),
     ]
     for attempt in range(20):
@@ -89,8 +91,11 @@ async def one_pod(stub: Any, pod: int, world: int, tail: str, job: str = "burst"
             await call.write(pb.SidecarMessage(register=reg))
             await call.read()
             for event in events:
+                sent = time.monotonic()
                 await call.write(pb.SidecarMessage(event=event))
                 await call.read()
+                if acks is not None:
+                    acks.append(time.monotonic() - sent)
             await call.done_writing()
             while await call.read() is not grpc.aio.EOF:
                 pass
@@ -104,23 +109,24 @@ async def one_pod(stub: Any, pod: int, world: int, tail: str, job: str = "burst"
 
 async def generate(
     target: str, members: Sequence[tuple[str, int]], world: int, tail_kib: int, go_at: float
-) -> tuple[float, int]:
-    """Every (job, pod) of `members` as one stream, 64 streams a connection; the last ack's time and the
-    reconnects."""
+) -> tuple[float, int, list[float]]:
+    """Every (job, pod) of `members` as one stream, 64 streams a connection; the last ack's time, the
+    reconnects and every event's write -> ack seconds."""
     tail = log_tail(tail_kib)
     channels = [grpc.aio.insecure_channel(target) for _ in range(0, len(members), STREAMS_PER_CHANNEL)]
     stubs = [pb_grpc.CollectorStub(c) for c in channels]  # type: ignore[no-untyped-call]
     await asyncio.sleep(max(go_at - time.time(), 0))
+    acks: list[float] = []
     done = await asyncio.gather(
-        *(one_pod(stubs[i // STREAMS_PER_CHANNEL], p, world, tail, job) for i, (job, p) in enumerate(members))
+        *(one_pod(stubs[i // STREAMS_PER_CHANNEL], p, world, tail, job, acks) for i, (job, p) in enumerate(members))
     )
     for c in channels:
         await c.close()
-    return max(t for t, _ in done), sum(n for _, n in done)
+    return max(t for t, _ in done), sum(n for _, n in done), acks
 
 
 def generator(target: str, members: list[tuple[str, int]], world: int, tail_kib: int, go_at: float, out: Any) -> None:
-    """A load-generator process: puts (last ack, reconnects), or a message if it failed."""
+    """A load-generator process: puts (last ack, reconnects, ack latencies), or a message if it failed."""
     try:
         out.put(asyncio.run(generate(target, members, world, tail_kib, go_at)))
     except BaseException as exc:

@@ -299,9 +299,14 @@ def _number(name: str, raw: str, kind: type[int] | type[float], low: float, high
     except ValueError:
         raise ConfigError(f"{name} = {raw!r} is not a number") from None
     if value < low or (high is not None and value > high):
-        bounds = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
+        bounds = f">= {_plain(low)}" if high is None else f"between {_plain(low)} and {_plain(high)}"
         raise ConfigError(f"{name} = {raw!r}: must be {bounds}")
     return value
+
+
+def _plain(bound: float) -> str:
+    """A bound as the user would type it: 1048576, not 1.04858e+06."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def _name(table: tuple[Setting, ...], dest: str) -> str:

@@ -47,7 +47,6 @@ from podmortem.aggregator.members import MemberState
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.wire import compact_text
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +228,8 @@ class IncidentBook:
         log_text: str | None = None
         member.make_room(kind)
         if kind == "log_tail":  # its text kept once (see `MemberState.log_text`)
-            # `retained` on the str, read from the message once: not set into a copy and read back out.
-            text, cut = retained_text(event.log_tail.text)
-            log_text = compact_text(text)
+            # `retained` on the bytes, read from the message once: not set into a copy and read back out.
+            log_text, cut = retained_text(event.log_tail.text)
             event = without_text(event, truncated=event.log_tail.truncated or cut)
         else:
             event = bounded(event)

@@ -10,10 +10,11 @@ dropped. `is_failure` says which events open an incident. This module holds no s
 
 from __future__ import annotations
 
-from podmortem.core import logtail
+from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import tail_text
 
-RETAINED_TAIL_CHARS = 16 << 10  # of each member's log tail (see `retained`)
+RETAINED_TAIL_BYTES = 16 << 10  # of each member's log tail (see `retained`)
 # No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
 MAX_WORLD_SIZE = 65_536
 # Limits against a flood (a bug or a hostile client): beyond each, new things are refused — with a
@@ -77,32 +78,47 @@ def bounded(event: pb.Event) -> pb.Event:
     return kept
 
 
-def retained(event: pb.Event, keep: int = RETAINED_TAIL_CHARS) -> pb.Event:
-    """The part of a log tail the book keeps: its last `keep` characters, plus the line a log rule matched
+def retained(event: pb.Event, keep: int = RETAINED_TAIL_BYTES) -> pb.Event:
+    """The part of a log tail the book keeps: its last `keep` bytes, plus the line a log rule matched
     when that lies earlier. Thousands of members x 64 KiB tails held until the incident is decided were
     most of the aggregator's memory in a burst; the decision needs the end of the log (torch's failure
     summary, the last tracebacks) and the lines that name a cause, not the training chatter before."""
-    text, cut = retained_text(event.log_tail.text, keep)
+    data = event.log_tail.text
+    text, cut = retained_text(data, keep)
     if not cut:
         return event
     kept = pb.Event()
     kept.CopyFrom(event)
-    kept.log_tail.text = text
+    kept.log_tail.text = text.encode()
     kept.log_tail.truncated = True
     return kept
 
 
-def retained_text(text: str, keep: int = RETAINED_TAIL_CHARS) -> tuple[str, bool]:
-    """`retained` on the text itself: (what is kept, whether anything was cut)."""
-    if len(text) <= keep:
-        return text, False
-    tail = text[-keep:]
-    cut = tail.find("\n")
-    tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
-    # The line a rule names, looked for only in the part not kept (the rest is in `tail` anyway).
-    hit = logtail.first_log_line(text[: len(text) - len(tail)])
+def retained_text(data: bytes, keep: int = RETAINED_TAIL_BYTES) -> tuple[str, bool]:
+    """`retained` on a tail's bytes: (the compact str kept, `wire.tail_text`; whether anything was cut).
+    Only the kept part is decoded; the part before it is searched as bytes, in C (`bench/ingest_speed.py`)."""
+    if len(data) <= keep:
+        return tail_text(data), False
+    start = len(data) - keep
+    cut = data.find(b"\n", start)
+    if 0 <= cut < len(data) - 1:
+        start = cut + 1  # from a line start
+    # The line a rule names, looked for only in the part not kept (the rest is in the tail anyway).
+    hit = first_log_line(data[:start])
     head = f"{hit}\n" if hit else ""
-    return f"{head}[... {len(text) - len(tail) - len(head)} characters of the log not kept ...]\n{tail}", True
+    return f"{head}[... {start - len(head.encode())} bytes of the log not kept ...]\n{tail_text(data[start:])}", True
+
+
+def first_log_line(data: bytes, rules: RuleSet = DEFAULT_RULES) -> str:
+    """`logtail.first_log_line` on UTF-8 bytes: the line the first matching log rule names ("" when none
+    does), decoded alone. RE2 searches the bytes as they came, without a str to build and encode again."""
+    rule = rules.first_log_rule(data)  # one RE2 pass for every rule at once
+    hit = rule.fast.search(data) if rule is not None and rule.fast is not None else None  # a log rule's RE2
+    if hit is None:
+        return ""
+    a = data.rfind(b"\n", 0, hit.start()) + 1
+    b = data.find(b"\n", hit.end())
+    return tail_text(data[a : b if b >= 0 else len(data)]).strip()
 
 
 def without_text(event: pb.Event, truncated: bool) -> pb.Event:

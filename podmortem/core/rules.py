@@ -161,8 +161,9 @@ class RuleSet:
         matcher.Compile()
         self._log_set.append(matcher)
 
-    def first_log_rule(self, text: str) -> Rule | None:
-        """The first log rule, in rule order, that matches anywhere in `text` (one RE2 pass)."""
+    def first_log_rule(self, text: str | bytes) -> Rule | None:
+        """The first log rule, in rule order, that matches anywhere in `text` (one RE2 pass; UTF-8 bytes
+        are searched as they are, a str is encoded first)."""
         logs = self._by_kind.get("log", ())
         if not logs:
             return None

@@ -112,15 +112,16 @@ def _read_json(path: str | Path, what: str) -> Any:
         raise BundleError(f"{path}: {what}: {exc}") from None
 
 
-def _read_log(path: str) -> tuple[str, bool] | None:
+def _read_log(path: str) -> tuple[bytes, bool] | None:
+    """The log's last MAX_LOG_BYTES as bytes (the fold decodes them: `wire.tail_text`), and whether cut."""
     data = _read_regular(path, "log", MAX_LOG_BYTES + 1, tail=True)
     if data is None:
         return None
     truncated = len(data) > MAX_LOG_BYTES
-    text = data[-MAX_LOG_BYTES:].decode("utf-8", errors="replace")
-    if truncated and "\n" in text:
-        text = text.split("\n", 1)[1]  # drop the partial first line
-    return text, truncated
+    data = data[-MAX_LOG_BYTES:]
+    if truncated and b"\n" in data:
+        data = data.split(b"\n", 1)[1]  # drop the partial first line
+    return data, truncated
 
 
 def _job_ref(doc: dict[str, Any], path: Path) -> JobRef:

@@ -225,28 +225,48 @@ def compact_text(text: str) -> str:
     makes CPython store the whole string at 4 bytes per character — 256 KiB for a 64 KiB tail, a GiB for a
     4,096-pod burst — and the variation selector that follows an emoji (U+FE0F) still 2 bytes. Such
     characters become "?" and the selectors and the zero-width joiner go: an ASCII tail stays 1 byte a
-    character (no rule reads emoji). Other text (non-Latin scripts, box drawing) is kept as it is.
-
-    The astral characters are replaced in the UTF-8 bytes (split at their first byte and joined, in C)
-    and the selectors removed from the narrower str that gives: ~130 -> ~25 us for a 16 Ki-character tail
-    holding gloo's line, which every member of a burst sends (`re.sub` looked at every character)."""
+    character (no rule reads emoji). Other text (non-Latin scripts, box drawing) is kept as it is."""
     if text.isascii():
         return text
-    data = text.encode("utf-8", "surrogatepass")  # (a lone surrogate stays one, as the str had it)
-    astral = False
+    return _compact_utf8(text.encode("utf-8", "surrogatepass"), "surrogatepass")  # a lone surrogate stays one
+
+
+def tail_text(data: bytes) -> str:
+    """A log tail's UTF-8 bytes (`LogTail.text`) as the compact str the engine reads (`compact_text`'s
+    rule), built from the bytes, never from a wide str first. Bytes that are not UTF-8 become U+FFFD (the
+    three after a stray lead byte of a 4-byte character go with it): garbage in, no error."""
+    if data.isascii():
+        return data.decode("ascii")
+    return _compact_utf8(data, "replace")
+
+
+def _compact_utf8(data: bytes, errors: str) -> str:
+    """`compact_text` on UTF-8 bytes. The astral characters are replaced in the bytes (split at their first
+    byte and joined, in C) and the selectors removed from the narrower str that gives, rather than a
+    regular expression over every character (`bench/ingest_speed.py`)."""
     for lead in _ASTRAL_LEADS:
         if lead in data:
             parts = data.split(lead)
             # An emoji's selector or joiner right after it goes with it (the rest below): the str decoded
             # is then usually ASCII again, and the search below free.
             data = b"?".join([parts[0], *(p[6:] if p[3:6] in _DROPPED_UTF8 else p[3:] for p in parts[1:])])
-            astral = True
-    if astral:
-        text = data.decode("utf-8", "surrogatepass")
+    text = data.decode("utf-8", errors)
     for dropped in _DROPPED:
         if not text.isascii() and dropped in text:
             text = text.replace(dropped, "")
     return text
+
+
+def utf8(data: bytes) -> bytes:
+    """`data` as valid UTF-8 (invalid bytes replaced by U+FFFD), for `LogTail.text`: unchanged, and not
+    copied, when it is valid already."""
+    if data.isascii():
+        return data
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace").encode("utf-8")
+    return data
 
 
 def member_from_snapshot(snap: PodSnapshot) -> Member:
@@ -302,5 +322,5 @@ def apply_event(member: Member, event: pb.Event, clock_offset: float | None = No
             phase_reason=d.reason or member.phase_reason,
         )
     if kind == "log_tail":
-        return evolve(member, log_tail=compact_text(event.log_tail.text))
+        return evolve(member, log_tail=tail_text(event.log_tail.text))
     return member

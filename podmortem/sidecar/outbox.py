@@ -62,7 +62,7 @@ def describe(event: pb.Event) -> str:
         d = event.deletion
         what = f"deletion phase {d.phase or '?'} reason {d.reason or '?'}"
     elif kind == "log_tail":
-        what = f"log tail {len(event.log_tail.text)} chars{' (truncated)' if event.log_tail.truncated else ''}"
+        what = f"log tail {len(event.log_tail.text)} bytes{' (truncated)' if event.log_tail.truncated else ''}"
     else:
         what = kind
     return f"{what} [id {event.id}]"

@@ -133,7 +133,7 @@ def read_log_tail(path: Path, max_bytes: int) -> pb.LogTail | None:
     truncated = start > 0
     if truncated and b"\n" in data[:-1]:
         data = data[data.index(b"\n") + 1 :]  # drop the partial first line
-    return pb.LogTail(text=data.decode("utf-8", errors="replace"), truncated=truncated)
+    return pb.LogTail(text=wire.utf8(data), truncated=truncated)
 
 
 class PodReporter:
@@ -211,7 +211,8 @@ class PodReporter:
         if not isinstance(text, str) or not text:
             return None
         # The source keeps whole lines within the limit: a tail that nearly fills it was probably cut.
-        return pb.LogTail(text=text, truncated=len(text.encode()) >= self.log_tail_bytes * 9 // 10)
+        data = text.encode("utf-8", "replace")
+        return pb.LogTail(text=data, truncated=len(data) >= self.log_tail_bytes * 9 // 10)
 
 
 def make_pod_source(settings: Settings) -> PodSource | None:

@@ -136,4 +136,4 @@ def test_the_aggregator_refuses_pod_log_bytes_out_of_bounds(value: str) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "--pod-log-bytes must be between 0 and 1048576" in done.stderr
+    assert "(or --pod-log-bytes) = " in done.stderr and "must be between 0 and 1048576" in done.stderr

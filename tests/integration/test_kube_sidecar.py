@@ -184,5 +184,5 @@ async def test_after_a_restart_the_failed_runs_log_is_read_from_the_api(kube_api
     assert pod is not None
     events = await PodReporter(source, lambda e: None).observe(pod)
     assert [e.WhichOneof("payload") for e in events] == ["log_tail", "termination"]
-    assert events[0].log_tail.text == "[rank1]: ValueError: bad label 7 (the failed run)\n"
+    assert events[0].log_tail.text == b"[rank1]: ValueError: bad label 7 (the failed run)\n"
     assert any("/log?" in path and "previous=true" in path for _, path in kube_api.requests())

@@ -107,7 +107,7 @@ async def test_reporter_turns_pod_versions_into_new_facts_only(tmp_path: Path) -
     assert (term.exit_code, term.signal, term.reason, term.container) == (137, 9, "OOMKilled", "pytorch")
     assert events[1].id == f"{UID}/termination/0"
     tail = events[0].log_tail
-    assert tail.truncated and tail.text.endswith("line 9999\n") and tail.text.startswith("line ")
+    assert tail.truncated and tail.text.endswith(b"line 9999\n") and tail.text.startswith(b"line ")
     assert len(tail.text) <= 1000
     assert events[0].id == f"{UID}/log_tail/0"
     assert await reporter.observe(terminated(running_pod())) == []  # the same again: nothing new
@@ -134,10 +134,10 @@ def test_read_log_tail(tmp_path: Path) -> None:
     assert read_log_tail(log, 100) is None
     log.write_bytes(b"short\n")
     tail = read_log_tail(log, 100)
-    assert tail is not None and (tail.text, tail.truncated) == ("short\n", False)
+    assert tail is not None and (tail.text, tail.truncated) == (b"short\n", False)
     log.write_bytes(b"a" * 50 + b"\n" + b"\xff\xfe end\n")
     tail = read_log_tail(log, 20)
-    assert tail is not None and tail.truncated and tail.text == "\ufffd\ufffd end\n"
+    assert tail is not None and tail.truncated and tail.text == "\ufffd\ufffd end\n".encode()  # valid UTF-8 on the wire
     assert read_log_tail(log, 0) is None
 
 
@@ -257,7 +257,7 @@ async def test_log_tail_from_a_source_that_can_fetch_logs() -> None:
     reporter = PodReporter(LoggingSource([terminated(running_pod())]), sent.append)
     await reporter.run()
     assert kinds(sent) == ["log_tail", "termination"]
-    assert sent[0].log_tail.text == "pytorch: this run: last words\n" and not sent[0].log_tail.truncated
+    assert sent[0].log_tail.text == b"pytorch: this run: last words\n" and not sent[0].log_tail.truncated
 
 
 def restarted(pod: dict[str, Any]) -> dict[str, Any]:
@@ -275,7 +275,7 @@ async def test_after_a_restart_the_failed_runs_log_is_read() -> None:
     reporter = PodReporter(LoggingSource([restarted(running_pod())]), sent.append)
     await reporter.run()
     assert kinds(sent) == ["log_tail", "termination"]
-    assert sent[0].log_tail.text == "pytorch: the failed run: last words\n"
+    assert sent[0].log_tail.text == b"pytorch: the failed run: last words\n"
 
 
 def test_the_container_that_failed_is_the_training_container_not_the_first_listed() -> None:

@@ -296,7 +296,7 @@ async def test_a_long_log_tail_is_kept_bounded_with_the_line_that_names_the_caus
     key = register(book, "w-0", 0)
     chatter = "".join(f"[rank0]: step {i} loss 1.{i % 97:02d}\n" for i in range(4000))  # ~100 KB
     text = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n" + chatter + "exiting\n"
-    book.ingest(key, make_event(pb.LogTail(text=text)), from_sidecar=True)
+    book.ingest(key, make_event(pb.LogTail(text=text.encode())), from_sidecar=True)
     book.ingest(key, ended(1, T0), from_sidecar=True)
     incident = book.incident(key.job)
     assert incident is not None
@@ -311,8 +311,9 @@ async def test_the_newest_log_tail_is_the_one_folded_and_survives_later_events()
     tail after later events make it fold again (and never an older one)."""
     book, rec, _ = make_book(world=1, timeout=600)
     key = register(book, "w-0", 0)
-    book.ingest(key, make_event(pb.LogTail(text="old tail: NVRM: Xid 79\n"), "w-0/log/1", wall=T0), from_sidecar=True)
-    book.ingest(key, make_event(pb.LogTail(text="ValueError: newest 🏖️\n"), "w-0/log/2", wall=T0 + 1), from_sidecar=True)
+    book.ingest(key, make_event(pb.LogTail(text=b"old tail: NVRM: Xid 79\n"), "w-0/log/1", wall=T0), from_sidecar=True)
+    newest = pb.LogTail(text="ValueError: newest 🏖️\n".encode())
+    book.ingest(key, make_event(newest, "w-0/log/2", wall=T0 + 1), from_sidecar=True)
     book.ingest(key, error("ValueError: newest", int(T0) + 1), from_sidecar=True)  # folds again
     book.ingest(key, ended(1, T0 + 2), from_sidecar=True)
     incident = book.incident(key.job)
@@ -329,9 +330,9 @@ async def test_a_member_folded_event_by_event_is_the_member_folded_at_once(order
     key = register(book, "job-worker-0", 0)
     events = [
         error("RuntimeError: first", int(T0), wall=T0 + 0.1),
-        make_event(pb.LogTail(text="step 1\n" + "x" * 20_000 + "\nGLHF! 🏖️ done", truncated=True), wall=T0 + 0.2),
+        make_event(pb.LogTail(text=f"step 1\n{'x' * 20_000}\nGLHF! 🏖️ done".encode(), truncated=True), wall=T0 + 0.2),
         error("RuntimeError: second", int(T0), wall=T0 + 0.3),
-        make_event(pb.LogTail(text="newer tail 🏖️", truncated=False), wall=T0 + 0.4),
+        make_event(pb.LogTail(text="newer tail 🏖️".encode(), truncated=False), wall=T0 + 0.4),
         ended(1, T0 + 0.4),  # wall T0 + 0.6
         make_event(
             pb.PodCondition(type="DisruptionTarget", status="True", reason="PreemptionByScheduler"), wall=T0 + 0.5
@@ -363,11 +364,11 @@ def test_a_stored_log_tail_event_keeps_every_field_but_its_text() -> None:
         "id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail"
     ]  # fmt: skip
     assert [f.name for f in pb.LogTail.DESCRIPTOR.fields] == ["text", "truncated"]
-    event = make_event(pb.LogTail(text="x" * 1000, truncated=False), "id-1", wall=T0 + 0.25, monotonic_ns=7)
+    event = make_event(pb.LogTail(text=b"x" * 1000, truncated=False), "id-1", wall=T0 + 0.25, monotonic_ns=7)
     stripped = without_text(event, truncated=True)
     expected = pb.Event()
     expected.CopyFrom(event)
-    expected.log_tail.text = ""
+    expected.log_tail.text = b""
     expected.log_tail.truncated = True
     assert stripped == expected
 

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import hypothesis
 from hypothesis import strategies as st
@@ -66,6 +67,39 @@ def test_compact_text_is_the_character_rule(text: str) -> None:
     assert compact_text(text) == expected
 
 
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(
+    st.text(
+        st.one_of(
+            st.characters(exclude_categories=["Cs"]),  # what UTF-8 can carry
+            st.sampled_from(["🏖", "\ufe0f", "\ufe0e", "\u200d", "\U0010ffff", "\U00020000", "é", "\n"]),
+        )
+    )
+)
+def test_a_log_tails_bytes_are_folded_by_the_same_rule(text: str) -> None:
+    """`tail_text` (the aggregator's and the bundle's path, from bytes) follows `compact_text`'s rule,
+    applied to characters; `utf8` leaves valid UTF-8 as it is."""
+    from podmortem.protocol.wire import tail_text, utf8
+
+    expected = "".join("?" if ord(c) > 0xFFFF else "" if c in "\ufe0f\ufe0e\u200d" else c for c in text)
+    data = text.encode()
+    assert tail_text(data) == expected
+    assert utf8(data) is data
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(st.binary(max_size=64))
+def test_a_log_tail_that_is_not_utf8_is_read_without_error(data: bytes) -> None:
+    """Bytes that are not UTF-8 (a broken or hostile sender) are read, not refused: `utf8` makes them
+    valid for the wire, and `tail_text` reads them whatever they are."""
+    from podmortem.protocol.wire import tail_text, utf8
+
+    valid = utf8(data)
+    assert valid.decode("utf-8") == data.decode("utf-8", "replace")
+    assert isinstance(tail_text(data), str)
+    assert tail_text(valid) == tail_text(valid.decode().encode())
+
+
 # The contract as released before the hold (tests/fixtures/protos/collector-before-hold.proto): an older
 # sidecar or aggregator speaks it. Its generated code runs in a process of its own (its descriptors carry
 # the same names as ours).
@@ -75,6 +109,14 @@ sys.path.insert(0, sys.argv[1])
 import collector_before_hold_pb2 as old
 
 given = json.loads(sys.stdin.read())
+if "log_tail" in given:  # a log tail, each way
+    tail = old.SidecarMessage.FromString(base64.b64decode(given["log_tail"]))
+    sent = old.SidecarMessage(event=old.Event(id="t", log_tail=old.LogTail(text=given["old_text"])))
+    print(json.dumps({
+        "text": tail.event.log_tail.text,
+        "sent": base64.b64encode(sent.SerializeToString()).decode(),
+    }))
+    sys.exit(0)
 hold = old.SidecarMessage.FromString(base64.b64decode(given["hold"]))
 registered = old.AggregatorMessage.FromString(base64.b64decode(given["registered"]))
 reply = old.AggregatorMessage.FromString(base64.b64decode(given["hold_reply"]))
@@ -90,14 +132,12 @@ print(json.dumps({
 """
 
 
-def test_peers_from_before_the_hold_ignore_it_and_are_told_apart(tmp_path: Path) -> None:
-    import base64
+def _old_peer(tmp_path: Path, given: dict[str, str]) -> dict[str, Any]:
+    """Run OLD_PEER on `given` (its messages base64-encoded); what it printed."""
     import json
     from importlib import resources
 
     from grpc_tools import protoc
-
-    from podmortem.protocol.v1 import collector_pb2 as pb
 
     src = tmp_path / "src"
     src.mkdir()
@@ -111,17 +151,43 @@ def test_peers_from_before_the_hold_ignore_it_and_are_told_apart(tmp_path: Path)
         protoc.main(["protoc", f"-I{src}", f"-I{well_known}", f"--python_out={out}", "collector_before_hold.proto"])
         == 0
     )
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_PEER, str(out)], input=json.dumps(given), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, Any] = json.loads(done.stdout)
+    return seen
+
+
+def test_a_log_tail_as_bytes_is_the_string_peers_from_before_send_and_read(tmp_path: Path) -> None:
+    """`LogTail.text` became `bytes` (the aggregator reads tails without decoding them): UTF-8 text is
+    the same on the wire both ways, so an older sidecar and an older aggregator still interoperate."""
+    import base64
+
+    from podmortem.protocol.v1 import collector_pb2 as pb
+
+    text = "GLHF! 🏖️ é ok\n"
+    ours = pb.SidecarMessage(event=pb.Event(id="t", log_tail=pb.LogTail(text=text.encode())))
+    seen = _old_peer(
+        tmp_path, {"log_tail": base64.b64encode(ours.SerializeToString()).decode(), "old_text": "错误 🏖️\n"}
+    )
+    assert seen["text"] == text  # an older aggregator reads the same str
+    theirs = pb.SidecarMessage.FromString(base64.b64decode(seen["sent"]))
+    assert theirs.event.log_tail.text == "错误 🏖️\n".encode()  # an older sidecar's tail, as UTF-8 bytes
+
+
+def test_peers_from_before_the_hold_ignore_it_and_are_told_apart(tmp_path: Path) -> None:
+    import base64
+
+    from podmortem.protocol.v1 import collector_pb2 as pb
+
     new = {
         "hold": pb.SidecarMessage(hold=pb.Hold(seq=1, timeout_seconds=15)),
         "registered": pb.AggregatorMessage(registered=pb.Registered(aggregator_id="new", holds=True)),
         "hold_reply": pb.AggregatorMessage(hold_reply=pb.HoldReply(seq=1, outcome=pb.HoldReply.WRITTEN)),
     }
     given = {k: base64.b64encode(m.SerializeToString()).decode() for k, m in new.items()}
-    done = subprocess.run(
-        [sys.executable, "-c", OLD_PEER, str(out)], input=json.dumps(given), capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    seen = _old_peer(tmp_path, given)
     # An older aggregator reads a hold as a message with no body it knows: its loop skips it.
     assert seen["hold_body"] is None
     # An older sidecar registers as usual and never sees a hold reply (none is sent to it; one would be skipped).

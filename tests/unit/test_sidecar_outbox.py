@@ -14,7 +14,7 @@ from podmortem.sidecar.outbox import Outbox, describe
 
 
 def log_event(n: int, size: int = 1000) -> pb.Event:
-    return wire.make_event(pb.LogTail(text="x" * size), f"pod/log_tail/{n}")
+    return wire.make_event(pb.LogTail(text=b"x" * size), f"pod/log_tail/{n}")
 
 
 def ids(events: list[pb.Event]) -> list[str]:

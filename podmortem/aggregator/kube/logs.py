@@ -83,5 +83,5 @@ class LogReader:
             if b"\n" in data[:-1]:
                 data = data[data.index(b"\n") + 1 :]  # from a line start
         key = snap.uid or f"{snap.namespace}/{snap.name}"
-        tail = pb.LogTail(text=data.decode("utf-8", errors="replace"), truncated=truncated)
+        tail = pb.LogTail(text=wire.utf8(data), truncated=truncated)
         return wire.make_event(tail, f"{key}/log_tail/{snap.restart_count}")

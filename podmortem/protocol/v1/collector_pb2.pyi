@@ -204,9 +204,9 @@ class LogTail(_message.Message):
     __slots__ = ("text", "truncated")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
-    text: str
+    text: bytes
     truncated: bool
-    def __init__(self, text: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    def __init__(self, text: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("event_ids",)
