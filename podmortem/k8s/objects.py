@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -31,3 +32,46 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     """metadata.resourceVersion of an object or a list ("" when absent)."""
     meta = obj.get("metadata")
     return str((meta.get("resourceVersion") if isinstance(meta, Mapping) else None) or "")
+
+
+def rfc3339(seconds: float) -> str:
+    """A Unix time as the API's `Time` (RFC 3339, UTC, whole seconds)."""
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def core_event(
+    *,
+    name: str,
+    namespace: str,
+    involved: Mapping[str, Any],
+    type_: str,
+    reason: str,
+    message: str,
+    action: str,
+    component: str,
+    instance: str,
+    now: float,
+) -> dict[str, Any]:
+    """A core/v1 Event body, first seen `now`, counted once; `name` is deterministic so a replay is a 409."""
+    stamp = rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace},
+        "involvedObject": dict(involved),
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": {"component": component},
+        "reportingComponent": "podmortem.io/aggregator",
+        "reportingInstance": instance[:128],
+        "action": action,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }

@@ -37,7 +37,7 @@ from typing import Any
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
-from podmortem.k8s.objects import resource_path
+from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +71,12 @@ class NodeActions:
 # -- pure builders -------------------------------------------------------------------------------
 
 
-def rfc3339(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(text: Any) -> float | None:
     try:
         stamp = datetime.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     except ValueError:
         return None
     return stamp.timestamp()
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def fault_of(decision: Decision) -> JSON:
@@ -95,7 +87,7 @@ def fault_of(decision: Decision) -> JSON:
         "incident": decision.incident.incident_id,
         "job": f"{job.namespace}/{job.kind}/{job.name}",
         "pod": v.pod,
-        "evidence": [_cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
+        "evidence": [cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
     }
 
 
@@ -147,7 +139,7 @@ def _days(seconds: float) -> str:
 
 def condition_message(faults: list[JSON], window: float) -> str:
     named = "; ".join(f"{f.get('time')} {f.get('job')} pod {f.get('pod')}" for f in faults)
-    return _cut(f"{len(faults)} hardware root causes within {_days(window)}: {named}", MAX_MESSAGE)
+    return cut(f"{len(faults)} hardware root causes within {_days(window)}: {named}", MAX_MESSAGE)
 
 
 def suspect_condition(faults: list[JSON], window: float, now: float) -> JSON:
@@ -196,23 +188,18 @@ def event_body(node: JSON, fault: JSON, faults: list[JSON], window: float, now: 
     involved = {"apiVersion": "v1", "kind": "Node", "name": name}
     if meta.get("uid"):
         involved["uid"] = meta["uid"]
-    stamp = rfc3339(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name[:200]}.podmortem.{digest}", "namespace": EVENT_NAMESPACE},
-        "involvedObject": involved,
-        "type": "Warning",
-        "reason": EVENT_REASON,
-        "message": _cut(f"node {name} is suspect: {condition_message(faults, window)}", MAX_MESSAGE),
-        "source": {"component": COMPONENT},
-        "reportingComponent": "podmortem.io/aggregator",
-        "reportingInstance": instance[:128],
-        "action": "MarkedSuspect",
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return core_event(
+        name=f"{name[:200]}.podmortem.{digest}",
+        namespace=EVENT_NAMESPACE,
+        involved=involved,
+        type_="Warning",
+        reason=EVENT_REASON,
+        message=cut(f"node {name} is suspect: {condition_message(faults, window)}", MAX_MESSAGE),
+        action="MarkedSuspect",
+        component=COMPONENT,
+        instance=instance,
+        now=now,
+    )
 
 
 # -- the publisher -------------------------------------------------------------------------------

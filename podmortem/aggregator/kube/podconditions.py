@@ -14,9 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from podmortem.aggregator.kube.client import Kube
-from podmortem.aggregator.kube.publish import rfc3339
 from podmortem.core.conditions import PodCondition
-from podmortem.k8s.objects import resource_path
+from podmortem.k8s.objects import resource_path, rfc3339
 
 JSON = dict[str, Any]
 STRATEGIC = "application/strategic-merge-patch+json"

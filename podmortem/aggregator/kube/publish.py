@@ -25,7 +25,6 @@ functions; the classes only read, decide with them, and write through `kube.Kube
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -38,7 +37,7 @@ from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
-from podmortem.k8s.objects import resource_path
+from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
 from podmortem.k8s.workloads import WORKLOADS
 
 log = logging.getLogger(__name__)
@@ -65,14 +64,6 @@ MAX_NOTE = 1024  # an Event's message
 # -- pure builders -----------------------------------------------------------------------------
 
 
-def rfc3339(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def publication_key(decision: Decision) -> str:
     return f"{decision.incident.incident_id}#{decision.revision}"
 
@@ -97,7 +88,7 @@ def summary(decision: Decision) -> str:
     """
     v = decision.verdict
     if v.pod is None:
-        return _cut(v.summary or "no failed pod", MAX_SUMMARY)
+        return cut(v.summary or "no failed pod", MAX_SUMMARY)
     where = f" on {v.node}" if v.node else ""
     who = f"rank {v.rank} (pod {v.pod}{where})" if v.rank is not None else f"pod {v.pod}{where}"
     retry = "retryable" if v.retryable else "not retryable" if v.retryable is not None else "retryability unknown"
@@ -108,7 +99,7 @@ def summary(decision: Decision) -> str:
             f"; runner-up pod {v.runner_up_pod} ({v.runner_up_category or 'cause unknown'})" if v.runner_up_pod else ""
         )
         head = f"likely {head} (confidence {v.confidence:.2f}{runner})"
-    return _cut(head + (f" — {detail}" if detail else ""), MAX_SUMMARY)
+    return cut(head + (f" — {detail}" if detail else ""), MAX_SUMMARY)
 
 
 def verdict_document(decision: Decision) -> JSON:
@@ -129,10 +120,10 @@ def verdict_document(decision: Decision) -> JSON:
         "category": v.category,
         "retryable": v.retryable,
         "exceptionType": v.exception_type or None,
-        "message": _cut(v.message, MAX_MESSAGE) if v.message else None,
-        "summary": _cut(v.summary, MAX_SUMMARY),
-        "evidence": [_cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
-        "secondary": [{"pod": s.pod, "reason": _cut(s.reason, 200)} for s in v.secondary[:MAX_SECONDARY]],
+        "message": cut(v.message, MAX_MESSAGE) if v.message else None,
+        "summary": cut(v.summary, MAX_SUMMARY),
+        "evidence": [cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
+        "secondary": [{"pod": s.pod, "reason": cut(s.reason, 200)} for s in v.secondary[:MAX_SECONDARY]],
         "confidence": round(v.confidence, 3),
         "rule": v.rule or None,
     }
@@ -169,7 +160,7 @@ def condition(decision: Decision, now: float) -> JSON:
         "type": CONDITION_TYPE,
         "status": "True" if v.pod is not None else "False",
         "reason": condition_reason(v.category),
-        "message": _cut(text, MAX_NOTE - len(tag) - 1) + " " + tag,
+        "message": cut(text, MAX_NOTE - len(tag) - 1) + " " + tag,
         "lastTransitionTime": rfc3339(now),
     }
     if decision.incident.job.kind == "PyTorchJob":
@@ -233,23 +224,18 @@ def event_body(target: JSON, decision: Decision, now: float, instance: str = "")
     }
     if meta.get("uid"):
         involved["uid"] = meta["uid"]
-    stamp = rfc3339(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": event_name(str(meta.get("name", "")), decision), "namespace": meta.get("namespace", "")},
-        "involvedObject": involved,
-        "type": "Warning" if decision.verdict.pod is not None else "Normal",
-        "reason": EVENT_REASON,
-        "message": _cut(f"{summary(decision)} [incident {publication_key(decision)}]", MAX_NOTE),
-        "source": {"component": COMPONENT},
-        "reportingComponent": "podmortem.io/aggregator",
-        "reportingInstance": instance[:128],
-        "action": "Diagnosed",
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return core_event(
+        name=event_name(str(meta.get("name", "")), decision),
+        namespace=str(meta.get("namespace", "")),
+        involved=involved,
+        type_="Warning" if decision.verdict.pod is not None else "Normal",
+        reason=EVENT_REASON,
+        message=cut(f"{summary(decision)} [incident {publication_key(decision)}]", MAX_NOTE),
+        action="Diagnosed",
+        component=COMPONENT,
+        instance=instance,
+        now=now,
+    )
 
 
 def job_path(decision: Decision, subresource: str | None = None) -> str | None:
