@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import bundles, corpus_dir
-from podmortem.core.engine import assess, decide
+from podmortem.core.assess import assess
+from podmortem.core.engine import decide
 from podmortem.core.model import Incident, Member
 from podmortem.core.rules import DEFAULT_RULES, RuleSet, load_rules
 from podmortem.offline.bundle import BundleError, load_bundle

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from bench.common import REALWORLD_CORPUS
-from podmortem.core.engine import assess, decide
+from podmortem.core.assess import assess
+from podmortem.core.engine import decide
 from podmortem.core.model import Incident
 from podmortem.offline.corpus import Answer, Case, Excerpt, compose, load, score
 

@@ -43,8 +43,8 @@ from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core import conditions
+from podmortem.core.assess import assess
 from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition
-from podmortem.core.engine import assess
 from podmortem.core.model import Incident, Member, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb

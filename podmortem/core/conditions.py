@@ -12,7 +12,7 @@ aggregator writes exactly one of three onto each failed member pod, before the p
   give up on a guess.
 * `podmortem.io/RetryableFailure` — it failed on its own and a retry is expected to help. A policy counts it.
 
-`decide` is pure: from the member's own evidence (`engine.assess`) and the incident's verdict as known at
+`decide` is pure: from the member's own evidence (`assess.assess`) and the incident's verdict as known at
 that moment. It returns None — no condition, Kubernetes' default applies — for a member that did not fail,
 for one whose own failure cannot be told apart from an echo (a bare exit code, a SIGKILL from outside, the
 member its victims name whose own cause was never recorded), and for a guessed permanent failure. The
@@ -37,8 +37,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
+from podmortem.core.assess import Finding, assess
 from podmortem.core.categories import condition_reason
-from podmortem.core.engine import Finding, assess
 from podmortem.core.model import Incident, Member, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 

@@ -27,6 +27,10 @@ error file at all. So the engine decides in two steps:
    why it is judged a victim.
 
 Linear in the number of members (one pass to assess, one to decide); log tails are scanned once.
+
+Step 1 lives in `podmortem.core.assess`; this module is step 2. It stays one module over ~500 lines on
+purpose: its three choosers (own failures, hang, echoes), the confidence table they share and the
+verdict they assemble are one decision, and read best side by side.
 """
 
 from __future__ import annotations
@@ -35,42 +39,23 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
+from podmortem.core.assess import TIE_SECONDS, Finding, assess, excerpt, log_text
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
-from podmortem.core.logtail import (
-    NAMED_HOST,
-    NAMED_RANK,
-    PEER_ADDR,
-    SIGNAL_NAMES,
-    TIMEOUT_MS,
-    LogFacts,
-    parse_log,
-    several_workers_failed,
-    time_hint,
-)
 from podmortem.core.model import LOW_CONFIDENCE, Incident, Member, Secondary, Verdict
-from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
-
-Role = Literal["primary", "secondary", "clean", "unknown"]
+from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
 # A device fault (ECC, Xid, a lost GPU) is reported at the next synchronisation with the device, so its report can
 # come this long after the fault made a peer's collective fail; a generic exception (its words unknown to the rules,
 # possibly that peer's echo) that far before it does not out-time it.
 DEVICE_REPORT_LAG_SECONDS = 30.0
-# Two failures closer than this (seconds, after clock correction) are not ordered with confidence:
-# error files carry whole seconds and unmeasured clocks drift by about a second.
-TIE_SECONDS = 1.0
 # A weak primary (bare exit code, an NCCL error a dying peer can cause) must be this much earlier than
 # a strong one to be preferred.
 WEAK_PENALTY_SECONDS = 2.0
-MAX_EXCERPT = 300
-# A failure read from a log is believed to precede its container's end by at most this much (seconds).
-LOG_TIME_WINDOW = 2 * 3600.0
 
 # Confidence of a verdict, by how it was reached. These are ordered judgements, not calibrated
 # probabilities: a strong own failure with a clear lead is near-certain; attributions made from what
@@ -134,346 +119,6 @@ CONF_EARLIEST_ECHO = 0.15  # only echoes from everyone: the earliest echo
 CONF_NO_FAILURE_PENDING = 0.5  # nothing failed, but some members have not reported
 CONF_MISSING_PENALTY = 0.1  # decided while members of the job had not reported
 CONF_MIN = 0.05
-
-# --------------------------------------------------------------------------------------------------
-# Step 1: each member on its own.
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One member's failure as judged on its own, before comparing members."""
-
-    member: Member
-    role: Role
-    rule: Rule | None = None
-    source: str = ""  # error file, log, termination, condition, phase
-    text: str = ""  # the message the classification is based on
-    exception_type: str = ""
-    time: float | None = None  # estimated reference-clock time of this member's own failure
-    spread: float = math.inf  # half-width of the time estimate
-    timeout_s: float | None = None  # collective timeout a secondary waited, when stated
-    named_ips: tuple[str, ...] = ()  # peer addresses named by its secondary messages
-    named_hosts: tuple[str, ...] = ()  # peer host names (or addresses) its secondary messages name
-    named_ranks: tuple[int, ...] = ()  # global ranks its secondary messages name as the one they waited for
-    own_ranks: frozenset[int] = frozenset()  # global ranks its own log shows it hosts ([rank3]:, [Rank 3])
-    silent_ranks: tuple[int, ...] = ()
-    desync: tuple[tuple[int, int, str], ...] = ()  # its ranks timed out in different collectives
-    global_rank: int | None = None
-    evidence: tuple[str, ...] = ()
-
-    @property
-    def category(self) -> Category | None:
-        return self.rule.category if self.rule is not None else None
-
-    @property
-    def secondary(self) -> SecondaryKind | None:
-        return self.rule.secondary if self.rule is not None and self.role == "secondary" else None
-
-    @property
-    def weak(self) -> bool:
-        return self.rule is not None and self.rule.weak
-
-    @property
-    def failed(self) -> bool:
-        return self.role in ("primary", "secondary")
-
-
-@dataclass(frozen=True)
-class _Cand:
-    source: str
-    rule: Rule
-    text: str
-    exception_type: str = ""
-    global_rank: int | None = None
-
-
-def _excerpt(text: str, limit: int = MAX_EXCERPT) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
-def _timeout_seconds(text: str) -> float | None:
-    m = TIMEOUT_MS.search(text)
-    if not m:
-        return None
-    if m.group(1) or m.group(2):
-        return int(m.group(1) or m.group(2)) / 1000.0
-    return float(m.group(3))
-
-
-def _error_rule(member: Member, rules: RuleSet) -> Rule | None:
-    err = member.error
-    if err is None or err.parse_error or not err.message.strip():
-        return None
-    return rules.classify_message(err.message, err.exception_type)
-
-
-def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | None) -> list[_Cand]:
-    """Classified observations of one member, most specific source first."""
-    out: list[_Cand] = []
-    err = member.error
-    if err is not None and err_rule is not None:
-        out.append(_Cand("error file", err_rule, err.message, err.exception_type, log.summary_rank))
-    # The log: torch's summary names the first failed rank of this pod; its exception line or signal.
-    # The NCCL watchdog aborts a process (SIGABRT) once a collective timed out: an abort in a log that
-    # shows the member lost a peer or timed out is that echo, not a crash of its own.
-    echo_abort = log.log_rule is not None and log.log_rule[0].secondary in ("timeout", "peer", "store")
-    if log.summary_exitcode is not None:
-        code, grank = log.summary_exitcode, log.summary_rank
-        exc = log.exceptions.get(grank, "") if grank is not None else ""
-        exc = exc or log.summary_exception
-        if code < 0:
-            sig = -code
-            r = None if (sig == 6 and echo_abort) else rules.classify_signal(sig)
-            if r is not None:
-                name = SIGNAL_NAMES.get(sig, f"signal {sig}")
-                out.append(_Cand("log", r, f"worker rank {grank} died of {name} (no error file)", "", grank))
-        elif exc:
-            r = rules.classify_message(exc, exception_type_of(exc))
-            if r is not None:
-                out.append(_Cand("log", r, exc, exception_type_of(exc), grank))
-        elif code > 0 and not log.summary_has_error_file:
-            r = rules.classify_exit_code(code)
-            if r is not None:
-                text = f"worker rank {grank} exited with code {code} without raising an exception"
-                out.append(_Cand("log", r, text, "", grank))
-        # The other failed workers of this pod, when one of them failed on its own: the pod's own failure,
-        # whichever worker torch happened to list as the first (its order is by whole seconds and polls).
-        for grank3, code3, exc3 in log.other_failures:
-            exc3 = (log.exceptions.get(grank3, "") if grank3 is not None else "") or exc3
-            r3: Rule | None = None
-            if exc3:
-                r3 = rules.classify_message(exc3, exception_type_of(exc3))
-                text3 = exc3
-            elif code3 is not None and code3 < 0 and not (code3 == -6 and echo_abort):
-                r3 = rules.classify_signal(-code3)
-                text3 = f"worker rank {grank3} died of {SIGNAL_NAMES.get(-code3, f'signal {-code3}')} (no error file)"
-            if r3 is not None and r3.is_primary and not r3.weak:
-                out.append(_Cand("log", r3, text3, exception_type_of(exc3) if exc3 else "", grank3))
-    elif log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and echo_abort):
-        sig = -log.agent_exitcode
-        r = rules.classify_signal(sig)
-        if r is not None:
-            name = SIGNAL_NAMES.get(sig, f"signal {sig}")
-            out.append(_Cand("log", r, f"a worker died of {name} (the agent's log)", ""))
-    if log.summary_exitcode is None and (log.exception_order or log.loose_exceptions):
-        if log.exception_order:
-            grank2: int | None = log.exception_order[0]
-            exc = log.exceptions[log.exception_order[0]]
-        else:
-            grank2, exc = None, log.loose_exceptions[0]
-        r = rules.classify_message(exc, exception_type_of(exc))
-        if r is not None:
-            out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
-    if log.log_rule is not None:
-        # The launcher stopping the other workers after one of this pod's own exited non-zero is the
-        # consequence of that exit (named above), not a teardown from outside.
-        own_exit = (log.summary_exitcode or log.agent_exitcode or 0) > 0
-        if not (log.log_rule[0].secondary == "teardown" and own_exit):
-            out.append(_Cand("log", log.log_rule[0], log.log_rule[1]))
-    for c in member.conditions:
-        if c.type == "DisruptionTarget" and c.status == "True":
-            r = rules.classify_disruption(c.reason)
-            # A node-pressure eviction (TerminationByKubelet) names the resource the node ran short of in
-            # its message: memory is the host running out of memory, disk the storage — more than "evicted".
-            cause = rules.first_log_rule(c.message) if r is not None and c.message else None
-            if cause is not None and cause.is_primary and not cause.weak:
-                r = cause
-            if r is not None:
-                out.append(_Cand("condition", r, f"DisruptionTarget {c.reason}: {c.message}".rstrip(": ")))
-    r = rules.classify_phase(member.phase, member.phase_reason)
-    if r is not None:
-        out.append(_Cand("phase", r, f"pod phase {member.phase or '?'} {member.phase_reason}".strip()))
-    t = member.termination
-    if t is not None:
-        r = rules.classify_reason(t.reason) if t.reason else None
-        if r is not None:
-            out.append(_Cand("termination", r, f"container {t.reason} (exit code {t.exit_code})"))
-        code2 = t.exit_code if t.exit_code is not None else (128 + t.signal if t.signal else None)
-        if code2:
-            r = rules.classify_exit_code(code2)
-            if r is not None:
-                out.append(_Cand("termination", r, f"container exit code {code2}"))
-    return out
-
-
-def log_text(member: Member) -> str:
-    """What the member's own output says: its log tail, and the container's termination message.
-
-    With `terminationMessagePolicy: FallbackToLogsOnError` the kubelet keeps the tail of a failed
-    container's log as its termination message — often the only log left of a pod whose node is gone, or
-    when no sidecar read the log. It is evidence of the same standing as a log tail.
-    """
-    tail = member.log_tail
-    messages = [t.message for t in (member.termination,) if t is not None and t.message.strip()]
-    extra = [m for m in messages if m.strip() not in tail]
-    return "\n".join([tail, *extra]) if tail else "\n".join(extra)
-
-
-def _is_clean(member: Member) -> bool:
-    t = member.termination
-    if t is not None and t.exit_code == 0:
-        return True
-    return member.phase == "Succeeded" and (t is None or t.exit_code in (None, 0))
-
-
-def _pick(cands: Sequence[_Cand]) -> _Cand | None:
-    """Specific strong primary > generic strong primary (any exception) > secondary from the member's own
-    messages > weak primary > secondary exit code. A known cause anywhere in the member's own output
-    (storage full, an OOM kill, Xid) says more than the Python class that carried it."""
-    for c in cands:
-        if c.rule.is_primary and not c.rule.weak and not c.rule.generic:
-            return c
-    for c in cands:
-        if c.rule.is_primary and not c.rule.weak:
-            return c
-    for c in cands:
-        if c.rule.secondary is not None and c.source in ("error file", "log"):
-            return c
-    for c in cands:
-        if c.rule.is_primary:
-            return c
-    for c in cands:
-        if c.rule.secondary is not None:
-            return c
-    return None
-
-
-def _interval(lo: float | None, hi: float | None) -> tuple[float | None, float]:
-    if lo is None or hi is None:
-        return None, math.inf
-    if hi < lo:
-        lo, hi = hi, lo
-    return (lo + hi) / 2.0, (hi - lo) / 2.0
-
-
-def _finite(t: float | None) -> float | None:
-    """A time as evidence: None for a missing, infinite or NaN one (a hand-edited or corrupted record)."""
-    return t if t is not None and math.isfinite(t) else None
-
-
-def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float | None, float]:
-    """Reference-clock estimate (and half-width) of when this member's own failure happened."""
-    offset = _finite(member.clock_offset) or 0.0
-    source = cand.source if cand is not None else ""
-    teardown = cand is not None and cand.rule.secondary == "teardown"
-    if source == "condition" and cand is not None and cand.rule.category not in (None, "node_lost"):
-        for c in member.conditions:
-            if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
-                return c.last_transition_time, 1.0  # control-plane clock: not skewed
-    lo: float | None = None
-    hi: float | None = None
-    err = member.error
-    if err is not None and err.timestamp is not None and not err.parse_error:
-        lo, hi = float(err.timestamp), float(err.timestamp) + 1.0
-    glog = log.teardown_at if teardown and log.teardown_at is not None else log.first_failure_at
-    if glog is not None:
-        if lo is None or hi is None:
-            lo, hi = glog - 1.0, glog
-        elif lo - 0.5 <= glog < hi:
-            hi = max(glog, lo)
-    if lo is None and log.summary_time is not None:
-        lo, hi = log.summary_time, log.summary_time + 1.0
-    end = _finite(member.termination.finished_at) if member.termination is not None else None
-    if lo is None and end is not None:
-        lo, hi = end - 1.0, end + 1.0
-    if lo is not None and end is not None and not end - LOG_TIME_WINDOW <= lo <= end + TIE_SECONDS:
-        # A time read from the log (a glog line placed in a year by guesswork, a summary from an earlier
-        # attempt) that the kubelet's own record of the container's end contradicts is not this failure's.
-        lo, hi = end - 1.0, end + 1.0
-    mid, spread = _interval(lo, hi)
-    if mid is not None:
-        mid += offset
-        if member.clock_offset is None:
-            spread += TIE_SECONDS / 2  # unmeasured clock
-    observed = _finite(member.error_observed_at) if (err is not None and source == "error file") else None
-    if observed is None and source == "termination":
-        observed = _finite(member.termination_observed_at)
-    if observed is not None and (mid is None or member.clock_offset is None):
-        return observed - 0.5, 0.5  # seen by the sidecar shortly after it happened
-    if mid is None:
-        for c in member.conditions:
-            if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
-                return c.last_transition_time, 1.0
-        if _finite(member.deleted_at) is not None:
-            return member.deleted_at, 2.0
-    return (mid, spread) if _finite(mid) is not None else (None, math.inf)
-
-
-def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None = None) -> Finding:
-    """Judge one member on its own evidence (see the module docstring).
-
-    The structure of a log tail (torch's summary, tracebacks per rank, glog times) is read only when it
-    can matter — not for a member whose error file already shows it died of a peer, unless `full_log` —
-    so that a cascade of thousands of victims stays cheap. `decide` asks again for the logs of members
-    that timed out when it has to find a silent (hung) rank among them.
-    """
-    if _is_clean(member):
-        return Finding(member, "clean", evidence=(f"{member.pod}: exited 0",))
-    err_rule = _error_rule(member, rules)
-    # An error file that already shows the member died of a peer: its log adds nothing decisive.
-    text = log_text(member)
-    # ...unless another worker of the pod failed too: torch's error file holds the one it listed first.
-    if full_log is None:
-        full = err_rule is None or err_rule.secondary is None or several_workers_failed(text)
-    else:
-        full = full_log
-    log = parse_log(text, time_hint(member), rules, full) if text else LogFacts()
-    cands = _candidates(member, log, rules, err_rule)
-    cand = _pick(cands)
-    time, spread = _time_of(member, cand, log)
-    if cand is None:
-        ev: list[str] = []
-        if member.running:
-            ev.append(f"{member.pod}: still running")
-        if member.error is not None and member.error.parse_error:
-            ev.append(f"{member.pod}: error file unreadable ({member.error.parse_error})")
-        return Finding(member, "unknown", time=time, spread=spread, silent_ranks=log.silent_ranks, evidence=tuple(ev))
-    role: Role = "primary" if cand.rule.is_primary else "secondary"
-    texts = [cand.text]
-    if member.error is not None:
-        texts.append(member.error.message)
-    texts.extend(log.exceptions.values())
-    timeout = None
-    ips: list[str] = []
-    hosts: list[str] = []
-    named_ranks: list[int] = []
-    if role == "secondary":
-        for text in texts:
-            timeout = timeout or _timeout_seconds(text)
-            ips.extend(PEER_ADDR.findall(text))
-            # Cheap tests first: most victims' words name no rank and no host (a 10,000-member cascade).
-            if "<" in text or "remote peer" in text or "on node" in text:
-                hosts.extend(next(g for g in m.groups() if g) for m in NAMED_HOST.finditer(text))
-            if "ank " in text:
-                named_ranks.extend(int(next(g for g in m.groups() if g)) for m in NAMED_RANK.finditer(text))
-    evidence = [
-        f"{member.pod}: {cand.source}: {_excerpt(cand.text, 160)} -> "
-        f"{cand.rule.category or cand.rule.secondary} [{cand.rule.id}]"
-    ]
-    for other in cands:
-        if other is not cand and not other.rule.weak and other.rule.id != cand.rule.id and other.source != cand.source:
-            evidence.append(f"{member.pod}: also {other.source}: {_excerpt(other.text, 100)} [{other.rule.id}]")
-            break
-    return Finding(
-        member=member,
-        role=role,
-        rule=cand.rule,
-        source=cand.source,
-        text=cand.text,
-        exception_type=cand.exception_type,
-        time=time,
-        spread=spread,
-        timeout_s=timeout,
-        named_ips=tuple(dict.fromkeys(ips)),
-        named_hosts=tuple(dict.fromkeys(hosts)),
-        named_ranks=tuple(dict.fromkeys(named_ranks)),
-        own_ranks=log.ranks_seen | ({cand.global_rank} if cand.global_rank is not None else frozenset()),
-        silent_ranks=log.silent_ranks,
-        desync=log.desync,
-        global_rank=cand.global_rank,
-        evidence=tuple(evidence),
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -760,7 +405,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
 
 def _headline(f: Finding) -> str:
     cat = f.category
-    text = _excerpt(f.text, 200)
+    text = excerpt(f.text, 200)
     if cat == "preemption":
         return f"was preempted/evicted from outside ({text})"
     if cat == "node_lost":
@@ -779,7 +424,7 @@ def _secondary_reason(f: Finding, root: Finding, root_ips: frozenset[str]) -> st
         gap = ""
         if f.time is not None and root.time is not None:
             gap = f" {f.time - root.time:+.1f} s after the root"
-        return f"also failed on its own{gap} ({rule.category}): {_excerpt(f.text, 160)}"
+        return f"also failed on its own{gap} ({rule.category}): {excerpt(f.text, 160)}"
     if f.role == "unknown":
         return "reported no failure of its own"
     assert rule is not None
@@ -938,7 +583,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         rank=r.member.rank,
         node=r.member.node,
         exception_type=exc_type,
-        message=_excerpt(r.text),
+        message=excerpt(r.text),
         evidence=evidence,
         secondary=secondary,
         confidence=round(confidence, 2),
@@ -1071,8 +716,3 @@ def _names_for(ranks: Sequence[int], members: Sequence[Member]) -> tuple[str, ..
 def _with_time(f: Finding, t: float, spread: float) -> Finding:
     note = f"{f.member.pod}: stopped around {_fmt_time(t)} (when its peers started waiting)"
     return dataclasses.replace(f, time=t, spread=spread, evidence=(*f.evidence, note))
-
-
-def assess_all(members: Iterable[Member], rules: RuleSet | None = None) -> list[Finding]:
-    """Each member's own finding (for reports and debugging)."""
-    return [assess(m, rules or DEFAULT_RULES) for m in members]

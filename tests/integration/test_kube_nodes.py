@@ -17,6 +17,7 @@ from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.publish import kube_publishers
+from podmortem.k8s.objects import rfc3339
 
 NODES = "v1/nodes"
 NODE = "gpu-7"
@@ -80,7 +81,7 @@ async def test_two_hardware_incidents_set_the_condition_and_an_event(kube_api: E
     record = json.loads(first["metadata"]["annotations"][nodes.FAULTS_ANNOTATION])
     assert record == [
         {
-            "time": nodes.rfc3339(T0),
+            "time": rfc3339(T0),
             "incident": f"{NS}.ddp.1",
             "job": f"{NS}/PyTorchJob/mixtral-cpt",
             "pod": "ddp-1-3",
@@ -131,7 +132,7 @@ async def test_replays_record_once_and_old_or_cleared_faults_do_not_count(kube_a
     # A person clears it (docs/kubernetes.md): only faults after that count again.
     cleared = [c for c in node(kube_api)["status"]["conditions"] if c["type"] != nodes.CONDITION_TYPE]
     cleared.append({"type": nodes.CONDITION_TYPE, "status": "False", "reason": "Repaired",
-                    "message": "GPU replaced", "lastTransitionTime": nodes.rfc3339(T0 + 1.6 * DAY)})  # fmt: skip
+                    "message": "GPU replaced", "lastTransitionTime": rfc3339(T0 + 1.6 * DAY)})  # fmt: skip
     kube_api.change(NODES, None, NODE, {"status": {"conditions": cleared}})
     await pub.publish(hardware(4, T0 + 1.5 * DAY))  # before the clearing: counted in the record only
     assert ours(node(kube_api))["status"] == "False"  # type: ignore[index]

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from podmortem.core import conditions
+from podmortem.core.assess import assess
 from podmortem.core.conditions import PERMANENT, RETRYABLE, VICTIM, decide, plain_echo, ready
-from podmortem.core.engine import assess
 from podmortem.core.engine import decide as verdict_of
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict

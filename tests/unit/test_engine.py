@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from podmortem.core.assess import TIE_SECONDS, assess
 from podmortem.core.categories import CATEGORIES
-from podmortem.core.engine import TIE_SECONDS, assess, decide
+from podmortem.core.engine import decide
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.logtail import parse_log
 from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.core.engine import DEVICE_REPORT_LAG_SECONDS, assess, decide
+from podmortem.core.assess import assess
+from podmortem.core.engine import DEVICE_REPORT_LAG_SECONDS, decide
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.model import LOW_CONFIDENCE, ErrorRecord, Incident, JobRef, Member, Termination
 from podmortem.core.rules import DEFAULT_RULES

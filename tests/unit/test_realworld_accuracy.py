@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.core.engine import assess, decide
+from podmortem.core.assess import assess
+from podmortem.core.engine import decide
 from podmortem.core.model import Incident, Verdict
 from podmortem.offline import analyze
 from podmortem.offline.corpus import Answer, Case, compose, load, score, write_bundle
