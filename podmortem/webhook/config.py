@@ -163,6 +163,13 @@ _INJECTION: tuple[Setting, ...] = (
         shown=str(_D.jobset_max_restarts),
     ),
     Setting(
+        "hold_timeout",
+        "--sidecar-hold-timeout",
+        "PODMORTEM_SIDECAR_HOLD_TIMEOUT",
+        "seconds a sidecar holds its failed pod for its condition; '' = the sidecar's default, 0 never holds",
+        shown='""',
+    ),
+    Setting(
         "token_expiration_seconds",
         "--token-expiration",
         "PODMORTEM_TOKEN_EXPIRATION",
@@ -179,6 +186,13 @@ _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting (an absent flag falls back to the environment)."""
     settings.add_arguments(parser, SETTINGS, "webhook settings")
+
+
+def _seconds(value: str) -> bool:
+    try:
+        return 0 <= float(value) < float("inf")
+    except ValueError:
+        return False
 
 
 def _address(value: str) -> bool:
@@ -234,6 +248,10 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) ->
         elif s.dest in ("cpu_request", "memory_request", "cpu_limit", "memory_limit"):
             if value and not _QUANTITY.match(value):
                 problems.append(f"{name(s.dest)} = {value!r} is not a Kubernetes quantity")
+            inj[s.dest] = value
+        elif s.dest == "hold_timeout":
+            if value and not _seconds(value):
+                problems.append(f"{name(s.dest)} = {value!r} is not a number of seconds >= 0")
             inj[s.dest] = value
         elif s.dest == "tls_ca_pem":
             continue  # a file, read at start-up (`with_sidecar_ca`)

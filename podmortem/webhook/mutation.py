@@ -98,6 +98,9 @@ class Injection:
     tls_ca_pem: str = ""
     # maxRestarts of the failurePolicy given to an opted-in JobSet (podmortem/webhook/retrypolicy.py).
     jobset_max_restarts: int = 3
+    # The sidecar's --hold-timeout, injected as PODMORTEM_HOLD_TIMEOUT ("" = the sidecar's own default):
+    # how long a failed pod stays non-terminal waiting for its podmortem.io condition (docs/retries.md).
+    hold_timeout: str = ""
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,8 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
     ]
     if settings.tls_ca_pem:
         env.append({"name": "PODMORTEM_TLS_CA_PEM", "value": settings.tls_ca_pem})
+    if settings.hold_timeout:
+        env.append({"name": "PODMORTEM_HOLD_TIMEOUT", "value": settings.hold_timeout})
     have = {e["name"] for e in env}
     env.extend(e for e in _copied_env(training) if e["name"] not in have)
     if spec.get("automountServiceAccountToken") is False:

@@ -297,6 +297,7 @@ def test_retry_policy_webhook_sees_only_opted_in_jobs_and_jobsets() -> None:
     container = one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
     env = env_of(container)
     assert env["PODMORTEM_JOBSET_MAX_RESTARTS"] == "3"
+    assert env["PODMORTEM_SIDECAR_HOLD_TIMEOUT"] == ""
     cfg = webhook_config.load(None, {**env, "PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"})
     assert cfg.injection.jobset_max_restarts == 3
     off = one(render({"webhook": {"retryPolicy": {"enabled": False}}}), "MutatingWebhookConfiguration")
@@ -519,3 +520,10 @@ def test_readme_hand_written_sidecar_is_valid_and_uses_real_settings() -> None:
     namespace_install = render(values_of("namespace-values.yaml"), namespace="team-a")
     svc = one(namespace_install, "Service", "-aggregator")
     assert env_of(sidecar)["PODMORTEM_AGGREGATOR"] == f"{svc['metadata']['name']}.team-a.svc:50051"
+
+
+def test_the_sidecars_hold_timeout_reaches_the_webhook() -> None:
+    docs = render({"sidecar": {"holdTimeout": 8}})
+    env = env_of(one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0])
+    cfg = webhook_config.load(None, {**env, "PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"})
+    assert cfg.injection.hold_timeout == "8"

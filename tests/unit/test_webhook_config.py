@@ -80,3 +80,11 @@ def test_the_sidecar_ca_is_read_from_its_file(tmp_path: Path) -> None:
         loaded = config.load(None, {**base, "PODMORTEM_SIDECAR_TLS_CA": str(bad)})
         with pytest.raises(ConfigError, match=expected):
             config.with_sidecar_ca(loaded)
+
+
+@pytest.mark.parametrize("value", ["-3", "soon", "inf", "nan"])
+def test_a_hold_timeout_that_is_not_seconds_is_refused(value: str) -> None:
+    env = {"PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k", "PODMORTEM_SIDECAR_HOLD_TIMEOUT": value}
+    with pytest.raises(ConfigError, match="PODMORTEM_SIDECAR_HOLD_TIMEOUT"):
+        config.load(None, env)
+    assert config.load(None, {**env, "PODMORTEM_SIDECAR_HOLD_TIMEOUT": "7.5"}).injection.hold_timeout == "7.5"

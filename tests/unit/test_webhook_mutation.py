@@ -268,3 +268,18 @@ def test_the_aggregators_ca_is_handed_to_the_sidecar() -> None:
     assert settings.tls_ca_pem.startswith("-----BEGIN CERTIFICATE-----")
     plain, _ = applied(pod_of("pytorchjob-worker"))
     assert "PODMORTEM_TLS_CA_PEM" not in env_of(sidecar_of(plain))
+
+
+def test_the_hold_timeout_is_handed_to_the_sidecar_only_when_set() -> None:
+    pod, _ = applied(pod_of("pytorchjob-worker"), dataclasses.replace(SETTINGS, hold_timeout="8"))
+    env = env_of(sidecar_of(pod))
+    assert env["PODMORTEM_HOLD_TIMEOUT"] == "8"
+    required = {"POD_NAME": "p", "POD_NAMESPACE": "n", "TORCHELASTIC_ERROR_FILE": "/e", "PODMORTEM_AGGREGATOR": "a:1"}
+    assert (
+        sidecar_config.from_env_and_args(
+            {**required, "PODMORTEM_HOLD_TIMEOUT": env["PODMORTEM_HOLD_TIMEOUT"]}
+        ).hold_timeout
+        == 8
+    )
+    plain, _ = applied(pod_of("pytorchjob-worker"))
+    assert "PODMORTEM_HOLD_TIMEOUT" not in env_of(sidecar_of(plain))
