@@ -114,13 +114,22 @@ def seed_pytorchjob(api: EmulatorHandle, workers: int = 3, **annotations: str) -
     return job, pods
 
 
+def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    """The ownerReference a controller sets on what it creates (`owner` as stored: apiVersion, kind, metadata)."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+
+
 def indexed_job(name: str, completions: int, owner: dict[str, Any] | None = None, **labels: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": dict(labels)}
     if owner is not None:
-        meta["ownerReferences"] = [
-            {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-             "uid": owner["metadata"]["uid"], "controller": True}
-        ]  # fmt: skip
+        meta["ownerReferences"] = [controller_ref(owner)]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -160,10 +169,7 @@ def indexed_pod(job: dict[str, Any], index: int, **labels: str) -> dict[str, Any
 def jobset(name: str, replicated: list[tuple[str, int, int]], owner: dict[str, Any] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": NS}
     if owner is not None:
-        meta["ownerReferences"] = [
-            {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-             "uid": owner["metadata"]["uid"], "controller": True}
-        ]  # fmt: skip
+        meta["ownerReferences"] = [controller_ref(owner)]
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
