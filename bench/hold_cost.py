@@ -303,6 +303,8 @@ async def api_job(world: int, processes: int) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.05)
             await asyncio.sleep(1.0)  # Events and the job's condition after the annotation
+            files = sorted((work / "verdicts").glob("*.json"), key=lambda f: f.stat().st_mtime)
+            decided_at = files[0].stat().st_mtime if files else None  # the verdict file: written once decided
             cpu, emu = cpu_seconds(proc.pid) - cpu0, thread_cpu_seconds("kube-emulator") - emu0
             kinds = Counter(request_kind(m, p) for m, p in api.requests()[seen0:])
             on_pods = Counter((our_condition(p) or {}).get("type", "none") for p in api.list(PODS, NS))
@@ -316,6 +318,7 @@ async def api_job(world: int, processes: int) -> dict[str, Any]:
             "world": world,
             "rows": rows,
             "verdict_after_root_s": None if verdict_at is None else verdict_at - go_at,
+            "decided_after_root_s": None if decided_at is None else decided_at - go_at,
             "last_victim_hold_after_root_s": max(r["hold_at"] for r in rows) - go_at,
             "aggregator_cpu_s": cpu,
             "emulator_cpu_s": emu,
@@ -335,8 +338,12 @@ def print_api(result: dict[str, Any]) -> bool:
         outcomes = dict(Counter(r["outcome"] + (f" {r['condition']}" if r.get("condition") else "") for r in mine))
         print(f"  {role:6}  extra non-terminal seconds  {quantiles(extra)}")
         print(f"  {role:6}  outcomes                    {outcomes}")
-    verdict = result["verdict_after_root_s"]
-    print(f"  verdict annotation on the Job  {'never' if verdict is None else f'{verdict:.2f} s'} after the root's end")
+    for what, key in (
+        ("verdict decided (its file)", "decided_after_root_s"),
+        ("verdict annotation on the Job", "verdict_after_root_s"),
+    ):
+        at = result[key]
+        print(f"  {what:30} {'never' if at is None else f'{at:.2f} s'} after the root's end")
     print(f"  last victim's hold             {result['last_victim_hold_after_root_s']:.2f} s after the root's end")
     print(f"  aggregator CPU {result['aggregator_cpu_s']:.2f} s, emulator CPU {result['emulator_cpu_s']:.2f} s")
     print(f"  API requests in the incident   {sum(result['requests'].values())}: {result['requests']}")
