@@ -28,8 +28,8 @@ played by load-generator processes speaking the sidecar's protocol over real gRP
 holds; the root sends its error file and termination and `hold` (timeout 15 s, the sidecar's default), the
 victims the same with a peer-closed message 1-2 s later. Printed per role: the seconds from `hold` to its
 reply (the extra time the pod stays non-terminal: without the hold its sidecar exits at once; a reply that
-never came counts the full 15 s) and the outcomes; when the verdict's annotation reached the Job; the
-aggregator's CPU and the emulator's own (a Python server in this process: its limit is not ours); the
+never came counts the full 15 s) and the outcomes; when the verdict was decided (its file) and when its
+requests (annotations, the job's condition, Events) reached the emulator; the aggregator's CPU and the emulator's own (a Python server in this process: its limit is not ours); the
 API requests of the incident at the emulator, by verb and resource; the conditions on the pods. The
 kubelet's own status writes are not played (they are not the aggregator's requests).
 
@@ -242,7 +242,7 @@ def request_kind(method: str, path: str) -> str:
     return f"{verb} {resource}{sub}"
 
 
-async def api_job(world: int, processes: int) -> dict[str, Any]:
+async def api_job(world: int, processes: int, log_to: Path | None = None) -> dict[str, Any]:
     """One W-pod indexed Job failing against the emulator with a real aggregator process; its figures."""
     import multiprocessing
     import signal
@@ -286,6 +286,18 @@ async def api_job(world: int, processes: int) -> dict[str, Any]:
                 g.start()
             await asyncio.sleep(max(go_at - time.time() - 0.5, 0))
             seen0 = len(api.requests())
+            stamps: list[tuple[float, str]] = []  # when the emulator saw each request other than a condition's
+
+            async def stamp() -> None:
+                seen = api.emulator.seen
+                done = seen0
+                while True:
+                    now, upto = time.time(), len(seen)
+                    stamps.extend((now, request_kind(*seen[i])) for i in range(done, upto))
+                    done = upto
+                    await asyncio.sleep(0.05)
+
+            stamper = asyncio.create_task(stamp())
             cpu0, emu0 = cpu_seconds(proc.pid), thread_cpu_seconds("kube-emulator")
             rows: list[dict[str, Any]] = []
             for _ in gens:
@@ -305,6 +317,9 @@ async def api_job(world: int, processes: int) -> dict[str, Any]:
             await asyncio.sleep(1.0)  # Events and the job's condition after the annotation
             files = sorted((work / "verdicts").glob("*.json"), key=lambda f: f.stat().st_mtime)
             decided_at = files[0].stat().st_mtime if files else None  # the verdict file: written once decided
+            stamper.cancel()
+            if log_to is not None:
+                log_to.write_bytes((work / "aggregator.log").read_bytes())
             cpu, emu = cpu_seconds(proc.pid) - cpu0, thread_cpu_seconds("kube-emulator") - emu0
             kinds = Counter(request_kind(m, p) for m, p in api.requests()[seen0:])
             on_pods = Counter((our_condition(p) or {}).get("type", "none") for p in api.list(PODS, NS))
@@ -319,6 +334,9 @@ async def api_job(world: int, processes: int) -> dict[str, Any]:
             "rows": rows,
             "verdict_after_root_s": None if verdict_at is None else verdict_at - go_at,
             "decided_after_root_s": None if decided_at is None else decided_at - go_at,
+            "publisher_requests_after_root_s": [
+                (round(t - go_at, 2), kind) for t, kind in stamps if kind != "PATCH pods/status"
+            ],
             "last_victim_hold_after_root_s": max(r["hold_at"] for r in rows) - go_at,
             "aggregator_cpu_s": cpu,
             "emulator_cpu_s": emu,
@@ -338,12 +356,14 @@ def print_api(result: dict[str, Any]) -> bool:
         outcomes = dict(Counter(r["outcome"] + (f" {r['condition']}" if r.get("condition") else "") for r in mine))
         print(f"  {role:6}  extra non-terminal seconds  {quantiles(extra)}")
         print(f"  {role:6}  outcomes                    {outcomes}")
-    for what, key in (
-        ("verdict decided (its file)", "decided_after_root_s"),
-        ("verdict annotation on the Job", "verdict_after_root_s"),
-    ):
-        at = result[key]
-        print(f"  {what:30} {'never' if at is None else f'{at:.2f} s'} after the root's end")
+    decided, sent = result["decided_after_root_s"], result["publisher_requests_after_root_s"]
+    print(f"  verdict decided (its file)     {'never' if decided is None else f'{decided:.2f} s'} after the root's end")
+    if sent:
+        first, last, kinds = sent[0][0], sent[-1][0], dict(Counter(kind for _, kind in sent))
+        print(f"  the verdict's requests         {first:.2f}-{last:.2f} s after the root's end at the API: {kinds}")
+    back = result["verdict_after_root_s"]
+    back_s = "never" if back is None else f"{back:.2f} s"
+    print(f"  annotation read back           {back_s} (the bench's read waits in the emulator's own loop)")
     print(f"  last victim's hold             {result['last_victim_hold_after_root_s']:.2f} s after the root's end")
     print(f"  aggregator CPU {result['aggregator_cpu_s']:.2f} s, emulator CPU {result['emulator_cpu_s']:.2f} s")
     print(f"  API requests in the incident   {sum(result['requests'].values())}: {result['requests']}")
@@ -356,7 +376,7 @@ async def main_async(args: argparse.Namespace) -> int:
     if args.api:
         right = True
         for w in (int(x) for x in args.api.split(",")):
-            result = await api_job(w, args.processes)
+            result = await api_job(w, args.processes, Path(f"{args.log}.{w}") if args.log else None)
             if args.json:
                 print(json.dumps(result, indent=2))
             right = print_api(result) and right
@@ -397,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--api", default="", help="comma-separated W: a W-pod job against the API emulator")
+    parser.add_argument("--log", default="", help="--api: keep the aggregator's log as LOG.W")
     parser.add_argument("--processes", type=int, default=2, help="--api: load-generator processes")
     parser.add_argument("--desk", default="", help="comma-separated W: the hold desk alone, in process")
     return asyncio.run(main_async(parser.parse_args(argv)))
