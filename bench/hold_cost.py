@@ -29,9 +29,11 @@ holds; the root sends its error file and termination and `hold` (timeout 15 s, t
 victims the same with a peer-closed message 1-2 s later. Printed per role: the seconds from `hold` to its
 reply (the extra time the pod stays non-terminal: without the hold its sidecar exits at once; a reply that
 never came counts the full 15 s) and the outcomes; when the verdict was decided (its file) and when its
-requests (annotations, the job's condition, Events) reached the emulator; the aggregator's CPU and the emulator's own (a Python server in this process: its limit is not ours); the
-API requests of the incident at the emulator, by verb and resource; the conditions on the pods. The
-kubelet's own status writes are not played (they are not the aggregator's requests).
+requests (annotations, the job's condition, Events) reached the emulator; the aggregator's CPU and the
+emulator's own (a Python server in this process: its limit is not ours); the API requests of the
+incident at the emulator, by verb and resource; the conditions on the pods. The kubelet's own status
+writes are not played (they are not the aggregator's requests). `--condition-qps N` passes N as the
+aggregator's --condition-qps and --condition-burst.
 
     python -m bench.hold_cost --api 1024,4096
 
@@ -242,7 +244,9 @@ def request_kind(method: str, path: str) -> str:
     return f"{verb} {resource}{sub}"
 
 
-async def api_job(world: int, processes: int, log_to: Path | None = None) -> dict[str, Any]:
+async def api_job(
+    world: int, processes: int, log_to: Path | None = None, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One W-pod indexed Job failing against the emulator with a real aggregator process; its figures."""
     import multiprocessing
     import signal
@@ -264,7 +268,7 @@ async def api_job(world: int, processes: int, log_to: Path | None = None) -> dic
             sys.executable, "-m", "podmortem.cli", "aggregator", "--kube", "--auth", "none",
             "--kubeconfig", str(api.kubeconfig(work / "kubeconfig", NS)), "--namespaces", NS,
             "--listen", f"127.0.0.1:{port}", "--metrics-listen", "", "--verdict-dir", str(work / "verdicts"),
-            "--quorum-timeout", "120", "--ready-file", str(work / "ready"),
+            "--quorum-timeout", "120", "--ready-file", str(work / "ready"), *extra,
         ]  # fmt: skip
         with (work / "aggregator.log").open("wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -376,7 +380,12 @@ async def main_async(args: argparse.Namespace) -> int:
     if args.api:
         right = True
         for w in (int(x) for x in args.api.split(",")):
-            result = await api_job(w, args.processes, Path(f"{args.log}.{w}") if args.log else None)
+            budget = (
+                ("--condition-qps", args.condition_qps, "--condition-burst", args.condition_qps)
+                if args.condition_qps
+                else ()
+            )
+            result = await api_job(w, args.processes, Path(f"{args.log}.{w}") if args.log else None, budget)
             if args.json:
                 print(json.dumps(result, indent=2))
             right = print_api(result) and right
@@ -417,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--api", default="", help="comma-separated W: a W-pod job against the API emulator")
+    parser.add_argument("--condition-qps", default="", help="--api: the aggregator's --condition-qps and -burst")
     parser.add_argument("--log", default="", help="--api: keep the aggregator's log as LOG.W")
     parser.add_argument("--processes", type=int, default=2, help="--api: load-generator processes")
     parser.add_argument("--desk", default="", help="comma-separated W: the hold desk alone, in process")
