@@ -78,6 +78,8 @@ def run_once(pods: int, tail_kib: int, generators: int, server: str, state: bool
             else:
                 raise SystemExit("no verdict within 120 s")
         cpu = cpu_seconds(proc.pid) - cpu0
+        # SQLite does not shrink its file when rows go: its size is what the burst held at once.
+        state_bytes = sum(f.stat().st_size for f in (work / "state").glob("*")) if state else 0
         return {
             "pods": pods,
             "burst_s": last_ack - go_at,
@@ -87,6 +89,7 @@ def run_once(pods: int, tail_kib: int, generators: int, server: str, state: bool
             "peak_rss_mib": peak_rss_mib(proc.pid),
             "ack_p50_s": acks[len(acks) // 2],
             "ack_p99_s": acks[min(len(acks) - 1, round(0.99 * (len(acks) - 1)))],
+            "state_mib": state_bytes / (1 << 20),
         }
     finally:
         proc.terminate()
@@ -123,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             f"aggregator CPU {r['cpu_s']:6.2f} s ({r['cpu_per_event_ms']:.3f} ms/event)  "
             f"peak RSS {r['peak_rss_mib']:.0f} MiB  "
             f"ack p50/p99 {r['ack_p50_s'] * 1000:.0f}/{r['ack_p99_s'] * 1000:.0f} ms"
+            + (f"  state files {r['state_mib']:.0f} MiB" if ns.state_dir else "")
         )
         if ns.echo or ns.floor:
             e = run_once(w, tail, ns.generators, "echo")
