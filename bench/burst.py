@@ -1,7 +1,8 @@
 """A whole job failing at once, black box: W sidecar streams each sending an error file, a 64 KiB log
 tail and a termination to a real aggregator process, and the figures an operator sizes by.
 
-    python -m bench.burst [--pods 256,1024] [--tail-kib 64] [--generators 2] [--echo] [--smoke] [--rounds N]
+    python -m bench.burst [--pods 256,1024] [--tail-kib 64] [--generators 2] [--echo] [--floor] [--smoke]
+                          [--rounds N]
 
 The aggregator (`podmortem aggregator`, its own process) and the load generators (processes speaking
 the sidecar's protocol over real gRPC on 127.0.0.1; streams share one connection per 64 pods — a real
@@ -9,7 +10,10 @@ cluster has one per pod) are separate processes; CPU and peak RSS are read from 
 Log tails are built from the real torchrun logs of the development corpus (tests/corpus-torchrun/), padded
 to the size asked. Printed per W: last event acknowledged -> verdict file written, aggregator CPU
 seconds and CPU per event, peak RSS, and with --echo the same load against a bare grpc.aio Collector
-that only acknowledges (the floor of Python gRPC on this machine) and the ratio.
+that only acknowledges (the floor of Python gRPC on this machine) and the ratio. `--floor` adds the
+aggregator's own `CollectorService` over a book that keeps nothing (`bench.load.InertBook`): between
+the two floors is the cost of podmortem's protocol handling, above the second the book's and the
+engine's.
 """
 
 from __future__ import annotations
@@ -24,14 +28,19 @@ import time
 from pathlib import Path
 
 from bench.common import aggregator_command, corpus_note, cpu_seconds, peak_rss_mib, start
-from bench.load import echo_command, generator
+from bench.load import echo_command, generator, service_command
 
 
-def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool = False) -> dict[str, float]:
+def run_once(pods: int, tail_kib: int, generators: int, server: str, state: bool = False) -> dict[str, float]:
+    """One burst against `server`: "aggregator", "echo" (bench.load's bare Collector) or "service" (the
+    aggregator's CollectorService over an inert book)."""
     work = Path(tempfile.mkdtemp(prefix="podmortem-burst-"))
     ready, verdicts = work / "ready", work / "verdicts"
-    if echo:
+    echo = server != "aggregator"  # no verdict to wait for
+    if server == "echo":
         cmd = echo_command(ready)
+    elif server == "service":
+        cmd = service_command(ready)
     else:
         cmd = aggregator_command(ready, verdicts)
         if state:
@@ -69,6 +78,8 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool 
             else:
                 raise SystemExit("no verdict within 120 s")
         cpu = cpu_seconds(proc.pid) - cpu0
+        # SQLite does not shrink its file when rows go: its size is what the burst held at once.
+        state_bytes = sum(f.stat().st_size for f in (work / "state").glob("*")) if state else 0
         return {
             "pods": pods,
             "burst_s": last_ack - go_at,
@@ -78,6 +89,7 @@ def run_once(pods: int, tail_kib: int, generators: int, echo: bool, state: bool 
             "peak_rss_mib": peak_rss_mib(proc.pid),
             "ack_p50_s": acks[len(acks) // 2],
             "ack_p99_s": acks[min(len(acks) - 1, round(0.99 * (len(acks) - 1)))],
+            "state_mib": state_bytes / (1 << 20),
         }
     finally:
         proc.terminate()
@@ -90,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tail-kib", type=int, default=64)
     ap.add_argument("--generators", type=int, default=2, help="load-generator processes")
     ap.add_argument("--echo", action="store_true", help="also run the bare echo Collector for the ratio")
+    ap.add_argument(
+        "--floor", action="store_true", help="also run the aggregator's CollectorService over an inert book"
+    )
     ap.add_argument("--smoke", action="store_true", help="a small run that only shows it works (CI)")
     ap.add_argument("--state-dir", action="store_true", help="run the aggregator with durable state (--state-dir)")
     ap.add_argument(
@@ -104,20 +119,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{ns.generators} generator process(es)" + (", durable state" if ns.state_dir else "")
     )
     for w in sizes:
-        runs = [run_once(w, tail, ns.generators, echo=False, state=ns.state_dir) for _ in range(max(1, ns.rounds))]
+        runs = [run_once(w, tail, ns.generators, "aggregator", ns.state_dir) for _ in range(max(1, ns.rounds))]
         r = runs[-1]
         line = (
             f"W={w:>5}  burst {r['burst_s']:6.2f} s  last ack -> verdict {r['verdict_after_last_ack_s']:6.3f} s  "
             f"aggregator CPU {r['cpu_s']:6.2f} s ({r['cpu_per_event_ms']:.3f} ms/event)  "
             f"peak RSS {r['peak_rss_mib']:.0f} MiB  "
             f"ack p50/p99 {r['ack_p50_s'] * 1000:.0f}/{r['ack_p99_s'] * 1000:.0f} ms"
+            + (f"  state files {r['state_mib']:.0f} MiB" if ns.state_dir else "")
         )
-        if ns.echo:
-            e = run_once(w, tail, ns.generators, echo=True)
+        if ns.echo or ns.floor:
+            e = run_once(w, tail, ns.generators, "echo")
             ratio = r["cpu_s"] / max(e["cpu_s"], 1e-9)
             line += (
                 f"  | echo CPU {e['cpu_s']:.2f} s ({e['cpu_per_event_ms']:.3f} ms/event), ratio {ratio:.2f}x, "
                 f"echo peak RSS {e['peak_rss_mib']:.0f} MiB, echo ack p99 {e['ack_p99_s'] * 1000:.0f} ms"
+            )
+        if ns.floor:
+            f = run_once(w, tail, ns.generators, "service")
+            line += (
+                f"  | service over an inert book CPU {f['cpu_s']:.2f} s, "
+                f"ratio to echo {f['cpu_s'] / max(e['cpu_s'], 1e-9):.2f}x"
             )
         print(line, flush=True)
         if len(runs) > 1:

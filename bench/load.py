@@ -5,6 +5,9 @@
   does (`bench/burst.py`, `bench/ceiling.py`).
 * `python -m bench.load READY_FILE` serves a bare grpc.aio Collector that only acknowledges: the floor of
   Python gRPC on this machine (`echo_command`; `bench/burst.py --echo`, `bench/stream_rss.py`).
+* `python -m bench.load --service READY_FILE` serves the aggregator's own `CollectorService` (admission,
+  per-stream rate limit, acknowledgements) over an inert book that keeps nothing: the floor of the
+  aggregator's protocol handling, book and engine aside (`service_command`; `bench/burst.py --floor`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def echo_command(ready: Path) -> list[str]:
     return [sys.executable, "-m", "bench.load", str(ready)]
 
 
+def service_command(ready: Path) -> list[str]:
+    """The aggregator's CollectorService over an inert book, as a process (see `serve_service`)."""
+    return [sys.executable, "-m", "bench.load", "--service", str(ready)]
+
+
 # -- the bare echo Collector (the floor) -------------------------------------------------------------
 
 
@@ -53,6 +61,37 @@ async def serve_echo(ready: Path) -> None:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     pb_grpc.add_CollectorServicer_to_server(Echo(), server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    ready.write_text(f"127.0.0.1:{port}\n")
+    await server.wait_for_termination()
+
+
+class InertBook:
+    """What `CollectorService` asks of the book, keeping nothing: every stream is admitted, every event
+    acknowledged and dropped. With it the server's cost is gRPC's plus the service's own code."""
+
+    def register(self, reg: pb.Register, verified: bool = False) -> Any:
+        from podmortem.aggregator.incidents import MemberKey
+
+        return MemberKey((reg.job.namespace, reg.job.name, reg.attempt), reg.pod)
+
+    def ingest(self, key: Any, event: pb.Event, from_sidecar: bool = False) -> bool:
+        return True
+
+    def disconnected(self, key: Any) -> None:
+        return None
+
+    def set_clock(self, key: Any, offset: float, round_trip: float) -> None:
+        return None
+
+
+async def serve_service(ready: Path) -> None:
+    from podmortem.aggregator.running import settle_gc
+    from podmortem.aggregator.server import CollectorService, create_server
+
+    settle_gc()  # as the aggregator process does
+    service = CollectorService(InertBook())  # type: ignore[arg-type]
+    server, port, _ = create_server("127.0.0.1:0", service)
     await server.start()
     ready.write_text(f"127.0.0.1:{port}\n")
     await server.wait_for_termination()
@@ -135,4 +174,7 @@ def generator(target: str, members: list[tuple[str, int]], world: int, tail_kib:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve_echo(Path(sys.argv[1])))
+    if sys.argv[1] == "--service":
+        asyncio.run(serve_service(Path(sys.argv[2])))
+    else:
+        asyncio.run(serve_echo(Path(sys.argv[1])))

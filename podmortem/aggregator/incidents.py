@@ -41,6 +41,7 @@ from podmortem.aggregator.intake import (
     bounded,
     is_failure,
     retained_text,
+    with_text,
     without_text,
 )
 from podmortem.aggregator.members import MemberState
@@ -269,6 +270,18 @@ class IncidentBook:
             return True
         self._check_quorum(state)
         return True
+
+    def kept_event(self, key: MemberKey, event: pb.Event) -> pb.Event:
+        """`event` as the book holds it, for the state file (`StateStore.event`): a log tail with the text
+        kept of it (`intake.retained_text`: it fits the same bound, so a replay keeps it as it is), any
+        other event bounded. A tail the book does not hold (past the member's event limit) as it came."""
+        if event.WhichOneof("payload") != "log_tail":
+            return bounded(event)
+        member = self._member(key)
+        held = member.events.get(event.id) if member is not None else None
+        if member is None or held is None or member.log_text is None:
+            return event
+        return with_text(held, member.log_text, held.log_tail.truncated)
 
     # -- state -------------------------------------------------------------------------------
 

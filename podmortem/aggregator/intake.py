@@ -15,6 +15,10 @@ from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import tail_text
 
 RETAINED_TAIL_BYTES = 16 << 10  # of each member's log tail (see `retained`)
+# Of the line a rule names before the kept end of a tail: a single line can be the whole log.
+HEAD_LINE_BYTES = 1 << 10
+# Of the kept bytes, what the line a rule names and the note of the bytes cut may take.
+HEAD_ROOM = HEAD_LINE_BYTES + 64
 # No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
 MAX_WORLD_SIZE = 65_536
 # Limits against a flood (a bug or a hostile client): beyond each, new things are refused — with a
@@ -87,38 +91,65 @@ def retained(event: pb.Event, keep: int = RETAINED_TAIL_BYTES) -> pb.Event:
     text, cut = retained_text(data, keep)
     if not cut:
         return event
-    kept = pb.Event()
-    kept.CopyFrom(event)
-    kept.log_tail.text = text.encode()
-    kept.log_tail.truncated = True
-    return kept
+    return with_text(event, text, truncated=True)
 
 
 def retained_text(data: bytes, keep: int = RETAINED_TAIL_BYTES) -> tuple[str, bool]:
     """`retained` on a tail's bytes: (the compact str kept, `wire.tail_text`; whether anything was cut).
-    Only the kept part is decoded; the part before it is searched as bytes, in C (`bench/ingest_speed.py`)."""
+    Only the kept part is decoded; the part before it is searched as bytes, in C (`bench/ingest_speed.py`).
+
+    What is kept fits in `keep` bytes, encoded, the line a rule names and the note of what was cut
+    included; so it is kept as it is when it comes back (the state file stores it, and a restarted
+    aggregator replays it: `kept_event` in the book)."""
     if len(data) <= keep:
-        return tail_text(data), False
-    start = len(data) - keep
-    cut = data.find(b"\n", start)
-    if 0 <= cut < len(data) - 1:
-        start = cut + 1  # from a line start
+        text = tail_text(data)
+        # Bytes that are not UTF-8 grow when decoded (each becomes U+FFFD, three bytes).
+        if "\ufffd" not in text or len(text.encode()) <= keep:
+            return text, False
+    start = _line_start(data, max(len(data) - keep + HEAD_ROOM, 0))
     # The line a rule names, looked for only in the part not kept (the rest is in the tail anyway).
-    hit = first_log_line(data[:start])
-    head = f"{hit}\n" if hit else ""
-    return f"{head}[... {start - len(head.encode())} bytes of the log not kept ...]\n{tail_text(data[start:])}", True
+    hit = first_log_line(data[:start]) if start else ""
+    note = f"{hit}\n" if hit else ""
+    note += f"[... {start} bytes of the log not kept ...]\n"
+    tail = tail_text(data[start:])
+    if not (note.isascii() and tail.isascii()):
+        # The same growth: the tail loses lines from its front until the whole fits again.
+        excess = len(note.encode()) + len(tail.encode()) - keep
+        while excess > 0 and tail:
+            cut = tail.find("\n", excess // 3) + 1 or len(tail)
+            excess -= len(tail[:cut].encode())
+            tail = tail[cut:]
+    return note + tail, True
+
+
+def _line_start(data: bytes, at: int) -> int:
+    """The first line start at or after `at` (`at` itself when no line starts after it)."""
+    cut = data.find(b"\n", at - 1) if at > 0 else -1
+    return cut + 1 if 0 <= cut < len(data) - 1 else at
 
 
 def first_log_line(data: bytes, rules: RuleSet = DEFAULT_RULES) -> str:
     """`logtail.first_log_line` on UTF-8 bytes: the line the first matching log rule names ("" when none
-    does), decoded alone. RE2 searches the bytes as they came, without a str to build and encode again."""
+    does), decoded alone; a line longer than `HEAD_LINE_BYTES` is cut to that much around the match.
+    RE2 searches the bytes as they came, without a str to build and encode again."""
     rule = rules.first_log_rule(data)  # one RE2 pass for every rule at once
     hit = rule.fast.search(data) if rule is not None and rule.fast is not None else None  # a log rule's RE2
     if hit is None:
         return ""
     a = data.rfind(b"\n", 0, hit.start()) + 1
     b = data.find(b"\n", hit.end())
-    return tail_text(data[a : b if b >= 0 else len(data)]).strip()
+    b = b if b >= 0 else len(data)
+    if b - a > HEAD_LINE_BYTES:
+        a = max(a, min(hit.start() - HEAD_LINE_BYTES // 4, b - HEAD_LINE_BYTES))
+        b = a + HEAD_LINE_BYTES
+    return tail_text(data[a:b]).strip()
+
+
+def with_text(event: pb.Event, text: str, truncated: bool) -> pb.Event:
+    """A log-tail event with `text` (what the book keeps of it) in place of the text it came with."""
+    kept = without_text(event, truncated)
+    kept.log_tail.text = text.encode()
+    return kept
 
 
 def without_text(event: pb.Event, truncated: bool) -> pb.Event:

@@ -364,7 +364,7 @@ def review_client(settings: KubeSettings) -> Kube:
 GC_YOUNG_THRESHOLD = 5_000
 
 
-def _settle_gc() -> None:
+def settle_gc() -> None:
     """The aggregator process's: what it holds once set up (modules, the rules) goes to the collector's
     permanent generation, which no collection walks again, and young collections run less often."""
     gc.freeze()
@@ -479,7 +479,7 @@ def run(ns: argparse.Namespace) -> int:
         except StateError as exc:
             print(f"podmortem aggregator: {exc}", file=sys.stderr)
             return 2
-    _settle_gc()
+    settle_gc()
     try:
         asyncio.run(serve(config, kube_settings))
     except BindError as exc:

@@ -239,7 +239,8 @@ class CollectorService(pb_grpc.CollectorServicer):
                     self.book.ingest(key, msg.event, from_sidecar=True)
                     if self.store is not None:
                         try:
-                            await self.store.event(key, msg.event)  # durable before acknowledged
+                            # Durable before acknowledged, as the book holds it (a tail's kept text).
+                            await self.store.event(key, self.book.kept_event(key, msg.event))
                         except StateError as exc:
                             # Not acked: the sidecar keeps the event and sends it again after its backoff.
                             await self._reject(

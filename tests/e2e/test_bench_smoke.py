@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [
-        ("burst", ["--smoke", "--echo"], "ratio"),
+        ("burst", ["--smoke", "--floor"], "service over an inert book"),
         # Several jobs failing at once; exits 1 when a job's verdict names someone else.
         ("ceiling", ["--smoke"], "verdicts right 3/3"),
         # One real torchrun job in the kubelet's order; exits 1 on a wrong verdict.

@@ -176,6 +176,31 @@ async def test_a_refused_write_is_not_acked(tmp_path: Path) -> None:
         await agg.stop(grace=1)
 
 
+async def test_a_long_log_tail_is_stored_as_the_book_keeps_it_and_replayed_unchanged(tmp_path: Path) -> None:
+    # The state file holds what the book keeps of a 64 KiB tail (its end and the line a rule names), not
+    # the whole tail: a burst writes a quarter of the bytes, and a replay gives the book the same text.
+    chatter = "".join(f"[rank1]: step {i} loss 1.{i % 97:02d}\n" for i in range(3000))  # ~90 KB
+    tail = ("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n" + chatter)[-64_000:]
+    tail = "[rank1]: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n" + tail + "exiting\n"
+    events = [*root_events(), wire.make_event(pb.LogTail(text=tail.encode(), truncated=True), f"{ROOT}/log")]
+    config = AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir="", state_dir=str(tmp_path))
+    agg = Aggregator(config, registry=CollectorRegistry())
+    await agg.start()
+    try:
+        assert len(await report(agg.port, register(ROOT, 1), events)) == 3
+        live = agg.book.member(MemberKey(("ml", "llm", ""), ROOT))
+    finally:
+        await agg.stop(grace=1)
+    assert live is not None and live.log_tail is not None
+    assert live.log_tail.startswith("[rank1]: NVRM: Xid") and live.log_tail.endswith("exiting\n")
+    with contextlib.closing(sqlite3.connect(tmp_path / FILE_NAME)) as db:
+        [(stored,)] = db.execute("SELECT event FROM events WHERE id = ?", (f"{ROOT}/log",)).fetchall()
+    assert len(stored) <= 16 * 1024 + 100 < len(tail.encode())  # the text and the event's own fields
+    again = book_for([])
+    assert StateStore(tmp_path).replay(again) == (1, 3)
+    assert again.member(MemberKey(("ml", "llm", ""), ROOT)) == live
+
+
 # -- schema versions: older migrated, newer and foreign set aside ------------------------------------
 
 # The layout of state files written before versioning (user_version 0), exactly as that code made it.
