@@ -175,6 +175,10 @@ class KubeSettings:
     publish: frozenset[str] = PUBLISH_TARGETS
     qps: float = 20.0
     burst: int = 40
+    # Pod conditions' own client-side budget (`kube.podconditions`): a 4,096-pod job's conditions within
+    # the sidecar's default 15 s hold, and never ahead of the verdict's publishers.
+    condition_qps: float = 400.0
+    condition_burst: int = 400
     retries: int = 6
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
@@ -224,6 +228,20 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("kube_qps", "--kube-qps", "PODMORTEM_KUBE_QPS", "client-side rate limit, requests/s", default="20"),
     Setting("kube_burst", "--kube-burst", "PODMORTEM_KUBE_BURST", "client-side burst", default="40"),
+    Setting(
+        "condition_qps",
+        "--condition-qps",
+        "PODMORTEM_CONDITION_QPS",
+        "pod conditions' own client-side rate limit, requests/s (one per failed pod, while its sidecar holds it)",
+        default="400",
+    ),
+    Setting(
+        "condition_burst",
+        "--condition-burst",
+        "PODMORTEM_CONDITION_BURST",
+        "pod conditions' own client-side burst",
+        default="400",
+    ),
     Setting(
         "pod_log_bytes",
         "--pod-log-bytes",
@@ -377,6 +395,8 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         raise ConfigError(f"{name('kube_publish')}: unknown target(s) {sorted(unknown)}; use {sorted(PUBLISH_TARGETS)}")
     qps = _positive(name("kube_qps"), raw["kube_qps"])
     burst = int(_number(name("kube_burst"), raw["kube_burst"], int, 1))
+    condition_qps = _positive(name("condition_qps"), raw["condition_qps"])
+    condition_burst = int(_number(name("condition_burst"), raw["condition_burst"], int, 1))
     pod_log_bytes = int(_number(name("pod_log_bytes"), raw["pod_log_bytes"], int, 0, MAX_POD_LOG_BYTES))
     selectors = tuple(s.strip() for s in raw.get("pod_selector", "").split(";") if s.strip())
     node_actions = raw["node_actions"].lower()
@@ -395,6 +415,8 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         publish=targets,
         qps=qps,
         burst=burst,
+        condition_qps=condition_qps,
+        condition_burst=condition_burst,
         pod_log_bytes=pod_log_bytes,
         leader_elect=settings.is_true(raw.get("leader_elect")),
         lease_name=raw["lease_name"] or KubeSettings.lease_name,

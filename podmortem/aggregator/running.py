@@ -95,6 +95,7 @@ class Aggregator:
         self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
         self._leading: Callable[[], bool] = lambda: True  # start() narrows it to the Lease holder
         self._kube: Kube | None = None
+        self._condition_kube: Kube | None = None
         if self.kube_settings is not None:
             from podmortem.aggregator.kube.publish import kube_publishers
 
@@ -127,9 +128,12 @@ class Aggregator:
         self.holds: HoldDesk | None = None
         self._elector: LeaderElector | None = None
         if self._kube is not None and self.kube_settings is not None and "pod-conditions" in self.kube_settings.publish:
-            from podmortem.aggregator.kube.podconditions import PodConditionWriter
+            from podmortem.aggregator.kube.podconditions import PodConditionWriter, condition_client
 
-            self.condition_writer = PodConditionWriter(self._kube, clock)
+            # A client of their own (rate limit, threads): a large job's conditions never hold up the
+            # verdict's publishers or the pod watch on the shared client.
+            self._condition_kube = condition_client(self.kube_settings)
+            self.condition_writer = PodConditionWriter(self._condition_kube, clock)
             self.holds = HoldDesk(
                 self.book,
                 decide,
@@ -322,7 +326,7 @@ class Aggregator:
                 if error is not None:
                     log.error("root task %s failed", task.get_name(), exc_info=error)
                     failures.append(error)
-        for client in (self._kube, self._review_kube):
+        for client in (self._kube, self._condition_kube, self._review_kube):
             if client is not None:
                 client.close()
         if self.store is not None:

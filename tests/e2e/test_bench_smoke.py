@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
         # Pods held for their condition in the kubelet's order; exits 1 when a pod's condition is wrong.
         ("hold_cost", ["--rounds", "1", "--pods", "2"], "conditions right: 4/4"),
         ("hold_cost", ["--desk", "64"], "victims 63/63"),
+        # W pods holding against the emulator; exits 1 unless every pod's condition was written in its hold.
+        ("hold_cost", ["--api", "16"], "'podmortem.io/Victim': 15"),
         ("realworld", ["--split", "train", "--seeds", "1", "--calibration"], "Brier score"),
         # A few SIGKILLs: every cycle must end with one final verdict naming the root (exit 1 otherwise).
         ("chaos", ["--cycles", "4", "--seed", "7"], "exactly one final verdict naming the root: 4/4"),

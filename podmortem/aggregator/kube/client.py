@@ -176,9 +176,11 @@ class Kube:
         body: Any = None,
         content_type: str | None = None,
         retry_conflict: bool = False,
+        paced: bool = False,
     ) -> JSON:
-        """One API call with rate limit and retries; the decoded JSON answer ({} when empty)."""
-        data, status = await self._retrying(method, path, query, body, content_type, retry_conflict)
+        """One API call with rate limit and retries; the decoded JSON answer ({} when empty). `paced`: the
+        caller took the first attempt's token from `limiter` already (to choose what to send with it)."""
+        data, status = await self._retrying(method, path, query, body, content_type, retry_conflict, paced=paced)
         return _decoded(data, status)
 
     async def get_text(self, path: str, query: Mapping[str, str | int] | None = None) -> str:
@@ -195,10 +197,12 @@ class Kube:
         content_type: str | None,
         retry_conflict: bool,
         accept: str = "application/json",
+        paced: bool = False,
     ) -> tuple[bytes, int]:
         attempt = 0
         while True:
-            await self.limiter.acquire()
+            if attempt or not paced:
+                await self.limiter.acquire()
             try:
                 call = functools.partial(self._call, method, path, query, body, content_type, accept)
                 return await asyncio.get_running_loop().run_in_executor(self._executor, call)
