@@ -36,7 +36,6 @@ def run_once(pods: int, tail_kib: int, generators: int, server: str, state: bool
     aggregator's CollectorService over an inert book)."""
     work = Path(tempfile.mkdtemp(prefix="podmortem-burst-"))
     ready, verdicts = work / "ready", work / "verdicts"
-    echo = server != "aggregator"  # no verdict to wait for
     if server == "echo":
         cmd = echo_command(ready)
     elif server == "service":
@@ -65,7 +64,7 @@ def run_once(pods: int, tail_kib: int, generators: int, server: str, state: bool
         for p in procs:
             p.join()
         verdict_at = last_ack
-        if not echo:
+        if server == "aggregator":  # the others decide nothing
             deadline = time.time() + 120
             while time.time() < deadline:
                 files = list(verdicts.glob("*.json")) if verdicts.exists() else []
@@ -136,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"echo peak RSS {e['peak_rss_mib']:.0f} MiB, echo ack p99 {e['ack_p99_s'] * 1000:.0f} ms"
             )
         if ns.floor:
-            f = run_once(w, tail, ns.generators, "service")
+            svc = run_once(w, tail, ns.generators, "service")
             line += (
-                f"  | service over an inert book CPU {f['cpu_s']:.2f} s, "
-                f"ratio to echo {f['cpu_s'] / max(e['cpu_s'], 1e-9):.2f}x"
+                f"  | service over an inert book CPU {svc['cpu_s']:.2f} s, "
+                f"ratio to echo {svc['cpu_s'] / max(e['cpu_s'], 1e-9):.2f}x"
             )
         print(line, flush=True)
         if len(runs) > 1:
