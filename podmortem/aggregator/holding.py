@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,9 +60,14 @@ WRITE_MARGIN = 1.0
 # flag --peer-wait); the root usually ends a second or more before its victims.
 PEER_WAIT = 5.0
 # The incident and its verdict, built for one member of a job, are reused for the next ones decided within
-# this long (a burst of victims holding at once: one incident and one engine decision, not one per pod;
-# each member's own facts are read fresh).
+# this long, or within VERDICT_REUSE_PER_DECISION times as long as the job's last decision took, whichever
+# is longer (a burst of victims holding at once: one incident and one engine decision, not one per pod;
+# each member's own facts are read fresh). A verdict is then about as old as the time a decision takes,
+# and deciding for the holds takes at most about a third of the time; a 4,096-member job's decision
+# takes ~0.3 s, and one every 0.25 s while its victims hold doubled the aggregator's CPU in the burst
+# (`bench/hold_cost.py --api`).
 VERDICT_REUSE = 0.25
+VERDICT_REUSE_PER_DECISION = 3.0
 # A waiting decision looks again at most this often, however many events wake it (each look reads every
 # member of the job).
 MIN_RECHECK = 0.1
@@ -145,8 +151,10 @@ class HoldDesk:
         metrics: Metrics | None = None,
         may_act: Callable[[], bool] = lambda: True,
         verified: Callable[[MemberKey], bool] | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.book = book
+        self._timer = timer  # times the engine's decisions (VERDICT_REUSE_PER_DECISION)
         self._decide_verdict = decide
         self._write = write
         self.rules = rules
@@ -158,6 +166,7 @@ class HoldDesk:
         self._pods: dict[MemberKey, _Pod] = {}
         self._changes: dict[JobKey, asyncio.Event] = {}
         self._views: dict[JobKey, tuple[float, Incident, asyncio.Task[Verdict] | None]] = {}
+        self._decision_seconds: dict[JobKey, float] = {}  # how long the job's last decision took
         self._victims: dict[JobKey, set[str]] = {}  # pods decided Victim, per job (the last-member guard)
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -353,10 +362,12 @@ class HoldDesk:
             await asyncio.sleep(max(looked + MIN_RECHECK - loop.time(), 0.0))
 
     def _incident(self, job: JobKey, fresh: bool) -> Incident | None:
-        """The job's incident: built now when `fresh` or when the one kept is older than VERDICT_REUSE."""
+        """The job's incident: built now when `fresh` or when the one kept is older than its reuse (see
+        VERDICT_REUSE)."""
         loop = asyncio.get_running_loop()
         kept = self._views.get(job)
-        if kept is not None and not fresh and loop.time() - kept[0] < VERDICT_REUSE:
+        reuse = max(VERDICT_REUSE, VERDICT_REUSE_PER_DECISION * self._decision_seconds.get(job, 0.0))
+        if kept is not None and not fresh and loop.time() - kept[0] < reuse:
             return kept[1]
         incident = self.book.incident(job)
         if incident is not None:
@@ -369,10 +380,18 @@ class HoldDesk:
         kept = self._views.get(job)
         if kept is not None and kept[1] is incident and kept[2] is not None:
             return await asyncio.shield(kept[2])
+
+        def timed(incident: Incident) -> Verdict:
+            start = self._timer()
+            try:
+                return self._decide_verdict(incident)
+            finally:
+                self._decision_seconds[job] = self._timer() - start
+
         if len(incident.members) >= self.book.offload_members:
-            task = asyncio.ensure_future(asyncio.to_thread(self._decide_verdict, incident))
+            task = asyncio.ensure_future(asyncio.to_thread(timed, incident))
         else:
-            task = asyncio.ensure_future(_now(self._decide_verdict, incident))
+            task = asyncio.ensure_future(_now(timed, incident))
         if kept is not None and kept[1] is incident:
             self._views[job] = (kept[0], incident, task)
         return await asyncio.shield(task)
@@ -386,6 +405,7 @@ class HoldDesk:
         if not any(k.job == key.job for k in self._pods):
             self._views.pop(key.job, None)
             self._victims.pop(key.job, None)
+            self._decision_seconds.pop(key.job, None)
 
 
 async def _now(decide: Decide, incident: Incident) -> Verdict:

@@ -10,9 +10,11 @@ written (an aggregator restarted between two holds).
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, make_kube, seed_pytorchjob
 
@@ -149,3 +151,45 @@ async def test_a_pod_being_deleted_and_not_held_gets_none(kube_api: EmulatorHand
     kube.close()
     assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "deleted" in reply.detail
     assert patches(kube_api) == []
+
+
+async def decisions_for_holds_apart(decide_seconds: float, apart: float, victims: int = 5) -> int:
+    """How many verdicts the desk computes for `victims` echoes holding one after another, `apart` seconds
+    of loop time between them, when one decision takes `decide_seconds` (by the desk's timer)."""
+    calls = []
+    engine = make_decide()
+    readings = itertools.count()
+
+    def counted_decide(incident: Any) -> Any:
+        calls.append(1)
+        return engine(incident)
+
+    def timer() -> float:  # read before and after each decision: `decide_seconds` apart
+        i = next(readings)
+        return (i // 2) * 10.0 + (i % 2) * decide_seconds
+
+    async def nowhere(namespace: str, pod: str, condition: Any) -> None:
+        return None
+
+    book = IncidentBook(make_decide(), lambda d: None, quorum_timeout=600)
+    desk = HoldDesk(book, counted_decide, nowhere, peer_wait=0.5, timer=timer)
+    keys = [register(book, f"w-{i}") for i in range(victims + 1)]
+    for key in keys:
+        desk.pod_seen(key, {"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}})
+    failed(book, keys[0], "ValueError: label 7 out of range")
+    for key in keys[1:]:
+        failed(book, key, GLOO)
+    for key in keys[1:]:
+        reply = await desk.hold(key, pb.Hold(seq=1, timeout_seconds=15))
+        assert reply.condition_type == "podmortem.io/Victim"
+        await asyncio.sleep(apart)
+    return len(calls)
+
+
+@pytest.mark.looptime
+async def test_a_verdict_that_takes_long_to_decide_serves_holds_for_longer() -> None:
+    # Victims holding 0.3 s apart: a quick decision is made again for each (it is reused for 0.25 s); one
+    # that takes 0.15 s is reused for three times as long (0.45 s), so a 4,096-member job's holds do not
+    # keep the engine busy.
+    assert await decisions_for_holds_apart(0.01, 0.3) == 5
+    assert await decisions_for_holds_apart(0.15, 0.3) == 3
