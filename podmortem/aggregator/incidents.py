@@ -272,16 +272,16 @@ class IncidentBook:
         return True
 
     def kept_event(self, key: MemberKey, event: pb.Event) -> pb.Event:
-        """`event` as the book holds it, for the state file (`StateStore.event`): a log tail with the text
-        kept of it (`intake.retained_text`: it fits the same bound, so a replay keeps it as it is), any
-        other event bounded. A tail the book does not hold (past the member's event limit) as it came."""
-        if event.WhichOneof("payload") != "log_tail":
-            return bounded(event)
+        """`event` as the book holds it, for the state file (`StateStore.event`): bounded, and a log tail
+        with the text kept of it (`intake.retained_text`: it fits the same bound, so a replay keeps it as
+        it is). An event the book does not hold (past the member's event limit) bounded here."""
         member = self._member(key)
         held = member.events.get(event.id) if member is not None else None
-        if member is None or held is None or member.log_text is None:
-            return event
-        return with_text(held, member.log_text, held.log_tail.truncated)
+        if member is None or held is None:
+            return bounded(event)
+        if held.WhichOneof("payload") == "log_tail" and member.log_text is not None:
+            return with_text(held, member.log_text, held.log_tail.truncated)
+        return held
 
     # -- state -------------------------------------------------------------------------------
 
