@@ -62,10 +62,9 @@ PEER_WAIT = 5.0
 # The incident and its verdict, built for one member of a job, are reused for the next ones decided within
 # this long, or within VERDICT_REUSE_PER_DECISION times as long as the job's last decision took, whichever
 # is longer (a burst of victims holding at once: one incident and one engine decision, not one per pod;
-# each member's own facts are read fresh). A verdict is then about as old as the time a decision takes,
-# and deciding for the holds takes at most about a third of the time; a 4,096-member job's decision
-# takes ~0.3 s, and one every 0.25 s while its victims hold doubled the aggregator's CPU in the burst
-# (`bench/hold_cost.py --api`).
+# each member's own facts are read fresh). A verdict is then about as old as a decision takes, and
+# deciding for the holds takes at most about a third of the time, however large the job (a 4,096-member
+# job's decision takes ~0.3 s: `bench/hold_cost.py --api`).
 VERDICT_REUSE = 0.25
 VERDICT_REUSE_PER_DECISION = 3.0
 # A waiting decision looks again at most this often, however many events wake it (each look reads every
