@@ -193,9 +193,9 @@ async def held_pod(stub: Any, job: str, world: int, index: int, go_at: float) ->
 async def _held_pods(target: str, job: str, world: int, indexes: list[int], go_at: float) -> list[dict[str, Any]]:
     import grpc.aio
 
+    from bench.load import STREAMS_PER_CHANNEL as per_channel  # as the burst's load generators share them
     from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
-    per_channel = 64
     channels = [grpc.aio.insecure_channel(target) for _ in range(0, len(indexes), per_channel)]
     stubs = [pb_grpc.CollectorStub(c) for c in channels]  # type: ignore[no-untyped-call]
     try:
