@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from podmortem.aggregator.refusals import AuthRefused
+from podmortem.core.finite import finite_or_none
 from podmortem.k8s.errors import KubeError
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -135,7 +136,7 @@ def precheck(token: str | None, now: float) -> Claims:
     if AUDIENCE not in audiences:
         raise _unauthenticated("audience", f"the token is not for the audience {AUDIENCE!r}")
     exp = payload.get("exp")
-    expiry = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+    expiry = finite_or_none(exp)  # JSON's NaN or Infinity (Python's parser takes them) is no expiry
     if expiry is not None and expiry <= now:
         raise _unauthenticated("expired", "the token has expired")
     return Claims(expiry, _claimed_pod(payload))

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from podmortem import settings
+from podmortem.core.finite import finite
 from podmortem.settings import Setting
 
 # Without --kube nothing listens beyond loopback unless asked.
@@ -314,8 +315,9 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
 def _number(name: str, raw: str, kind: type[int] | type[float], low: float, high: float | None = None) -> float:
     try:
         value = kind(raw)
+        finite(value, name)  # "nan" and "inf" parse as floats and pass every comparison below
     except ValueError:
-        raise ConfigError(f"{name} = {raw!r} is not a number") from None
+        raise ConfigError(f"{name} = {raw!r} is not a finite number") from None
     if value < low or (high is not None and value > high):
         bounds = f">= {_plain(low)}" if high is None else f"between {_plain(low)} and {_plain(high)}"
         raise ConfigError(f"{name} = {raw!r}: must be {bounds}")
@@ -434,7 +436,7 @@ def duration(name: str, text: str) -> float:
     unit = _UNITS.get(text[-1:], 0.0)
     number = text[:-1] if unit else text
     try:
-        value = float(number) * (unit or 1.0)
+        value = finite(float(number) * (unit or 1.0), name)
     except ValueError:
         raise ConfigError(f"{name} = {text!r} is not a duration (seconds, or a number with s, m, h or d)") from None
     if value <= 0:

@@ -20,7 +20,9 @@ Kubernetes' DisruptionTarget condition names) has acted already, and a large job
 otherwise cost a write per pod.
 A pod whose sidecar could hold it but which became terminal without a decision (the aggregator was
 unreachable, or the sidecar's hold timed out) gets none, ever: a condition written after the Job
-controller acted would say something the retry did not follow.
+controller acted would say something the retry did not follow. The same holds for a decision under way
+when the pod watch shows the pod terminal: it is not written. A sidecar sends, with a hold it sends again
+after a reconnect, only what is left of its own timeout, so a restarted aggregator decides within it.
 
 Who may write: only for a member whose job membership is verified against the API (`verified`: by
 default, the pod watch placed this pod in this job attempt), and only while this replica may act
@@ -49,6 +51,7 @@ from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition
 from podmortem.core.model import Incident, Member, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import hold_seconds
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +228,13 @@ class HoldDesk:
         """A sidecar holds its pod: decide (once) and write its condition within `request.timeout_seconds`."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        limit = max(float(request.timeout_seconds), 0.0)
+        limit = hold_seconds(request)
+        if limit is None:  # NaN or infinite: as a deadline it would break the loop's timer heap
+            self.book.refused_value("hold_timeout")
+            log.warning("pod %s: hold refused: its timeout %r is not a finite number", key.pod, request.timeout_seconds)
+            return Outcome(None, written=False, detail="hold refused: its timeout is not a finite number >= 0").reply(
+                request.seq
+            )
         give_up = now + limit  # the sidecar stops waiting then
         state = self._pod(key)
         if state.outcome is None and state.deciding is None:
@@ -306,6 +315,13 @@ class HoldDesk:
                 verdict.category,
                 verdict.confidence,
             )
+            return state.outcome
+        if state.terminal and not state.unholdable():
+            # A held pod ended while this was decided (its sidecar's hold ran out, or a hold re-sent after
+            # an aggregator restart asked for more than was left): the Job controller has acted on the pod
+            # as it was. A condition now would say what the retry did not follow. Never written.
+            state.outcome = Outcome(condition, written=False, detail="the pod is terminal: too late for a condition")
+            log.warning("pod %s: %s not written: the pod ended before it was decided", key.pod, condition.type)
             return state.outcome
         refused = self._refusal(key)
         if refused:

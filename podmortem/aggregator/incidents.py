@@ -48,6 +48,7 @@ from podmortem.aggregator.members import MemberState
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import sanitized
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,10 @@ class IncidentBook:
                 self._recount(state, member)
                 self._check_quorum(state)
             return False
+        event, dropped = sanitized(event)
+        if dropped:
+            self.refused_value("timestamp", len(dropped))
+            log.warning("member %s: event %s: %s dropped (not a valid time)", key.pod, event.id, ", ".join(dropped))
         kind = event.WhichOneof("payload")
         log_text: str | None = None
         member.make_room(kind)
@@ -404,6 +409,11 @@ class IncidentBook:
         if now != member.counted:
             state.reported += 1 if now else -1
             member.counted = now
+
+    def refused_value(self, field: str, count: int = 1) -> None:
+        """A value from the wire refused (`podmortem_values_refused_total{field}`)."""
+        if self._metrics:
+            self._metrics.values_refused.labels(field=field).inc(count)
 
     def _limit_hit(self, limit: str) -> None:
         if self._metrics:

@@ -34,7 +34,7 @@ from podmortem.aggregator.refusals import Exhausted, StreamRefused, TooSlow, Una
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
-from podmortem.protocol.wire import to_ts
+from podmortem.protocol.wire import clock_estimate, to_ts
 
 log = logging.getLogger(__name__)
 
@@ -267,8 +267,11 @@ class CollectorService(pb_grpc.CollectorServicer):
                     reply.t3.CopyFrom(to_ts(self.clock()))
                     yield pb.AggregatorMessage(clock_reply=reply)
                 elif body == "clock_estimate":
-                    est = msg.clock_estimate
-                    self.book.set_clock(key, est.offset_ns / 1e9, est.round_trip_ns / 1e9)
+                    estimate = clock_estimate(msg.clock_estimate)
+                    if estimate is None:  # implausible: ignored, the pod's clock is taken as it is
+                        self.book.refused_value("clock_estimate")
+                    else:
+                        self.book.set_clock(key, *estimate)
                 elif body == "register":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'register' may only be sent once")
         finally:

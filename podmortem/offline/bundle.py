@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import multiprocessing
 import os
 import stat
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core import errorfile, podstatus
+from podmortem.core.finite import finite
 from podmortem.core.model import Incident, JobRef, Member, evolve
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -88,10 +88,7 @@ def _read_regular(path: str | Path, what: str, limit: int, tail: bool = False) -
 
 
 def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:20]} is out of range")
-    return value
+    return finite(float(text), f"number {text[:20]}")
 
 
 def _no_constant(name: str) -> Any:

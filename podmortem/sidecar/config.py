@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem import settings
+from podmortem.core.finite import finite
 from podmortem.settings import Setting
 
 POD_SOURCES = ("file", "api", "none")
@@ -249,7 +250,7 @@ def _convert(name: str, text: str) -> Any:
     if name in _INT_FIELDS:
         return int(text)
     if name in _FLOAT_FIELDS:
-        value = float(text)
+        value = finite(float(text), name)  # NaN would pass the check below, and make a timer that never fires
         if value < 0:
             raise ValueError("must not be negative")
         return value

@@ -178,6 +178,7 @@ class StreamClient:
         self.aggregator_id: str | None = None  # of the aggregator incarnation last registered with
         self.aggregator_holds: bool | None = None  # the last aggregator registered with answers `hold`
         self._hold: pb.Hold | None = None  # asked and not answered yet
+        self._hold_deadline = 0.0  # loop time the hold asked ends: a `Hold` sent again carries what is left
         self._hold_reply: asyncio.Future[pb.HoldReply | None] | None = None
         self._control: _Control | None = None  # of the registered stream, for a hold asked meanwhile
         self._call: Any = None  # the open stream
@@ -288,7 +289,7 @@ class StreamClient:
                         control.push(pb.SidecarMessage(clock_estimate=estimate))
                     if self._hold is not None:
                         if msg.registered.holds:
-                            control.push(pb.SidecarMessage(hold=self._hold))
+                            control.push(pb.SidecarMessage(hold=self._hold_left()))
                         else:
                             self._answer(None)  # an aggregator that does not hold: no reason to wait
                 elif kind == "hold_reply":
@@ -330,6 +331,7 @@ class StreamClient:
         loop = asyncio.get_running_loop()
         seq = (self._hold.seq if self._hold is not None else 0) + 1
         self._hold = pb.Hold(seq=seq, timeout_seconds=timeout_seconds)
+        self._hold_deadline = loop.time() + timeout_seconds
         self._hold_reply = loop.create_future()
         if self._control is not None and self.aggregator_holds:
             self._control.push(pb.SidecarMessage(hold=self._hold))
@@ -340,6 +342,13 @@ class StreamClient:
             return None
         finally:
             self._hold, self._hold_reply = None, None
+
+    def _hold_left(self) -> pb.Hold:
+        """The hold asked, with what is left of its timeout: an aggregator restarted meanwhile decides within
+        this sidecar's own deadline, not a fresh one (it would write a condition after the pod ended)."""
+        assert self._hold is not None
+        left = max(self._hold_deadline - asyncio.get_running_loop().time(), 0.0)
+        return pb.Hold(seq=self._hold.seq, timeout_seconds=left)
 
     def _answer(self, reply: pb.HoldReply | None) -> None:
         if self._hold_reply is not None and not self._hold_reply.done():

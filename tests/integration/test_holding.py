@@ -193,3 +193,29 @@ async def test_a_verdict_that_takes_long_to_decide_serves_holds_for_longer() -> 
     # keep the engine busy.
     assert await decisions_for_holds_apart(0.01, 0.3) == 5
     assert await decisions_for_holds_apart(0.15, 0.3) == 3
+
+
+async def test_a_pod_the_watch_shows_terminal_gets_no_condition(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # The root holds and waits for its peers; its pod turns Failed meanwhile (its sidecar's hold ran out, or
+    # it re-sent a hold with a full budget after an aggregator restart). The Job controller has acted on the
+    # pod as it was: the condition decided afterwards is never written, nor by a later hold.
+    _, pods = seed_pytorchjob(kube_api, workers=3)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+        desk.registered(key, holds=True)
+    root = keys[1]
+    failed(book, root, "RuntimeError: CUDA error: uncorrectable ECC error encountered")  # retryable
+    failed(book, keys[0], GLOO)  # a victim; keys[2] says nothing yet, so the root waits for it
+    holding = asyncio.get_running_loop().create_task(desk.hold(root, pb.Hold(seq=1, timeout_seconds=5)))
+    await asyncio.sleep(0.1)
+    ended = kube_api.get(PODS, NS, root.pod) or {}
+    ended["status"]["phase"] = "Failed"
+    desk.pod_seen(root, ended)
+    reply = await asyncio.wait_for(holding, 30)
+    again = await desk.hold(root, pb.Hold(seq=2, timeout_seconds=5))
+    kube.close()
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "terminal" in reply.detail
+    assert again.outcome == pb.HoldReply.NOT_WRITTEN
+    assert patches(kube_api) == []

@@ -64,6 +64,11 @@ class CollectorServicer:
         backoff and jitter; every unacknowledged event is sent again.
         CANCELLED / DEADLINE_EXCEEDED / INTERNAL / UNKNOWN
         retried like UNAVAILABLE.
+        Values the aggregator refuses without ending the stream (each counted in
+        `podmortem_values_refused_total{field}`): a `hold` whose timeout is not a finite number >= 0 is answered
+        NOT_WRITTEN at once; a time outside what google.protobuf.Timestamp may hold (seconds outside years
+        1-9999, nanos outside [0, 1e9)) is dropped from its event, which is kept and acknowledged; a clock
+        estimate beyond 10 days of offset or 1 h of round trip is ignored.
         Keepalive: clients ping every 20 s (without calls allowed); the server permits pings
         every 10 s.
 
