@@ -46,6 +46,7 @@ import grpc.aio
 from podmortem.k8s.backoff import Backoff
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.protocol.wire import MAX_CLOCK_OFFSET, MAX_ROUND_TRIP
 from podmortem.sidecar.outbox import Outbox, describe
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ class ClockFilter:
         self.samples += 1
         if sample.round_trip_ns < 0:
             return False  # a clock stepped during the probe: meaningless
+        if abs(sample.offset_ns) > MAX_CLOCK_OFFSET * 1e9 or sample.round_trip_ns > MAX_ROUND_TRIP * 1e9:
+            return False  # an aggregator's absurd times: no estimate the aggregator would take (nor an int64)
         if self.best is None or sample.round_trip_ns < self.best.round_trip_ns:
             self.best = sample
             return True
