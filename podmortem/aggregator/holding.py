@@ -24,6 +24,11 @@ controller acted would say something the retry did not follow. The same holds fo
 when the pod watch shows the pod terminal: it is not written. A sidecar sends, with a hold it sends again
 after a reconnect, only what is left of its own timeout, so a restarted aggregator decides within it.
 
+A podmortem condition already on the pod is taken as this desk's own (written before an aggregator
+restart) only when the decision agrees with it. One that disagrees was written by someone else with
+`pods/status` rights: it is logged, counted (`podmortem_foreign_conditions_total{type}`), never answered as
+written, and no second podmortem condition is written beside it (the Job controller would match either).
+
 Who may write: only for a member whose job membership is verified against the API (`verified`: by
 default, the pod watch placed this pod in this job attempt), and only while this replica may act
 (`may_act`: the leader holding its Lease). Otherwise the answer is NOT_WRITTEN with the reason, and the
@@ -44,7 +49,7 @@ from typing import Any
 from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
-from podmortem.aggregator.metrics import Metrics
+from podmortem.aggregator.metrics import Metrics, condition_label
 from podmortem.core import conditions
 from podmortem.core.assess import assess
 from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition
@@ -108,6 +113,8 @@ class _Pod:
     terminal: bool = False  # phase Failed or Succeeded: no container runs any more
     outcome: Outcome | None = None
     deciding: asyncio.Task[Outcome] | None = None
+    found: PodCondition | None = None  # a podmortem condition the pod carries that this desk did not write
+    foreign: bool = False  # `found` disagreed with the decision (logged and counted once)
 
     def unholdable(self) -> str:
         """Why no sidecar will hold this pod ("" when one should)."""
@@ -204,7 +211,7 @@ class HoldDesk:
         state.terminal = phase in ("Failed", "Succeeded")
         found = existing_condition(pod)
         if found is not None and (state.outcome is None or not state.outcome.written):
-            state.outcome = Outcome(found, written=True, detail="found on the pod")
+            state.found = found  # ours from before a restart, or someone else's: the decision tells (`_settle`)
         self.changed(key.job)
         if state.outcome is not None or state.deciding is not None:
             return
@@ -292,7 +299,7 @@ class HoldDesk:
         state = self._pod(key)
         if member is None or incident is None:
             return Outcome(None, written=False, detail="the member is not known to the aggregator")
-        if state.outcome is not None:  # found on the pod meanwhile, or the pod ended without a hold
+        if state.outcome is not None:  # the pod ended without a hold, or was deleted
             return state.outcome
         verdict = await self._verdict(key.job, incident)
         victims = self._victims.setdefault(key.job, set())
@@ -306,6 +313,12 @@ class HoldDesk:
         )
         if condition is not None and condition.type == VICTIM:
             victims.add(key.pod)  # at the decision, not the write: two last echoes must not both pass
+        if state.found is not None:
+            if condition is not None and condition.type == state.found.type:
+                # The same decision as the condition on the pod: written before an aggregator restart.
+                state.outcome = Outcome(state.found, written=True, detail="found on the pod")
+                return state.outcome
+            return self._foreign(key, state, condition)
         if condition is None:
             state.outcome = Outcome(None, written=False)
             log.info(
@@ -342,6 +355,35 @@ class HoldDesk:
         log.info("pod %s: %s (%s) written: %s", key.pod, condition.type, condition.reason, condition.message)
         if self.metrics is not None:
             self.metrics.pod_condition_written(condition.type)
+        return state.outcome
+
+    def _foreign(self, key: MemberKey, state: _Pod, decided: PodCondition | None) -> Outcome:
+        """The pod carries a podmortem condition that disagrees with this desk's decision (`decided`): not
+        podmortem's (a client with `pods/status` rights wrote it). Logged and counted once, never answered
+        as written, and this desk writes no second podmortem condition beside it."""
+        found = state.found
+        assert found is not None
+        ours = decided.type if decided is not None else "none"
+        if decided is not None and decided.type == found.type:
+            return state.outcome or Outcome(found, written=True, detail="found on the pod")
+        if not state.foreign:
+            state.foreign = True
+            log.warning(
+                "pod %s carries %s (reason %r), which podmortem did not write; its decision is %s: "
+                "not reported as podmortem's, and nothing written beside it",
+                key.pod,
+                found.type,
+                found.reason,
+                ours,
+            )
+            if self.metrics is not None:
+                self.metrics.foreign_conditions.labels(type=condition_label(found.type)).inc()
+        if state.outcome is None:
+            state.outcome = Outcome(
+                None,
+                written=False,
+                detail=f"the pod carries {found.type}, which podmortem did not write (its decision: {ours})",
+            )
         return state.outcome
 
     def _refusal(self, key: MemberKey) -> str:

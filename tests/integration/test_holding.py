@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, make_kube, seed_pytorchjob
 
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
+from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.running import make_decide
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -102,18 +104,45 @@ async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandl
 
 
 async def test_a_condition_found_on_the_pod_is_not_written_again(kube_api: EmulatorHandle, tmp_path: Path) -> None:
-    # Written by an aggregator before its restart: this one finds it on the pod and answers from it.
+    # Written by an aggregator before its restart: this one finds it on the pod, decides the same, and answers
+    # from it.
     _, pods = seed_pytorchjob(kube_api, workers=2)
     found = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "earlier"}
     kube_api.change(PODS, NS, pods[0], {"status": {"conditions": [found]}})
     book, desk, kube = await desk_for(kube_api, tmp_path)
-    key = register(book, pods[0])
-    desk.pod_seen(key, kube_api.get(PODS, NS, pods[0]) or {})
-    failed(book, key, "ValueError: a different story now")
-    reply = await desk.hold(key, pb.Hold(seq=1, timeout_seconds=5))
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+    failed(book, keys[1], "ValueError: label 7 out of range")
+    failed(book, keys[0], GLOO)
+    reply = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
     kube.close()
     assert (reply.outcome, reply.condition_type) == (pb.HoldReply.WRITTEN, "podmortem.io/Victim")
     assert patches(kube_api) == []
+
+
+async def test_a_forged_condition_that_disagrees_is_never_called_ours(
+    kube_api: EmulatorHandle, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Someone with pods/status rights marks the root a Victim (its failure would not count against the
+    # Job's retry budget). The desk decides otherwise: the hold is not answered "written", nothing is written
+    # beside it, and the forgery is logged and counted.
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    forged = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "not me"}
+    kube_api.change(PODS, NS, pods[1], {"status": {"conditions": [forged]}})
+    metrics = Metrics(CollectorRegistry())
+    book, desk, kube = await desk_for(kube_api, tmp_path, metrics=metrics)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+    failed(book, keys[1], "RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    failed(book, keys[0], GLOO)
+    reply = await desk.hold(keys[1], pb.Hold(seq=1, timeout_seconds=5))
+    kube.close()
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "did not write" in reply.detail
+    assert patches(kube_api) == []
+    assert metrics.registry.get_sample_value("podmortem_foreign_conditions_total", {"type": "Victim"}) == 1.0
+    assert "which podmortem did not write" in caplog.text
 
 
 async def test_a_failed_write_is_not_written_and_a_later_hold_tries_again(
