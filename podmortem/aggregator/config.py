@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from podmortem import settings
 from podmortem.core.finite import finite
+from podmortem.core.model import MAX_WORLD_SIZE
 from podmortem.settings import Setting
 
 # Without --kube nothing listens beyond loopback unless asked.
@@ -365,7 +366,7 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         ),
         verdict_dir=raw["verdict_dir"],
         verdict_file_mode=int(mode, 8),
-        world_size=int(_number(name("world_size"), world, int, 1)) if world else None,
+        world_size=int(_number(name("world_size"), world, int, 1, MAX_WORLD_SIZE)) if world else None,
         quorum_timeout=_positive(name("quorum_timeout"), raw["quorum_timeout"]),
         rules=raw.get("rules", ""),
         ready_file=raw.get("ready_file", ""),

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core import errorfile, podstatus
-from podmortem.core.finite import finite
-from podmortem.core.model import Incident, JobRef, Member, evolve
+from podmortem.core.finite import finite_or_none
+from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, evolve
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -88,7 +88,10 @@ def _read_regular(path: str | Path, what: str, limit: int, tail: bool = False) -
 
 
 def _finite(text: str) -> float:
-    return finite(float(text), f"number {text[:20]}")
+    value = finite_or_none(float(text))
+    if value is None:
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
 
 
 def _no_constant(name: str) -> Any:
@@ -225,6 +228,11 @@ def load_bundle(path: str | Path) -> Incident:
     if not isinstance(meta, dict):
         raise BundleError(f"{meta_path}: must be a JSON object with 'job' and 'world_size'")
     job = _job_ref(meta, meta_path)
+    world = meta.get("world_size")
+    if world is not None and (isinstance(world, bool) or not isinstance(world, int) or world < 1):
+        raise BundleError(f"{meta_path}: 'world_size' must be a positive integer, got {world!r}")
+    if world is not None and world > MAX_WORLD_SIZE:
+        raise BundleError(f"{meta_path}: 'world_size' {world} is over {MAX_WORLD_SIZE}, the most pods podmortem takes")
     pods_dir = root / "pods"
     if not pods_dir.is_dir():
         raise BundleError(f"{root}: no pods/ directory")
@@ -233,7 +241,4 @@ def load_bundle(path: str | Path) -> Incident:
     if not pod_dirs:
         raise BundleError(f"{pods_dir}: no pod directories")
     members = assign_ranks(_load_members(pod_dirs))
-    world = meta.get("world_size", len(members))
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise BundleError(f"{meta_path}: 'world_size' must be a positive integer, got {world!r}")
-    return Incident(job=job, world_size=world, members=members, incident_id=root.name)
+    return Incident(job=job, world_size=world or len(members), members=members, incident_id=root.name)
