@@ -42,6 +42,13 @@ AUTH_MODES = ("tokenreview", "none")
 VERDICT_FILE_MODES = ("0600", "0640", "0644")
 
 
+# Incidents open at once for one job (its attempts) and for one namespace, by default: a pod that registers
+# attempt after attempt, or a tenant's many jobs, wait for a place rather than crowd out everyone else's
+# incidents (the book's limits beside aggregator.intake's).
+MAX_OPEN_PER_JOB = 4
+MAX_OPEN_PER_NAMESPACE = 100
+
+
 class ConfigError(ValueError):
     """A setting has a value we cannot use; the message says which and why."""
 
@@ -64,6 +71,8 @@ class AggregatorConfig:
     state_dir: str = ""  # "": incidents live in memory only
     permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
     peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
+    max_open_per_job: int = MAX_OPEN_PER_JOB
+    max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -141,6 +150,21 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a held pod that failed on its own waits for its peers' first evidence before its condition "
         "is decided (within its sidecar's hold)",
         default="5",
+    ),
+    Setting(
+        "max_open_per_job",
+        "--max-open-incidents-per-job",
+        "PODMORTEM_MAX_OPEN_INCIDENTS_PER_JOB",
+        "incidents open at once for one job's attempts; more wait, their events kept, and are counted in "
+        "podmortem_limit_hits_total",
+        default=str(MAX_OPEN_PER_JOB),
+    ),
+    Setting(
+        "max_open_per_namespace",
+        "--max-open-incidents-per-namespace",
+        "PODMORTEM_MAX_OPEN_INCIDENTS_PER_NAMESPACE",
+        "incidents open at once in one namespace; more wait likewise",
+        default=str(MAX_OPEN_PER_NAMESPACE),
     ),
     Setting(
         "auth",
@@ -375,6 +399,8 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         state_dir=raw.get("state_dir", ""),
         permanent_confidence=_number(name("permanent_confidence"), raw["permanent_confidence"], float, 0.01, 1.0),
         peer_wait=_number(name("peer_wait"), raw["peer_wait"], float, 0.0, 3600.0),
+        max_open_per_job=int(_number(name("max_open_per_job"), raw["max_open_per_job"], int, 1)),
+        max_open_per_namespace=int(_number(name("max_open_per_namespace"), raw["max_open_per_namespace"], int, 1)),
     )
 
 

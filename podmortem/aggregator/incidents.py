@@ -28,7 +28,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from podmortem.aggregator.config import MAX_OPEN_PER_JOB, MAX_OPEN_PER_NAMESPACE
 from podmortem.aggregator.deciding import Decide, Deciding, Pending
 from podmortem.aggregator.decisions import ClosedBy, Decision
 from podmortem.aggregator.intake import (
@@ -36,7 +38,6 @@ from podmortem.aggregator.intake import (
     MAX_MEMBERS_PER_JOB,
     MAX_NAMESPACES,
     MAX_OPEN_INCIDENTS,
-    MAX_WORLD_SIZE,
     LimitExceeded,
     bounded,
     is_failure,
@@ -46,13 +47,23 @@ from podmortem.aggregator.intake import (
 )
 from podmortem.aggregator.members import MemberState
 from podmortem.aggregator.metrics import Metrics
-from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import sanitized
 
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str, str]  # namespace, name, attempt
+K = TypeVar("K")
+
+
+def _add(counts: dict[K, int], key: K, step: int) -> None:
+    """Add `step` to a count kept only while it is above zero."""
+    left = counts.get(key, 0) + step
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,8 @@ class IncidentBook:
         max_members: int = MAX_MEMBERS_PER_JOB,
         max_open: int = MAX_OPEN_INCIDENTS,
         max_namespaces: int = MAX_NAMESPACES,
+        max_open_per_job: int = MAX_OPEN_PER_JOB,
+        max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE,
     ) -> None:
         self._deciding = Deciding(decide, revise_delay, offload_members)
         self._publish = publish
@@ -113,7 +126,10 @@ class IncidentBook:
         self._metrics = metrics
         self._max_jobs = max_jobs
         self.max_members, self.max_open, self.max_namespaces = max_members, max_open, max_namespaces
+        self.max_open_per_job, self.max_open_per_namespace = max_open_per_job, max_open_per_namespace
         self._open_count = 0
+        self._open_by_job: dict[tuple[str, str], int] = {}  # (namespace, name) -> its attempts' open incidents
+        self._open_by_namespace: dict[str, int] = {}
         self._waiting: list[JobKey] = []  # jobs with a failure, refused an incident at the limit (oldest first)
         self._namespaces: dict[str, int] = {}  # namespace -> jobs held
         self._jobs: dict[JobKey, _JobState] = {}
@@ -258,15 +274,16 @@ class IncidentBook:
             counter = self._metrics.events_by_kind.get(kind)
             (counter if counter is not None else self._metrics.events.labels(kind=kind)).inc()
         if state.opened_at is None and is_failure(event):
-            if self._open_count >= self.max_open:
+            if limit := self._open_limit(state):
                 if not state.refused:
                     state.refused = True
                     self._waiting.append(job_key(state.job, state.attempt))
-                    self._limit_hit("open_incidents")
+                    self._limit_hit(limit)
                     log.warning(
-                        "incident %s not opened: %d incidents are open (the limit); its events are kept",
+                        "incident %s not opened: too many incidents open (%s); its events are kept, and it opens "
+                        "when a place is free",
                         state.incident_id,
-                        self._open_count,
+                        limit,
                     )
             else:
                 self._open(state)
@@ -419,8 +436,24 @@ class IncidentBook:
         if self._metrics:
             self._metrics.limit_hits.labels(limit=limit).inc()
 
+    def _open_limit(self, state: _JobState) -> str:
+        """The limit opening `state`'s incident would pass ("" when none): all incidents, the job's attempts,
+        the namespace's."""
+        if self._open_count >= self.max_open:
+            return "open_incidents"
+        if self._open_by_job.get((state.job.namespace, state.job.name), 0) >= self.max_open_per_job:
+            return "open_incidents_per_job"
+        if self._open_by_namespace.get(state.job.namespace, 0) >= self.max_open_per_namespace:
+            return "open_incidents_per_namespace"
+        return ""
+
+    def _count_open(self, state: _JobState, step: int) -> None:
+        self._open_count += step
+        _add(self._open_by_job, (state.job.namespace, state.job.name), step)
+        _add(self._open_by_namespace, state.job.namespace, step)
+
     def _open(self, state: _JobState) -> None:
-        self._open_count += 1
+        self._count_open(state, 1)
         state.opened_at = self._clock()
         log.info("incident %s opened (%d members known)", state.incident_id, len(state.members))
         if self._metrics:
@@ -461,16 +494,10 @@ class IncidentBook:
             state.timer.cancel()
             state.timer = None
         state.closed_by = closed_by
-        self._open_count -= 1
+        self._count_open(state, -1)
         if self._metrics:
             self._metrics.open_incidents.dec()
-        while self._waiting and self._open_count < self.max_open:  # a place is free: the oldest refused opens
-            waiting = self._jobs.get(self._waiting.pop(0))
-            if waiting is not None and waiting.opened_at is None:
-                waiting.refused = False
-                self._open(waiting)
-                loop = asyncio.get_running_loop()
-                loop.call_soon(self._check_quorum, waiting)
+        self._open_waiting()
         incident = self._incident(state)
         self._deciding.decide(
             state.pending,
@@ -479,6 +506,21 @@ class IncidentBook:
             lambda verdict: self._emit(state, closed_by, incident, verdict),
             inline=inline,
         )
+
+    def _open_waiting(self) -> None:
+        """A place is free: the refused incidents that now fit their limits open, oldest first."""
+        kept: list[JobKey] = []
+        for key in self._waiting:
+            waiting = self._jobs.get(key)
+            if waiting is None or waiting.opened_at is not None:
+                continue
+            if self._open_limit(waiting):
+                kept.append(key)
+                continue
+            waiting.refused = False
+            self._open(waiting)
+            asyncio.get_running_loop().call_soon(self._check_quorum, waiting)
+        self._waiting = kept
 
     def _revise(self, key: JobKey) -> None:
         state = self._jobs.get(key)
