@@ -94,6 +94,7 @@ async def report(
     namespace: str = NS,
     pod: str = POD,
     job: str = "mixtral-cpt",
+    attempt: str = "",
     **claims: int | None,
 ) -> str:
     """Register as namespace/pod of `job` (with `claims`: rank, replica_index, world_size_hint) and send
@@ -103,7 +104,7 @@ async def report(
     async with grpc.aio.secure_channel(f"127.0.0.1:{agg.port}", creds) as channel:
         call = pb_grpc.CollectorStub(channel).Report(metadata=metadata)  # type: ignore[no-untyped-call]
         try:
-            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod, attempt="0")
+            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod, attempt=attempt)
             for field, value in claims.items():
                 setattr(reg, field, value)
             await call.write(pb.SidecarMessage(register=reg))
@@ -117,6 +118,12 @@ async def report(
             return str(exc.code().name)
 
 
+def forged(agg: Aggregator, namespace: str = NS) -> bool:
+    """Did the stream's event reach the job's incident (the pod watch knows the job's pods regardless)?"""
+    incident = agg.book.incident((namespace, "mixtral-cpt", ""))
+    return incident is not None and any(m.error is not None for m in incident.members)
+
+
 def rejected(agg: Aggregator, reason: str) -> float:
     return agg.metrics.registry.get_sample_value("podmortem_streams_rejected_total", {"reason": reason}) or 0.0
 
@@ -127,8 +134,9 @@ async def test_a_pods_own_token_lets_it_speak_for_itself(
     token = jwt(time.time() + 3600)
     bind(kube_api, token, POD)
     assert await report(aggregator, ca, token) == "OK"
-    incident = aggregator.book.incident((NS, "mixtral-cpt", "0"))
-    assert incident is not None and [m.pod for m in incident.members] == [POD]
+    incident = aggregator.book.incident((NS, "mixtral-cpt", ""))
+    assert incident is not None and [m.error.message for m in incident.members if m.error] == ["ValueError: forged"]
+    assert [m.pod for m in incident.members if m.error] == [POD]  # beside its peers, which the pod watch knows
     # A reconnect is served from the cache: one TokenReview for the token, not one per stream.
     assert await report(aggregator, ca, token) == "OK"
     reviews = [p for m, p in kube_api.requests() if m == "POST" and "tokenreviews" in p]
@@ -187,7 +195,7 @@ async def test_streams_that_may_not_speak_are_refused_and_counted(
     assert await report(aggregator, ca, token, namespace, pod) == code
     assert rejected(aggregator, reason) == 1
     assert reviews(kube_api) == reviewed
-    assert aggregator.book.open_incidents() == [] and aggregator.book.incident((namespace, "mixtral-cpt", "0")) is None
+    assert aggregator.book.open_incidents() == [] and not forged(aggregator, namespace)
 
 
 async def test_a_refused_token_is_reviewed_once_however_many_streams_present_it(
@@ -278,7 +286,7 @@ async def test_a_pod_outside_the_job_cannot_join_it(
     bind(kube_api, token, "notebook-0")
     assert await report(aggregator, ca, token, pod="notebook-0") == "PERMISSION_DENIED"
     assert rejected(aggregator, "not_member") == 1
-    assert aggregator.book.incident((NS, "mixtral-cpt", "0")) is None
+    assert not forged(aggregator, NS)
     assert aggregator.book.open_incidents() == []
 
 
@@ -294,7 +302,7 @@ async def test_a_member_cannot_claim_another_position_in_its_own_job(
     bind(kube_api, token, POD)
     assert await report(aggregator, ca, token, POD_NS, POD, "mixtral-cpt", **claims) == "PERMISSION_DENIED"
     assert rejected(aggregator, "claim_mismatch") == 1
-    assert aggregator.book.incident((NS, "mixtral-cpt", "0")) is None
+    assert not forged(aggregator, NS)
 
 
 async def test_a_members_place_comes_from_its_pod_object_and_is_marked_verified(
@@ -304,9 +312,24 @@ async def test_a_members_place_comes_from_its_pod_object_and_is_marked_verified(
     bind(kube_api, token, POD)
     # No rank claimed, and a world-size hint far above the job's own size (3 workers).
     assert await report(aggregator, ca, token, world_size_hint=64) == "OK"
-    incident = aggregator.book.incident((NS, "mixtral-cpt", "0"))
+    incident = aggregator.book.incident((NS, "mixtral-cpt", ""))
     assert incident is not None
-    [member] = incident.members
+    [member] = [m for m in incident.members if m.pod == POD]
     assert (member.rank, member.replica_index, member.replica_type, member.node) == (1, 1, "worker", "node-1")
     assert incident.world_size == 3 and incident.job.kind == "PyTorchJob"
-    assert aggregator.book.is_verified(MemberKey((NS, "mixtral-cpt", "0"), POD))
+    assert aggregator.book.is_verified(MemberKey((NS, "mixtral-cpt", ""), POD))
+
+
+async def test_an_attempt_its_pod_does_not_account_for_is_the_apis(
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA
+) -> None:
+    # A pod registers invented attempts to open incident after incident: each is filed under the attempt
+    # its pod object states (no JobSet attempt, no restart). A restart one ahead of the object is the
+    # sidecar's to see first, and is kept.
+    token = jwt(time.time() + 3600)
+    bind(kube_api, token, POD)
+    for attempt in ("n0", "n1", "r5"):
+        assert await report(aggregator, ca, token, attempt=attempt) == "OK"
+    assert await report(aggregator, ca, token, attempt="r1") == "OK"
+    filed = {key[2] for key in aggregator.book._jobs if key[:2] == (NS, "mixtral-cpt")}
+    assert filed == {"", "r1"}
