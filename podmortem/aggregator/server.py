@@ -43,8 +43,6 @@ MAX_RECEIVE_BYTES = 4 << 20
 # A stream must register within this many seconds: silent streams would otherwise be held for ever,
 # each with its memory (an open stream's RSS: bench/stream_rss.py).
 REGISTER_DEADLINE = 30.0
-# A stream refused before it registered is ended once its first message arrives, or after this long.
-REFUSAL_GRACE = 1.0
 REFUSAL_LOG_INTERVAL = 10.0
 EXPECTED_BURST = 20_000
 
@@ -164,11 +162,12 @@ class CollectorService(pb_grpc.CollectorServicer):
             if self.authenticator is not None:
                 identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
         except StreamRefused:
-            # Refused before its first message was read: ended now, the client's write of `register`
-            # may still be on its way, and the client then sees INTERNAL ("Internal error from Core")
-            # instead of this refusal. So the first message is awaited, briefly, before ending it.
+            # Refused before its first message was read. Ended while the client's write of `register` is
+            # on its way, the client sees INTERNAL ("Internal error from Core") instead of this refusal; a
+            # flood's clients write late, so no grace short of the register deadline is long enough. The
+            # first message is awaited as any stream's is (a silent stream is held that long anyway).
             with contextlib.suppress(TimeoutError, grpc.RpcError, StopAsyncIteration):
-                async with asyncio.timeout(REFUSAL_GRACE):
+                async with asyncio.timeout(self.register_deadline):
                     await anext(aiter(request_iterator))
             raise
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import json
 import time
 from collections.abc import AsyncIterator
@@ -226,7 +227,9 @@ async def test_token_reviews_wait_in_a_bounded_queue_on_a_client_of_their_own(
     outcomes = await asyncio.gather(*(small.identify(t) for t in tokens), return_exceptions=True)
     reasons = [o.reason if isinstance(o, AuthRefused) else repr(o) for o in outcomes]
     assert sorted(reasons) == ["rejected"] * 3 + ["review_busy"] * 7
-    assert [o.code for o in outcomes if isinstance(o, AuthRefused) and o.reason == "review_busy"] == ["UNAVAILABLE"] * 7
+    assert [o.code for o in outcomes if isinstance(o, AuthRefused) and o.reason == "review_busy"] == [
+        "RESOURCE_EXHAUSTED"
+    ] * 7
     assert small.reviews == 3 == reviews(kube_api)
     assert reviewer.kube.calls - review_calls == 3  # every review went through the reviews' own client
 
@@ -333,3 +336,34 @@ async def test_an_attempt_its_pod_does_not_account_for_is_the_apis(
     assert await report(aggregator, ca, token, attempt="r1") == "OK"
     filed = {key[2] for key in aggregator.book._jobs if key[:2] == (NS, "mixtral-cpt")}
     assert filed == {"", "r1"}
+
+
+async def test_a_flood_of_unauthenticated_streams_ends_each_unauthenticated(
+    aggregator: Aggregator, ca: trustme.CA
+) -> None:
+    # 200 streams without a token or with garbage, over real TLS sockets; a quarter of them write their
+    # `register` 1.2 s after opening (a flood's client is slow to write). A stream refused before its first
+    # message arrived, ended while the client's write was on its way, ended INTERNAL for that client. Each
+    # is ended only after its first message is read: every client's write goes through, and every stream
+    # ends UNAUTHENTICATED.
+    creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
+
+    async def one(i: int) -> str:
+        metadata = () if i % 2 else (("authorization", f"Bearer garbage-{i}"),)
+        async with grpc.aio.secure_channel(f"127.0.0.1:{aggregator.port}", creds) as channel:
+            call = pb_grpc.CollectorStub(channel).Report(metadata=metadata)  # type: ignore[no-untyped-call]
+            if i % 4 == 3:
+                await asyncio.sleep(1.2)
+            try:
+                await call.write(
+                    pb.SidecarMessage(register=pb.Register(job=pb.JobRef(namespace=NS, name="j"), pod=POD))
+                )
+                await call.read()
+            except grpc.aio.AioRpcError as exc:
+                return str(exc.code().name)
+            except Exception as exc:  # the write refused: the call ended under it
+                return type(exc).__name__
+            return "OK"
+
+    endings = collections.Counter(await asyncio.gather(*(one(i) for i in range(200))))
+    assert endings == {"UNAUTHENTICATED": 200}

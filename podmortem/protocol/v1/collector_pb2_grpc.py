@@ -57,9 +57,16 @@ class CollectorServicer:
         Error codes:
         INVALID_ARGUMENT     first message is not `register`, or a required field is empty.
         Not retried: the sidecar logs it and stops (a configuration bug).
-        RESOURCE_EXHAUSTED   a message is over the server's receive limit, or the server is at its
-        stream limit. Retried with backoff (the sidecar truncates payloads
-        to well below the limit before sending).
+        UNAUTHENTICATED      no token, or one the API server does not accept (`--auth tokenreview`).
+        PERMISSION_DENIED    a token for another pod, a namespace not watched, a pod outside the job or
+        position it claims. Both retried with backoff (a token may be rotated).
+        A stream refused before it registered is ended after its first message
+        arrives (or the register deadline), so the client sees this status, not
+        INTERNAL from a write in flight.
+        RESOURCE_EXHAUSTED   a message is over the server's receive limit, the server is at its
+        stream limit or another of its limits, or too many token reviews wait.
+        Retried with backoff (the sidecar truncates payloads to well below the
+        limit before sending).
         UNAVAILABLE          aggregator restarting or unreachable. Retried with exponential
         backoff and jitter; every unacknowledged event is sent again.
         CANCELLED / DEADLINE_EXCEEDED / INTERNAL / UNKNOWN
