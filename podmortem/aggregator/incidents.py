@@ -76,6 +76,19 @@ def job_key(job: JobRef, attempt: str) -> JobKey:
     return (job.namespace, job.name, attempt)
 
 
+@dataclass(frozen=True)
+class Restored:
+    """A verdict published before a restart (`StateStore.replay`): what the book needs to publish it not
+    again, and to file a later run of the job apart from it."""
+
+    verdict: Verdict  # its answer (pod, category, retryable): a revision is published only if it changes
+    revision: int
+    closed_by: ClosedBy
+    opened_at: float | None
+    members: tuple[str, ...]
+    final: bool
+
+
 @dataclass
 class _JobState:
     job: JobRef
@@ -91,6 +104,7 @@ class _JobState:
     verdict: Verdict | None = None
     reported: int = 0  # members whose `reported()` is true, kept by IncidentBook._recount
     refused: bool = False  # not opened: too many incidents were open (counted once)
+    restored_final: bool = False  # its final verdict was published before a restart (`Restored`)
 
     @property
     def incident_id(self) -> str:
@@ -146,12 +160,17 @@ class IncidentBook:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def register(self, reg: pb.Register, verified: bool = False) -> MemberKey:
+    def register(self, reg: pb.Register, verified: bool = False, filed_under: str | None = None) -> MemberKey:
         """A sidecar says who it is (again after every reconnect). Raises `LimitExceeded` for a job that
         would pass its member limit, or a namespace beyond the number tracked. `verified`: the
-        registration's job and position were checked against the API (see `is_verified`)."""
+        registration's job and position were checked against the API (see `is_verified`). `filed_under`:
+        the attempt it was kept under before a restart (a later run's `<attempt>.g2`), kept so."""
         job = JobRef(reg.job.namespace, reg.job.name, reg.job.kind, reg.job.uid)
-        attempt = self._attempt_for(job, reg.attempt, reg.pod)
+        if filed_under is None:
+            attempt = self._attempt_for(job, reg.attempt, reg.pod)
+        else:
+            attempt = filed_under
+            self._restore_generation(job, reg.attempt, filed_under)
         known = self._jobs.get(job_key(job, attempt))
         if known is None and job.namespace not in self._namespaces and len(self._namespaces) >= self.max_namespaces:
             self._limit_hit("namespaces")
@@ -178,6 +197,27 @@ class IncidentBook:
         member.streams += 1
         self._recount(state, member)
         return MemberKey(job_key(job, attempt), reg.pod)
+
+    def restore_decision(self, job: JobRef, attempt: str, restored: Restored) -> None:
+        """A verdict published before a restart: its incident is decided (not opened again by its replayed
+        events), its members are known, and a later run of the job is filed apart from it."""
+        state = self._job(job, attempt)
+        state.verdict, state.revision, state.closed_by = restored.verdict, restored.revision, restored.closed_by
+        state.opened_at, state.restored_final = restored.opened_at, restored.final
+        for pod in restored.members:
+            self._merge_identity(state, Member(pod=pod, namespace=job.namespace))
+        told = attempt.rpartition(".g")[0] if ".g" in attempt else ""
+        self._restore_generation(job, told, attempt)
+
+    def _restore_generation(self, job: JobRef, told: str, attempt: str) -> None:
+        """`attempt` is generation N of `told` (`<told>.gN`, or `gN` for ""): the newest run is the newest N."""
+        prefix = f"{told}.g" if told else "g"
+        number = attempt.removeprefix(prefix)
+        if attempt == told or not attempt.startswith(prefix) or not number.isdigit():
+            return
+        key = job_key(job, told)
+        if int(number) > self._generations.get(key, (told, 1))[1]:
+            self._generations[key] = (attempt, int(number))
 
     def disconnected(self, key: MemberKey) -> None:
         """A sidecar's stream ended: what it could say is said; quorum no longer waits on it."""
@@ -350,7 +390,7 @@ class IncidentBook:
         state = self._jobs.get(job_key(job, current))
         if state is None or pod in state.members or state.closed_by is None:
             return current
-        if self._reported(state) < self.world_size(state):
+        if self._reported(state) < self.world_size(state) and not state.restored_final:
             return current  # not final: a late member of this run
         number += 1
         current = f"{attempt}.g{number}" if attempt else f"g{number}"

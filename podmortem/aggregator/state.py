@@ -10,8 +10,13 @@ still alive reconnect and resend too; ids deduplicate.
 
 Rows of a job attempt are deleted once a final verdict on it has been published (every expected
 member had reported: nothing more is expected to change it), and rows older than `retention`
-seconds are dropped at start-up, so the file stays bounded. Journal mode WAL with
-`synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) — the case this is
+seconds are dropped at start-up, so the file stays bounded. Each verdict published is kept too (its
+answer, revision and members, `decisions`), final or not: a restarted aggregator knows what it decided,
+so replaying a decided incident's events publishes nothing again (a revision only if the answer
+changes), and a run of a job after a final verdict stays filed under the attempt it was filed under
+(`<attempt>.g2`: the book's generations), never under the decided one. A verdict published in the
+moment before the process died and before its row was committed is published again after the restart.
+Journal mode WAL with `synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) — the case this is
 for — though not necessarily a power loss of the node.
 
 The layout is versioned (`PRAGMA user_version`, `SCHEMA_VERSION`). A file of an older version is
@@ -25,6 +30,7 @@ database whose tables are not those of its version).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 import time
@@ -33,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.aggregator.decisions import Decision
-from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey, Restored
 from podmortem.aggregator.intake import LimitExceeded
+from podmortem.core.model import JobRef, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -44,7 +51,11 @@ RETENTION = 7 * 24 * 3600.0
 
 # The layout's version, kept in the file's `PRAGMA user_version`. A file written before versioning
 # says 0 and has layout 1. Each step of `_MIGRATIONS` takes version N to N + 1 in one transaction.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+_DECISIONS = (
+    "ns", "job", "attempt", "kind", "uid", "revision", "closed_by", "opened_at", "pod", "category",
+    "retryable", "members", "final", "at",
+)  # fmt: skip
 _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
     1: {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at"),
@@ -54,8 +65,21 @@ _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
         "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
     },
+    3: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+        "decisions": _DECISIONS,
+    },
 }
-_SCHEMA = """
+_DECISIONS_TABLE = """
+CREATE TABLE decisions (
+    ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, kind TEXT NOT NULL, uid TEXT NOT NULL,
+    revision INTEGER NOT NULL, closed_by TEXT NOT NULL, opened_at REAL, pod TEXT, category TEXT,
+    retryable INTEGER, members TEXT NOT NULL, final INTEGER NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (ns, job, attempt)
+)"""
+_SCHEMA = (
+    """
 CREATE TABLE registrations (
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
     register BLOB NOT NULL, at REAL NOT NULL, verified INTEGER NOT NULL DEFAULT 0,
@@ -68,10 +92,15 @@ CREATE TABLE events (
     UNIQUE (ns, job, attempt, pod, id)
 );
 """
+    + _DECISIONS_TABLE
+    + ";\n"
+)
 _MIGRATIONS: dict[int, str] = {
     # 1 -> 2: whether the member's job membership was verified against the API (rows written before
     # say no; a live sidecar registering again is verified again).
     1: "ALTER TABLE registrations ADD COLUMN verified INTEGER NOT NULL DEFAULT 0",
+    # 2 -> 3: the verdicts published (a restart does not publish them again).
+    2: _DECISIONS_TABLE,
 }
 
 Statement = tuple[str, tuple[Any, ...]]
@@ -289,9 +318,20 @@ class StateStore:
     # -- a publisher: a final verdict ends the need to remember its job ---------------------------
 
     async def publish(self, decision: Decision) -> None:
+        inc, verdict = decision.incident, decision.verdict
+        key = (inc.job.namespace, inc.job.name, inc.attempt)
+        retryable = None if verdict.retryable is None else int(verdict.retryable)
+        row = (
+            *key, inc.job.kind, inc.job.uid, decision.revision, decision.closed_by, inc.opened_at, verdict.pod,
+            verdict.category, retryable, json.dumps([m.pod for m in inc.members]), int(decision.final), self._clock(),
+        )  # fmt: skip
+        statements: list[Statement] = [(f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(row))})", row)]
         if decision.final:
-            inc = decision.incident
-            await self.forget((inc.job.namespace, inc.job.name, inc.attempt))
+            statements += [
+                (f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", key)
+                for table in ("registrations", "events")
+            ]
+        await self._commit(statements)
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -309,11 +349,33 @@ class StateStore:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM registrations WHERE at < ?", (cutoff,))
             self._db.execute("DELETE FROM events WHERE at < ?", (cutoff,))
+            self._db.execute("DELETE FROM decisions WHERE at < ?", (cutoff,))
+        for (
+            ns,
+            job,
+            attempt,
+            kind,
+            uid,
+            revision,
+            closed_by,
+            opened_at,
+            pod,
+            category,
+            retryable,
+            names,
+            final,
+        ) in self._db.execute(f"SELECT {', '.join(_DECISIONS[:-1])} FROM decisions ORDER BY at"):
+            verdict = Verdict(pod, category, None if retryable is None else bool(retryable), summary="")
+            book.restore_decision(
+                JobRef(ns, job, kind, uid),
+                attempt,
+                Restored(verdict, revision, closed_by, opened_at, tuple(json.loads(names)), bool(final)),
+            )
         members = events = 0
         known: dict[tuple[str, str, str, str], MemberKey] = {}
         for ns, job, attempt, pod, blob, verified in self._db.execute(
             "SELECT ns, job, attempt, pod, register, verified FROM registrations ORDER BY at"
-        ):
+        ):  # filed where they were (a later run: `<attempt>.g2`), not where the sidecar's attempt would put them
             reg = pb.Register()
             try:
                 reg.ParseFromString(blob)
@@ -321,7 +383,7 @@ class StateStore:
                 log.error("state: registration of %s/%s unreadable: %s", ns, pod, exc)
                 continue
             try:
-                key = book.register(reg, verified=bool(verified))
+                key = book.register(reg, verified=bool(verified), filed_under=attempt)
             except LimitExceeded as exc:
                 log.error("state: registration of %s/%s not replayed: %s", ns, pod, exc)
                 continue
