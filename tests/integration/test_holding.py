@@ -103,20 +103,29 @@ async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandl
     assert written.outcome == pb.HoldReply.WRITTEN
 
 
-async def test_a_condition_found_on_the_pod_is_not_written_again(kube_api: EmulatorHandle, tmp_path: Path) -> None:
-    # Written by an aggregator before its restart: this one finds it on the pod, decides the same, and answers
-    # from it.
+async def hold_with_a_victim_on(
+    kube_api: EmulatorHandle, tmp_path: Path, marked: int, root: str, **kwargs: Any
+) -> pb.HoldReply:
+    """Two workers, the pod of worker `marked` already carrying podmortem.io/Victim; worker 1 fails with
+    `root`, worker 0 with a gloo echo; the reply to worker `marked`'s hold."""
     _, pods = seed_pytorchjob(kube_api, workers=2)
-    found = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "earlier"}
-    kube_api.change(PODS, NS, pods[0], {"status": {"conditions": [found]}})
-    book, desk, kube = await desk_for(kube_api, tmp_path)
+    victim = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "earlier"}
+    kube_api.change(PODS, NS, pods[marked], {"status": {"conditions": [victim]}})
+    book, desk, kube = await desk_for(kube_api, tmp_path, **kwargs)
     keys = [register(book, p) for p in pods]
     for key in keys:
         desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
-    failed(book, keys[1], "ValueError: label 7 out of range")
+    failed(book, keys[1], root)
     failed(book, keys[0], GLOO)
-    reply = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
+    reply = await desk.hold(keys[marked], pb.Hold(seq=1, timeout_seconds=5))
     kube.close()
+    return reply
+
+
+async def test_a_condition_found_on_the_pod_is_not_written_again(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # Written by an aggregator before its restart: this one finds it on the pod, decides the same, and answers
+    # from it.
+    reply = await hold_with_a_victim_on(kube_api, tmp_path, 0, "ValueError: label 7 out of range")
     assert (reply.outcome, reply.condition_type) == (pb.HoldReply.WRITTEN, "podmortem.io/Victim")
     assert patches(kube_api) == []
 
@@ -127,18 +136,9 @@ async def test_a_forged_condition_that_disagrees_is_never_called_ours(
     # Someone with pods/status rights marks the root a Victim (its failure would not count against the
     # Job's retry budget). The desk decides otherwise: the hold is not answered "written", nothing is written
     # beside it, and the forgery is logged and counted.
-    _, pods = seed_pytorchjob(kube_api, workers=2)
-    forged = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "not me"}
-    kube_api.change(PODS, NS, pods[1], {"status": {"conditions": [forged]}})
     metrics = Metrics(CollectorRegistry())
-    book, desk, kube = await desk_for(kube_api, tmp_path, metrics=metrics)
-    keys = [register(book, p) for p in pods]
-    for key in keys:
-        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
-    failed(book, keys[1], "RuntimeError: CUDA error: uncorrectable ECC error encountered")
-    failed(book, keys[0], GLOO)
-    reply = await desk.hold(keys[1], pb.Hold(seq=1, timeout_seconds=5))
-    kube.close()
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    reply = await hold_with_a_victim_on(kube_api, tmp_path, 1, ecc, metrics=metrics)
     assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "did not write" in reply.detail
     assert patches(kube_api) == []
     assert metrics.registry.get_sample_value("podmortem_foreign_conditions_total", {"type": "Victim"}) == 1.0
