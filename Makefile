@@ -23,7 +23,7 @@ CONTAINER ?= docker
 # the real Helm engine of the dev extra (scripts/render_chart.py). CHART_ARGS: more --set/-f arguments.
 CHART_ARGS ?=
 
-.PHONY: setup demo test check lint unit e2e proto bench wheel image push chart clean
+.PHONY: setup demo test check lint unit e2e properties proto bench wheel image push chart clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -63,6 +63,11 @@ unit: $(STAMP)
 
 e2e: $(STAMP)
 	$(PYTEST) tests/integration tests/e2e
+
+# The property tests with fresh random draws and ten times their budget (tests/support/properties.py);
+# `make test` draws the same examples every run, so that no red run depends on the draw.
+properties: $(STAMP)
+	HYPOTHESIS_PROFILE=wide $(PYTEST) tests/unit
 
 proto: $(STAMP)
 	$(PY) scripts/gen_protos.py
