@@ -163,8 +163,10 @@ async def test_a_pod_without_a_verdict_leads_to_its_job(published: Path) -> None
 async def test_errors_and_no_verdict(published: Path, kube_api: EmulatorHandle) -> None:
     base = [sys.executable, "-m", "podmortem.kubectl_plugin", "explain"]
     missing = run([*base, "pytorchjob/nope", "--kubeconfig", str(published), "-n", NS])
-    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "NotFound" in missing.stderr
-    assert "error: error:" not in missing.stderr  # kubectl's own "error: " is said once
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "Not Found" in missing.stderr
+    no_config = run([*base, "pytorchjob/x", "--kubeconfig", str(published.parent / "absent")])
+    assert no_config.returncode == 2 and "no such file or directory" in no_config.stderr  # kubectl: "error: stat ..."
+    assert no_config.stderr.startswith("error: stat ") and "error: error:" not in no_config.stderr  # said once
     assert run([*base, "mixtral-cpt", "--kubeconfig", str(published)]).returncode == 2
     kube_api.put("v1/pods", {"metadata": {"name": "lonely", "namespace": NS}})
     none = run([*base, "pod/lonely", "--kubeconfig", str(published), "-n", NS])
