@@ -131,7 +131,7 @@ SETTINGS: tuple[Setting, ...] = (
         "permanent_confidence",
         "--permanent-confidence",
         "PODMORTEM_PERMANENT_CONFIDENCE",
-        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0-1); below it "
+        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0.01-1); below it "
         "RetryableFailure or none: never give up on a guess",
         default="0.9",
     ),
