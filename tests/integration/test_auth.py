@@ -95,17 +95,16 @@ async def report(
     namespace: str = NS,
     pod: str = POD,
     job: str = "mixtral-cpt",
-    attempt: str = "",
-    **claims: int | None,
+    **claims: int | str | None,
 ) -> str:
-    """Register as namespace/pod of `job` (with `claims`: rank, replica_index, world_size_hint) and send
+    """Register as namespace/pod of `job` (with `claims`: rank, replica_index, world_size_hint, attempt) and send
     one event; "OK" or the status code's name."""
     creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     async with grpc.aio.secure_channel(f"127.0.0.1:{agg.port}", creds) as channel:
         call = pb_grpc.CollectorStub(channel).Report(metadata=metadata)  # type: ignore[no-untyped-call]
         try:
-            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod, attempt=attempt)
+            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod)
             for field, value in claims.items():
                 setattr(reg, field, value)
             await call.write(pb.SidecarMessage(register=reg))
