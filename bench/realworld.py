@@ -20,7 +20,7 @@ from bench.common import REALWORLD_CORPUS
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident
-from podmortem.offline.corpus import Answer, Case, Excerpt, compose, load, score
+from podmortem.offline.corpus import Answer, Case, Excerpt, at_threshold, compose, load, score
 
 
 def engine(incident: Incident) -> Answer:
@@ -63,43 +63,20 @@ def permanent_precision(cases: list[Case]) -> tuple[int, int]:
     return right, n
 
 
-def rule_precision(cases: list[Case], floor: float = PERMANENT_CONFIDENCE) -> dict[str, tuple[int, int, int]]:
-    """{rule id: (n, right, retry_right)} over the verdicts at confidence >= `floor`, by the rule that decided them:
-    how often each rule that may reach 0.9 names the right pod and category (and retryability) when it does."""
-    rows: dict[str, list[int]] = {}
-    for c in cases:
-        v = decide(c.incident)
-        if v.confidence < floor:
-            continue
-        row = rows.setdefault(v.rule, [0, 0, 0])
-        row[0] += 1
-        row[1] += v.pod == c.root and v.category == c.category
-        row[2] += v.retryable == c.retryable
-    return {rule: (n, right, retry) for rule, (n, right, retry) in sorted(rows.items())}
-
-
-def coverage(cases: list[Case], floor: float = PERMANENT_CONFIDENCE) -> tuple[int, int, int]:
-    """(n, at_floor, right_at_floor): how many verdicts reach `floor` (a retry decision may act on those alone) and
-    how many of those name the right pod and category."""
-    at = right = 0
-    for c in cases:
-        v = decide(c.incident)
-        if v.confidence >= floor:
-            at += 1
-            right += v.pod == c.root and v.category == c.category
-    return len(cases), at, right
-
-
 def precision_table(cases: list[Case]) -> str:
-    n, at, right = coverage(cases)
+    """Coverage at the PermanentFailure threshold, and each rule that reached it with its precision (the CI floor per
+    rule is in tests/unit/test_realworld_accuracy.py)."""
+    n, rows = at_threshold(cases, decide, PERMANENT_CONFIDENCE)
+    at = sum(r.n for r in rows.values())
+    right = sum(r.right for r in rows.values())
     share = f"{right / at:.3f}" if at else "-"
     lines = [
         f"coverage at confidence >= {PERMANENT_CONFIDENCE}: {at}/{n} = {at / n:.2f}, right (pod and category) "
         f"{right}/{at} = {share}",
         f"  {'rule at >= 0.9':<34}{'n':>5}{'pod+category':>14}{'retryable':>11}",
     ]
-    for rule, (k, ok, retry) in rule_precision(cases).items():
-        lines.append(f"  {rule:<34}{k:>5}{ok / k:>14.3f}{retry / k:>11.3f}")
+    for rule, r in rows.items():
+        lines.append(f"  {rule:<34}{r.n:>5}{r.right / r.n:>14.3f}{r.retryable_right / r.n:>11.3f}")
     return "\n".join(lines)
 
 
