@@ -6,12 +6,14 @@ print."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident, JobRef, Member, Termination
-from podmortem.core.rules import DEFAULT_RULES, RulesError, rule_from_dict
+from podmortem.core.rules import DEFAULT_RULES, RulesError, load_rules, rule_from_dict
 
 T0 = 1_800_000_000.0
 PERMANENT = 0.9
@@ -199,12 +201,14 @@ def test_a_bare_exitcode_1_with_no_traceback_stays_below_the_threshold() -> None
 # --- the rules file ---------------------------------------------------------------------------------------------
 
 
-def test_max_confidence_caps_a_verdict_and_is_read_from_a_rules_file() -> None:
-    rule = rule_from_dict(
-        {"id": "site.x", "log": "shard store unreachable", "category": "infra", "max_confidence": 0.7}
-    )
-    assert rule.max_confidence == 0.7
-    assert assess(member("p", 0, "shard store unreachable"), DEFAULT_RULES).rule is not None
+def test_max_confidence_from_a_rules_file_caps_the_verdict_its_rule_decides(tmp_path: Path) -> None:
+    rule = "version: 1\nrules:\n- id: site.shard-store\n  log: 'shard store unreachable'\n  category: infra\n"
+    (tmp_path / "plain.yaml").write_text(rule)
+    (tmp_path / "capped.yaml").write_text(rule + "  max_confidence: 0.7\n")
+    plain = decide(incident("shard store unreachable"), rules=load_rules(tmp_path / "plain.yaml"))
+    capped = decide(incident("shard store unreachable"), rules=load_rules(tmp_path / "capped.yaml"))
+    assert (capped.pod, capped.category, capped.rule) == ("llm-worker-1", "infra", "site.shard-store")
+    assert (plain.confidence, capped.confidence) == (PERMANENT, 0.7)
 
 
 @pytest.mark.parametrize(
@@ -229,3 +233,13 @@ def test_a_bad_max_confidence_is_refused_with_the_rule_named(doc: dict[str, obje
 def test_every_built_in_cap_sits_below_the_permanent_threshold() -> None:
     capped = [r for r in DEFAULT_RULES.rules if r.max_confidence < 1.0]
     assert capped and all(r.max_confidence < PERMANENT and r.is_primary for r in capped)
+
+
+def test_the_docs_list_every_rule_that_may_reach_the_threshold_and_every_capped_one() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text(encoding="utf-8")
+    section = docs[docs.index("### Which verdicts may reach 0.9") :]
+    section = section[: section.index("The values are judgements per decision path")]
+    listed = set(re.findall(r"`([a-z0-9]+\.[a-z0-9.-]+)`", section))
+    may_reach = {r.id for r in DEFAULT_RULES.rules if r.is_primary and not (r.weak or r.generic)}
+    assert may_reach <= listed, sorted(may_reach - listed)
+    assert {r.id for r in DEFAULT_RULES.rules if r.max_confidence < PERMANENT} <= listed
