@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident, JobRef, Member, Termination
 from podmortem.core.rules import DEFAULT_RULES, RulesError, load_rules, rule_from_dict
@@ -243,3 +244,42 @@ def test_the_docs_list_every_rule_that_may_reach_the_threshold_and_every_capped_
     may_reach = {r.id for r in DEFAULT_RULES.rules if r.is_primary and not (r.weak or r.generic)}
     assert may_reach <= listed, sorted(may_reach - listed)
     assert {r.id for r in DEFAULT_RULES.rules if r.max_confidence < PERMANENT} <= listed
+
+
+# --- more words of launchers, clouds and victims -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ('"statusReason": "Host EC2 (instance i-0f3c1a2b) terminated."', "preemption"),
+        ("Worker exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.", "node_lost"),
+    ],
+)
+def test_a_reclaimed_host_and_a_crashed_node_are_their_own_failures(line: str, category: str) -> None:
+    v = decide(incident(line))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # A framework guessing at a preemption somewhere else is a victim, not a preemption of its own.
+        "An error was raised. This may be due to a preemption in a connected worker or parameter server.",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing\nthe job to be "
+        "terminated.",
+        "An MPI communication peer process has unexpectedly disconnected.\n  Local host: node-a\n  Peer host: node-b",
+        "[1,0]<stderr>:Stalled ranks:\n[1,0]<stderr>:3: [horovod_allreduce.17]",
+        "mpirun noticed that process rank 2 with PID 0 on node llm-worker-2 exited on signal 9 (Killed).",
+    ],
+)
+def test_victims_words_do_not_make_the_victim_the_root(victim: str) -> None:
+    root = "FileNotFoundError: [Errno 2] No such file or directory: '/mnt/shared/ckpt/step_1200.pt'"
+    members = (
+        member("llm-worker-0", 0, victim),
+        member("llm-worker-1", 1, root),
+        member("llm-worker-2", 2, victim),
+    )
+    v = decide(Incident(JobRef("ml", "llm"), 3, members))
+    assert (v.pod, v.category) == ("llm-worker-1", "infra")
+    assert [assess(m).role for m in (members[0], members[2])] == ["secondary", "secondary"]
