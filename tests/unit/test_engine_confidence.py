@@ -283,3 +283,16 @@ def test_victims_words_do_not_make_the_victim_the_root(victim: str) -> None:
     v = decide(Incident(JobRef("ml", "llm"), 3, members))
     assert (v.pod, v.category) == ("llm-worker-1", "infra")
     assert [assess(m).role for m in (members[0], members[2])] == ["secondary", "secondary"]
+
+
+def test_a_library_s_name_in_a_stack_frame_is_not_a_missing_library() -> None:
+    gdb = (
+        "(gdb) thread apply all bt\n"
+        "#0  0x00007f3e1c2d4434 in ?? () from /lib64/libcuda.so.1\n"
+        "#1  0x00007f3e1c1372af in ?? () from /lib64/libcuda.so.1\n"
+        "#2  0x00007f3e3e63c2e8 in cudaStreamSynchronize () from /usr/local/cuda/lib64/libcudart.so.12\n"
+    )
+    v = decide(incident(gdb))
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+    missing = decide(incident("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"))
+    assert (missing.pod, missing.category, missing.retryable) == ("llm-worker-1", "infra", True)
