@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ JSON = dict[str, Any]
 WriteCondition = Callable[[str, str, PodCondition], Awaitable[None]]  # namespace, pod, condition
 # The job's attempts as its own object records them, and its repeat limit override (None: the flag's).
 LookUp = Callable[[JobRef], Awaitable[tuple[tuple[repeats.Attempt, ...], int | None]]]
-OnRepeat = Callable[[Incident, PodCondition, repeats.Attempt], Awaitable[None]]
+OnRepeat = Callable[[Incident, PodCondition, repeats.Attempt], Coroutine[Any, Any, None]]
 # Seconds a job's look-up may take when nothing else bounds it (a pod that cannot be held).
 LOOKUP_TIMEOUT = 5.0
 # Seconds of the sidecar's hold kept for the write after the decision.

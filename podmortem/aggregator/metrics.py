@@ -214,8 +214,8 @@ class Metrics:
         )
         for condition_type in CONDITION_TYPES:
             self.pod_conditions.labels(type=condition_label(condition_type))
-        for category in CATEGORIES:
-            self.repeated_failures.labels(category=category)
+        for repeated in CATEGORIES:
+            self.repeated_failures.labels(category=repeated)
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
         self._node_label = _Bounded(MAX_NODES, "unknown")
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()

@@ -17,19 +17,19 @@ sizes of another batch, temporary paths, hex ids. The signature is made of:
 * for `hardware` and `node_lost`, the node: the same fault on another node is not a repeat (that is the
   bad-node record's job, `aggregator.kube.nodes`).
 
-What `normalise` replaces, and why each is incidental:
+What `normalise` replaces, and why each is incidental (the table in docs/retries.md shows examples):
 
-| in the message | becomes | why |
-| --- | --- | --- |
-| ISO dates and times, `HH:MM:SS(.ffffff)`, glog headers (`E0325 20:57:27.620000 2606 file.py:869]`) | `<time>` | the clock of the run |
-| IPv4 / IPv6 addresses (`fe80::1%ib0`) with their port, `[host]:port` | `<addr>` | pods get new IPs on every attempt |
-| `pid 2630`, `pid: 2630`, `pid=2630`, `process 2630` | `pid <pid>` | a new process each run |
-| `0x7f3a...`, hex runs of 8+ digits (uuids, hashes, NCCL comm ids) | `<hex>` | pointers and ids |
-| `/tmp/...`, `/var/folders/...`, `torchelastic_xxxx` | `<tmp>` | temporary directories |
-| `[32, 512]`, `(4, 1024, 768)`, `torch.Size([...])` | `[<shape>]` | the batch that happened to fail |
-| any other number (`2.00 GiB`, `GPU 4`, `at step 16`, `Target 6`, `8x12`, `-1e-05`) | `<n>` | sizes, device indices, steps and values of the batch that happened to fail |
-| `rank 3`, `rank: 3`, `[rank3]:`, `local_rank: 5` | `rank <r>` | the same bug raised on another rank is the same bug (but see `hang`) |
-| the incident's own pod and node names | `<pod>` / `<node>` | a recreated pod has a new name |
+* times (ISO, `HH:MM:SS`, glog headers) -> `<time>`: the clock of the run;
+* IPv4 and IPv6 addresses with their port, `[host]:port` -> `<addr>`: pods get new IPs every attempt;
+* `pid 2630`, `pid: 2630`, `process 2630` -> `pid <pid>`: a new process every run;
+* `0x7f3a...` and hex runs of 8+ digits (uuids, hashes, NCCL comm ids) -> `<hex>`;
+* `/tmp/...`, `/var/folders/...`, `torchelastic_xxxx` -> `<tmp>`: temporary directories;
+* `[32, 512]`, `(4, 1024, 768)` -> `[<shape>]`: the batch that happened to fail;
+* `rank 3`, `[rank3]:`, `local_rank: 5` -> `rank <r>`: the same bug on another rank is the same bug
+  (a hang's stuck rank is kept apart, above);
+* any other number (`2.00 GiB`, `GPU 4`, `at step 16`, `Target 6`, `8x12`, `-1e-05`) -> `<n>`: sizes,
+  device indices, steps and values of the batch that happened to fail;
+* the incident's own pod and node names -> `<name>`: a recreated pod has a new name.
 
 Kept as is, because they identify the failure: a number that names a code (`exit code 2`, `exitcode: -9`,
 `signal 11`, `Xid 79`, `errno 111`, `NCCL error 12`, `status 3`), words, identifiers with digits in them

@@ -9,7 +9,9 @@ from podmortem.core.repeats import Attempt, escalate, recorded, run_length
 RETRY = PodCondition("p", RETRYABLE, "Network", "root pod p failed first: network")
 
 
-def at(attempt: str, signature: str = "network:aa", when: float = 0.0, confidence: float = 0.95, **kw: object) -> Attempt:
+def at(
+    attempt: str, signature: str = "network:aa", when: float = 0.0, confidence: float = 0.95, **kw: object
+) -> Attempt:
     category = str(kw.pop("category", signature.split(":")[0]))
     return Attempt(attempt, category, signature, when, confidence, True, **kw)  # type: ignore[arg-type]
 
