@@ -73,7 +73,8 @@ _ATTEMPTS = """CREATE TABLE attempts (
     entry TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (uid, attempt)
 )"""
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE registrations (
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
     register BLOB NOT NULL, at REAL NOT NULL, verified INTEGER NOT NULL DEFAULT 0,
@@ -85,7 +86,10 @@ CREATE TABLE events (
     id TEXT NOT NULL, event BLOB NOT NULL, at REAL NOT NULL,
     UNIQUE (ns, job, attempt, pod, id)
 );
-""" + _ATTEMPTS + ";"
+"""
+    + _ATTEMPTS
+    + ";"
+)
 _MIGRATIONS: dict[int, str] = {
     # 1 -> 2: whether the member's job membership was verified against the API (rows written before
     # say no; a live sidecar registering again is verified again).
@@ -104,8 +108,7 @@ MAX_PENDING_BYTES = 8 << 20
 
 # Keeps the attempts of the MAX_JOBS jobs decided most recently.
 _TRIM_JOBS: Statement = (
-    "DELETE FROM attempts WHERE uid IN (SELECT uid FROM attempts GROUP BY uid ORDER BY MAX(at) DESC "
-    "LIMIT -1 OFFSET ?)",
+    "DELETE FROM attempts WHERE uid IN (SELECT uid FROM attempts GROUP BY uid ORDER BY MAX(at) DESC LIMIT -1 OFFSET ?)",
     (MAX_JOBS,),
 )
 

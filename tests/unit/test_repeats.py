@@ -78,5 +78,16 @@ def test_history_is_bounded_per_job_and_in_all() -> None:
 def test_an_annotation_entry_is_read_back_or_refused() -> None:
     entry = at("1", when=5.5, node="n")
     assert Attempt.from_dict(entry.to_dict()) == entry
+    bad: object
     for bad in (None, [], {"attempt": "1"}, {**entry.to_dict(), "decidedAt": "x"}, {**entry.to_dict(), "signature": 3}):
         assert Attempt.from_dict(bad) is None
+
+
+def test_the_jobs_own_limit_is_an_integer_0_to_8_or_ignored(caplog: object) -> None:
+    from podmortem.aggregator.kube.repeats import REPEAT_LIMIT_ANNOTATION, repeat_limit
+
+    assert repeat_limit({}, "ns/j") is None
+    assert repeat_limit({REPEAT_LIMIT_ANNOTATION: " 3 "}, "ns/j") == 3
+    assert repeat_limit({REPEAT_LIMIT_ANNOTATION: "0"}, "ns/j") == 0
+    for bad in ("9", "-1", "two", "", "2.5"):
+        assert repeat_limit({REPEAT_LIMIT_ANNOTATION: bad}, "ns/j") is None
