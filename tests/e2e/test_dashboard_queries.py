@@ -30,8 +30,8 @@ from prometheus_client import CollectorRegistry
 from support.common import eventually, free_port
 
 from podmortem.aggregator.config import AggregatorConfig
-from podmortem.core.categories import CATEGORIES
 from podmortem.aggregator.running import Aggregator
+from podmortem.core.categories import CATEGORIES
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc

@@ -18,6 +18,9 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -31,31 +34,18 @@ from support.common import eventually
 from support.job_controllers import JobModel, JobSetModel
 from support.kube_emulator import EVENTS, JOBS, JOBSETS, PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, indexed_job, indexed_pod, seed_jobset, seed_pytorchjob
-from support.kubelet_order import GLOO_PEER, GUARD, Kubelet, Sidecar, our_condition, start_sidecar, with_sidecar
+from support.kubelet_order import GLOO_PEER, GUARD, Sidecar, our_condition
+from support.repeated import NCCL_IB, NCCL_SOCKET, fail_attempt, restart_jobset
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.k8s import policy
-from podmortem.kubectl_plugin import render
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
-NCCL_IB = (
-    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, remote process exited "
-    "or there was a network error, NCCL version 2.18.1\nncclRemoteError: A call failed possibly due to a network "
-    "error or a remote process exiting prematurely.\nLast error:\nNET/IB : Got completion from peer "
-    "10.1.0.{peer}<4{peer}325> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
-)
-NCCL_SOCKET = (
-    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system "
-    "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\nncclSystemError: System call (e.g. socket, "
-    "malloc) or external library call failed or device error.\nLast error:\nsocketStartConnect: Connect to "
-    "10.1.0.13<55213> failed : Software caused connection abort"
-)
-RESTART = "jobset.sigs.k8s.io/restart-attempt"
 LIMIT = "podmortem.io/repeat-limit"
 REPEATED = ("podmortem.io/PermanentFailure", "RepeatedFailure")
 RETRYABLE = ("podmortem.io/RetryableFailure", "Network")
@@ -80,32 +70,6 @@ async def aggregator(
         await agg.stop(grace=2)
 
 
-async def fail_attempt(
-    api: EmulatorHandle, agg: Aggregator, tmp_path: Path, pods: list[dict[str, Any]], root: int, message: str
-) -> list[Sidecar]:
-    """One attempt: the root fails with `message`, a second later its peers with gloo's echo."""
-    names = [with_sidecar(api, pod, i, ip=f"10.1.0.{10 + i}") for i, pod in enumerate(pods)]
-    target = f"127.0.0.1:{agg.port}"
-    before = agg.metrics.connected._value.get()
-    sidecars = [await start_sidecar(api, tmp_path, api.get(PODS, NS, n) or {}, target) for n in names]
-    try:
-        await eventually(lambda: agg.metrics.connected._value.get() >= before + len(pods), "sidecars", within=GUARD)
-        kubelet = Kubelet(api)
-        kubelet.fail(sidecars[root], message)
-        await asyncio.sleep(1.0)
-        for i, sidecar in enumerate(sidecars):
-            if i != root:
-                kubelet.fail(sidecar, GLOO_PEER.format(ip=f"10.1.0.{10 + root}"))
-        await kubelet.done()
-    finally:
-        for sidecar in sidecars:
-            if sidecar.proc.returncode is None:
-                sidecar.proc.kill()
-                await sidecar.proc.wait()
-    await eventually(lambda: agg.metrics.connected._value.get() == before, "sidecars gone", within=GUARD)
-    return sidecars
-
-
 def condition_of(api: EmulatorHandle, pod: str) -> tuple[str, str] | None:
     c = our_condition(api.get(PODS, NS, pod))
     return None if c is None else (c["type"], c["reason"])
@@ -124,26 +88,6 @@ def annotated_attempts(api: EmulatorHandle, resource: str, name: str) -> list[st
     obj = api.get(resource, NS, name) or {}
     doc = json.loads(((obj.get("metadata") or {}).get("annotations") or {}).get("podmortem.io/verdict", "{}"))
     return [a["attempt"] for a in doc.get("attemptHistory") or []]
-
-
-def restart_jobset(
-    api: EmulatorHandle, jobset: dict[str, Any], old: list[dict[str, Any]], attempt: int
-) -> list[dict[str, Any]]:
-    """What the JobSet controller does on a restart: the child Jobs and their pods go, and come back with the
-    next restart attempt (new pods, new names)."""
-    for pod in old:
-        api.remove(PODS, NS, pod["metadata"]["name"])
-    child = api.get(JOBS, NS, "llm-workers-0")
-    assert child is not None
-    api.remove(JOBS, NS, "llm-workers-0")
-    labels = {k: v for k, v in child["metadata"]["labels"].items()} | {RESTART: str(attempt)}
-    job = api.put(JOBS, indexed_job("llm-workers-0", 3, jobset, **labels))
-    pods = []
-    for i in range(3):
-        pod = indexed_pod(job, i, **labels)
-        pod["metadata"]["name"] = f"llm-workers-0-{i}-a{attempt}xyz"
-        pods.append(api.put(PODS, pod))
-    return pods
 
 
 def at_exit(api: EmulatorHandle, sidecars: list[Sidecar]) -> list[dict[str, Any]]:
@@ -221,8 +165,21 @@ async def test_a_jobset_failing_twice_the_same_way_fails_after_the_second_attemp
     assert (event["involvedObject"]["kind"], event["involvedObject"]["name"], event["type"]) == (
         "JobSet", "llm", "Warning"
     )  # fmt: skip
-    shown = render(kube_api.get(JOBSETS, NS, "llm") or {})
-    assert shown is not None and "same failure on 2 attempts in a row" in shown
+    # `kubectl podmortem explain` through the real kubectl binary (client-go sends no token over plain http).
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "kubectl-podmortem").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m podmortem.kubectl_plugin "$@"\n')
+    (bindir / "kubectl-podmortem").chmod(0o755)
+    kube_api.emulator.token = None
+    env = dict(
+        os.environ, PATH=f"{bindir}:{os.environ['PATH']}", KUBECONFIG=str(kube_api.kubeconfig(tmp_path / "kc", NS))
+    )
+    out = subprocess.run(["kubectl", "podmortem", "explain", "jobset/llm", "-n", NS], capture_output=True, text=True,
+                         timeout=120, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"Repeats:        same failure on 2 attempts in a row (signature {second['signature']})" in out.stdout
+    assert f"  1         network     {second['signature']}" in out.stdout
+    assert f"  0         network     {second['signature']}" in out.stdout
 
 
 async def test_a_different_error_on_the_second_attempt_is_retried(kube_api: EmulatorHandle, tmp_path: Path) -> None:
