@@ -27,10 +27,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from support.common import eventually
+from support.common import eventually, report
 from support.job_controllers import JobModel, JobSetModel
 from support.kube_emulator import EVENTS, JOBS, JOBSETS, PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, indexed_job, indexed_pod, seed_jobset, seed_pytorchjob
@@ -44,7 +43,6 @@ from podmortem.core.model import ErrorRecord, Termination
 from podmortem.k8s import policy
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
 LIMIT = "podmortem.io/repeat-limit"
 REPEATED = ("podmortem.io/PermanentFailure", "RepeatedFailure")
@@ -312,11 +310,4 @@ async def forged_attempt(port: int, attempt: str, uid: str, pod: str) -> None:
         wire.make_event(wire.error_to_pb(rec), wire.error_event_id(pod, rec) + attempt),
         wire.make_event(wire.termination_to_pb(term), f"{pod}/termination/{attempt}"),
     ]
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
-        await call.write(pb.SidecarMessage(register=reg))
-        assert (await call.read()).WhichOneof("body") == "registered"
-        for event in events:
-            await call.write(pb.SidecarMessage(event=event))
-            await call.read()
-        await call.done_writing()
+    await report(port, reg, events)

@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from support.common import GLOO_PEER, eventually, free_port
+from support.common import GLOO_PEER, eventually, free_port, report
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.decisions import Decision
@@ -33,7 +33,6 @@ from podmortem.aggregator.state import FILE_NAME, SCHEMA_VERSION, StateStore
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
 JOB = pb.JobRef(namespace="ml", name="llm", kind="PyTorchJob")
 PODS = ["llm-worker-0", "llm-worker-1", "llm-worker-2"]
@@ -57,21 +56,6 @@ def root_events() -> list[pb.Event]:
 
 def victim_events(pod: str) -> list[pb.Event]:
     return failure(pod, GLOO_PEER, 1_800_000_009)  # "ended" a second before the root
-
-
-async def report(port: int, reg: pb.Register, events: list[pb.Event]) -> list[str]:
-    """A sidecar's stream: register, send, wait for every ack, close (as a flushed sidecar exits)."""
-    acked: list[str] = []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
-        await call.write(pb.SidecarMessage(register=reg))
-        assert (await call.read()).WhichOneof("body") == "registered"
-        for event in events:
-            await call.write(pb.SidecarMessage(event=event))
-            reply = await call.read()
-            acked.extend(reply.ack.event_ids)
-        await call.done_writing()
-    return acked
 
 
 # -- the store on its own ---------------------------------------------------------------------------

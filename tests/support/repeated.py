@@ -3,7 +3,6 @@ bench/repeat_cost.py. Pods fail in the kubelet's order with real sidecar process
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from podmortem.aggregator.running import Aggregator
 from support.common import eventually
 from support.kube_emulator import JOBS, PODS, EmulatorHandle
 from support.kube_objects import NS, indexed_job, indexed_pod
-from support.kubelet_order import GLOO_PEER, GUARD, Kubelet, Sidecar, start_sidecar, with_sidecar
+from support.kubelet_order import GUARD, Sidecar, fail_pods, with_sidecar
 
 NCCL_IB = (
     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, remote process exited "
@@ -31,25 +30,10 @@ RESTART = "jobset.sigs.k8s.io/restart-attempt"
 async def fail_attempt(
     api: EmulatorHandle, agg: Aggregator, tmp_path: Path, pods: list[dict[str, Any]], root: int, message: str
 ) -> list[Sidecar]:
-    """One attempt: the root fails with `message`, a second later its peers with gloo's echo."""
-    names = [with_sidecar(api, pod, i, ip=f"10.1.0.{10 + i}") for i, pod in enumerate(pods)]
-    target = f"127.0.0.1:{agg.port}"
+    """One attempt (`kubelet_order.fail_pods`), then until `agg` saw every sidecar go."""
     before = agg.metrics.connected._value.get()
-    sidecars = [await start_sidecar(api, tmp_path, api.get(PODS, NS, n) or {}, target) for n in names]
-    try:
-        await eventually(lambda: agg.metrics.connected._value.get() >= before + len(pods), "sidecars", within=GUARD)
-        kubelet = Kubelet(api)
-        kubelet.fail(sidecars[root], message)
-        await asyncio.sleep(1.0)
-        for i, sidecar in enumerate(sidecars):
-            if i != root:
-                kubelet.fail(sidecar, GLOO_PEER.format(ip=f"10.1.0.{10 + root}"))
-        await kubelet.done()
-    finally:
-        for sidecar in sidecars:
-            if sidecar.proc.returncode is None:
-                sidecar.proc.kill()
-                await sidecar.proc.wait()
+    names = [with_sidecar(api, pod, i) for i, pod in enumerate(pods)]
+    sidecars = await fail_pods(api, agg, tmp_path, names, root, message)
     await eventually(lambda: agg.metrics.connected._value.get() == before, "sidecars gone", within=GUARD)
     return sidecars
 
