@@ -147,7 +147,8 @@ class Aggregator:
                 peer_wait=config.peer_wait,
                 repeat_limit=config.repeat_limit,
                 lookup=self.job_history.read,
-                on_repeat=self.repeat_events.post,
+                # The Event only where Events are published (and so allowed by the chart's RBAC).
+                on_repeat=self.repeat_events.post if "events" in self.kube_settings.publish else None,
                 clock=clock,
                 metrics=self.metrics,
                 may_act=self._may_act,
