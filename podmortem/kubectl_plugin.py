@@ -136,7 +136,9 @@ def _repeat_lines(doc: dict[str, Any]) -> list[str]:
     signature, repeats = doc.get("signature"), doc.get("repeats")
     if not history and not signature:
         return []
-    if isinstance(repeats, int) and repeats > 1:
+    if not signature:
+        head = "no root cause to compare with the attempts before"
+    elif isinstance(repeats, int) and repeats > 1:
         head = f"same failure on {repeats} attempts in a row (signature {signature})"
     else:
         head = f"not a repeat of the attempt before (signature {signature})"

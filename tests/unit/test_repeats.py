@@ -91,3 +91,49 @@ def test_the_jobs_own_limit_is_an_integer_0_to_8_or_ignored(caplog: object) -> N
     assert repeat_limit({REPEAT_LIMIT_ANNOTATION: "0"}, "ns/j") == 0
     for bad in ("9", "-1", "two", "", "2.5"):
         assert repeat_limit({REPEAT_LIMIT_ANNOTATION: bad}, "ns/j") is None
+
+
+def test_explain_says_whether_the_failure_repeats_and_lists_the_attempts() -> None:
+    import json
+
+    from podmortem.kubectl_plugin import render
+
+    history = [at("1", when=2).to_dict(), at("0", when=1).to_dict()]
+
+    def shown(**doc: object) -> str:
+        obj = {"kind": "JobSet", "metadata": {"name": "llm", "annotations": {"podmortem.io/verdict": json.dumps(doc)}}}
+        text = render(obj)
+        assert text is not None
+        return text
+
+    text = shown(signature="network:aa", repeats=2, attemptHistory=history)
+    assert "Repeats:        same failure on 2 attempts in a row (signature network:aa)" in text
+    assert "  1         network     network:aa" in text and "  0         network     network:aa" in text
+    assert "not a repeat of the attempt before" in shown(signature="network:bb", repeats=1, attemptHistory=history)
+    assert "Repeats:" not in shown(summary="an older verdict, without history")
+
+
+def test_the_annotation_keeps_the_jobs_attempts_across_an_aggregator_that_forgot_them() -> None:
+    """An aggregator restarted without --state-dir publishes attempt 2 knowing nothing: the attempts the job's
+    object already carries are kept (for this uid only), and this one is added when it is the job's own."""
+    import json
+
+    from podmortem.aggregator.decisions import Decision
+    from podmortem.aggregator.kube.publish import VERDICT_ANNOTATION, earlier_attempts, verdict_document
+    from podmortem.core.model import Incident, JobRef, Verdict
+
+    stored = {"metadata": {"uid": "u1", "annotations": {VERDICT_ANNOTATION: json.dumps(
+        {"attemptHistory": [at("1", when=2).to_dict(), at("0", when=1).to_dict(), {"attempt": 7}]})}}}  # fmt: skip
+    earlier = earlier_attempts(stored, "u1")
+    assert [a.attempt for a in earlier] == ["1", "0"]  # the malformed entry skipped
+    assert earlier_attempts(stored, "u2") == ()  # another job of the same name
+    assert earlier_attempts({"metadata": {"uid": "u1", "annotations": {VERDICT_ANNOTATION: "{"}}}, "u1") == ()
+    incident = Incident(JobRef("ns", "llm", "JobSet", "u1"), 3, (), attempt="2", incident_id="ns:llm:2")
+    verdict = Verdict(pod="p", category="network", retryable=True, summary="", confidence=0.95)
+
+    def written(own: bool) -> list[str]:
+        decision = Decision(incident, verdict, 3.0, 1, "quorum", 3, attempt=at("2", when=3), own_attempt=own)
+        return [a["attempt"] for a in verdict_document(decision, earlier)["attemptHistory"]]
+
+    assert written(own=True) == ["2", "1", "0"]
+    assert written(own=False) == ["1", "0"]
