@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from support.repeated import NCCL_IB, NCCL_SOCKET, fail_attempt, restart_jobset
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.running import Aggregator
+from podmortem.aggregator.state import FILE_NAME
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.k8s import policy
 from podmortem.protocol import wire
@@ -82,6 +84,11 @@ def decided(tmp_path: Path, attempt: str, job: str) -> bool:
     return bool((verdict_file(tmp_path, attempt, job) or {}).get("final"))
 
 
+def stored_attempts(state: Path) -> int:
+    with contextlib.closing(sqlite3.connect(state / FILE_NAME)) as db:
+        return int(db.execute("SELECT count(*) FROM attempts").fetchone()[0])
+
+
 def annotated_attempts(api: EmulatorHandle, resource: str, name: str) -> list[str]:
     obj = api.get(resource, NS, name) or {}
     doc = json.loads(((obj.get("metadata") or {}).get("annotations") or {}).get("podmortem.io/verdict", "{}"))
@@ -120,6 +127,8 @@ async def two_attempts(
         await eventually(lambda: (verdict_file(tmp_path, "0") or {}).get("final"), "attempt 0's verdict", within=GUARD)
         if publish is None:
             await eventually(lambda: annotated_attempts(kube_api, JOBSETS, "llm") == ["0"], "the annotation")
+        if state:
+            await eventually(partial(stored_attempts, Path(state)), "the state file's attempt")
         assert jobset_acts(kube_api, model, one) == "Restarted"
         if not restart:
             pods = restart_jobset(kube_api, jobset, pods, 1)
