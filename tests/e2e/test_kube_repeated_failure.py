@@ -9,7 +9,7 @@ restarting it up to `maxRestarts`. With `--repeat-limit 0` the same run is resta
 each case asserts). Also: a different error on attempt 1 (retried), an aggregator restart between the
 attempts (the history read back from the JobSet's annotation without `--state-dir`, from the state file
 with it), an indexed Job whose pods are recreated (`g2`), a PyTorchJob whose containers restart in place
-(`r1`: the verdict says it repeats), and a stream that invents attempts (never counted).
+(`r1`, real sidecars across the restart: the verdict says it repeats), and a stream that invents attempts (never counted).
 """
 
 from __future__ import annotations
@@ -34,7 +34,16 @@ from support.common import eventually, report
 from support.job_controllers import JobModel, JobSetModel
 from support.kube_emulator import EVENTS, JOBS, JOBSETS, PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, indexed_job, indexed_pod, seed_jobset, seed_pytorchjob
-from support.kubelet_order import GLOO_PEER, GUARD, Sidecar, our_condition
+from support.kubelet_order import (
+    GLOO_PEER,
+    GUARD,
+    Kubelet,
+    Sidecar,
+    error_doc,
+    our_condition,
+    start_sidecar,
+    with_sidecar,
+)
 from support.repeated import NCCL_IB, NCCL_SOCKET, fail_attempt, restart_jobset
 
 from podmortem.aggregator.config import AggregatorConfig
@@ -260,32 +269,59 @@ async def test_an_indexed_job_whose_pods_are_recreated_fails_on_the_second_run(
 async def test_a_pytorchjob_restarted_in_place_says_the_failure_repeats(
     kube_api: EmulatorHandle, tmp_path: Path
 ) -> None:
-    """Containers restarted in place (`r1`): no sidecar holds them here (the pod watch alone sees each run's
-    end); the second run's verdict names the first run in its history and says it repeats."""
+    """Containers restarted in place (`r1`, restartPolicy OnFailure), with real sidecars that stay up across
+    the restart (they tell each run apart by the container's restart count): the second run's verdict names
+    the first run in its history and says it repeats. Each run's end is not the pod's: no sidecar holds, so
+    no condition is written for either run until the pod itself stops (then the last run's root is held,
+    and its RetryableFailure is escalated: the same failure as the run before)."""
     job, names = seed_pytorchjob(kube_api, workers=3)
-    uid = job["metadata"]["uid"]
+    uid, name = job["metadata"]["uid"], job["metadata"]["name"]
+    for i, pod in enumerate(names):
+        with_sidecar(kube_api, kube_api.get(PODS, NS, pod) or {}, i)
 
-    def run(restarts: int, code: int, message: str) -> dict[str, Any]:
-        ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        state = {"exitCode": code, "reason": "Error", "message": message,
-                 "startedAt": "2026-11-25T19:00:00Z", "finishedAt": ended}  # fmt: skip
-        return {"status": {"phase": "Running", "containerStatuses": [
-            {"name": "pytorch", "restartCount": restarts, "state": {"terminated": state}}]}}  # fmt: skip
+    def run(restarts: int, ended: bool) -> dict[str, Any]:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        state: dict[str, Any] = {"running": {"startedAt": now}}
+        if ended:
+            state = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
+        status: dict[str, Any] = {"name": "pytorch", "restartCount": restarts, "state": state}
+        if restarts:
+            status["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+        return {"status": {"phase": "Running", "containerStatuses": [status]}}
 
     async with aggregator(kube_api, tmp_path) as agg:
-        for attempt, restarts in (("", 0), ("r1", 1)):
-            kube_api.change(PODS, NS, names[1], run(restarts, 1, NCCL_IB.format(peer=12 + restarts)))
-            await asyncio.sleep(1.0)
-            for i in (0, 2):
-                kube_api.change(PODS, NS, names[i], run(restarts, 1, GLOO_PEER.format(ip="10.1.0.11")))
-            name = job["metadata"]["name"]
-            await eventually(partial(decided, tmp_path, attempt, name), f"attempt {attempt!r}", within=GUARD)
-        history = agg.book.history.get(uid)
-    second = verdict_file(tmp_path, "r1", job["metadata"]["name"])
+        target = f"127.0.0.1:{agg.port}"
+        sidecars = [await start_sidecar(kube_api, tmp_path, kube_api.get(PODS, NS, n) or {}, target) for n in names]
+        try:
+            await eventually(lambda: agg.metrics.connected._value.get() == 3, "every sidecar", within=GUARD)
+            for attempt, restarts in (("", 0), ("r1", 1)):
+                if restarts:  # the kubelet restarts each container in place
+                    for pod in names:
+                        kube_api.change(PODS, NS, pod, run(restarts, ended=False))
+                    await asyncio.sleep(1.0)
+                sidecars[1].error_file.write_text(error_doc(NCCL_IB.format(peer=12 + restarts)))
+                kube_api.change(PODS, NS, names[1], run(restarts, ended=True))
+                await asyncio.sleep(1.0)
+                for i in (0, 2):
+                    sidecars[i].error_file.write_text(error_doc(GLOO_PEER.format(ip="10.1.0.11")))
+                    kube_api.change(PODS, NS, names[i], run(restarts, ended=True))
+                await eventually(partial(decided, tmp_path, attempt, name), f"attempt {attempt!r}", within=GUARD)
+            history = agg.book.history.get(uid)
+            kubelet = Kubelet(kube_api)
+            for sidecar in sidecars:  # the operator gives up on the job: the pods stop
+                kubelet.tasks.append(asyncio.create_task(kubelet.exited(sidecar, 1)))
+            await kubelet.done()
+        finally:
+            for sidecar in sidecars:
+                if sidecar.proc.returncode is None:
+                    sidecar.proc.kill()
+                    await sidecar.proc.wait()
+    second = verdict_file(tmp_path, "r1", name)
     assert second is not None and second["verdict"]["category"] == "network"
     assert [a["attempt"] for a in second["attempt_history"]] == [""] and second["repeats"] == 2
     assert [a.attempt for a in history] == ["r1", ""]
-    await eventually(lambda: annotated_attempts(kube_api, PYTORCHJOBS, job["metadata"]["name"]) == ["r1", ""], "ann.")
+    assert annotated_attempts(kube_api, PYTORCHJOBS, name) == ["r1", ""]
+    assert condition_of(kube_api, names[1]) == REPEATED
 
 
 async def test_a_stream_inventing_attempts_is_never_counted(kube_api: EmulatorHandle, tmp_path: Path) -> None:
