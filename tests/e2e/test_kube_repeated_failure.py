@@ -9,7 +9,8 @@ restarting it up to `maxRestarts`. With `--repeat-limit 0` the same run is resta
 each case asserts). Also: a different error on attempt 1 (retried), an aggregator restart between the
 attempts (the history read back from the JobSet's annotation without `--state-dir`, from the state file
 with it), an indexed Job whose pods are recreated (`g2`), a PyTorchJob whose containers restart in place
-(`r1`, real sidecars across the restart: the verdict says it repeats), and a stream that invents attempts (never counted).
+(`r1`, real sidecars across the restart: the verdict says it repeats), and a stream that invents
+attempts (never counted).
 """
 
 from __future__ import annotations
