@@ -64,7 +64,12 @@ def test_an_opted_in_job_gets_the_rules_and_stays_valid() -> None:
     assert out["spec"]["podFailurePolicy"] == policy.pod_failure_policy()
     assert out["metadata"]["annotations"][retrypolicy.ADDED_ANNOTATION] == "1.2.3"
     kubernetes_validate.validate(out, "1.33.0", strict=True)
-    assert {op["path"] for op in patch} <= {"/spec/podFailurePolicy", "/metadata/annotations"}
+    assert out["spec"]["podReplacementPolicy"] == "Failed"
+    assert {op["path"] for op in patch} <= {
+        "/spec/podFailurePolicy",
+        "/spec/podReplacementPolicy",
+        "/metadata/annotations",
+    }
 
 
 def test_a_jobs_own_policy_is_never_touched() -> None:
