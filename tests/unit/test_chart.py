@@ -179,10 +179,13 @@ def test_node_rbac_only_while_node_actions_are_on() -> None:
     assert not [d for d in off if d["metadata"]["name"].endswith("-nodes")]
     env = env_of(one(off, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
     assert not load_kube_settings(argparse.Namespace(), env).node_actions
-    tainting = render({"aggregator": {"nodeActions": {"taint": True, "suspectWindow": "36h"}}})
+    strict = {"taint": True, "suspectWindow": "36h", "suspectMinNamespaces": 2, "faultsPerNamespacePerHour": 1}
+    tainting = render({"aggregator": {"nodeActions": strict}})
     env = env_of(one(tainting, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
     settings = load_kube_settings(argparse.Namespace(), env)
     assert settings.suspect_node_taint and settings.suspect_node_window == 36 * 3600
+    assert (settings.suspect_node_min_jobs, settings.suspect_node_min_namespaces) == (2, 2)
+    assert settings.node_faults_per_namespace == 1
 
 
 def test_namespace_mode_has_roles_and_no_webhook() -> None:
