@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import grpc
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
-from support.common import eventually
+from support.common import eventually, jwt
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, seed_pytorchjob
 
@@ -36,16 +35,6 @@ from podmortem.sidecar import config, running
 
 POD_NS = NS
 POD = "mixtral-cpt-worker-1"  # rank 1 of the PyTorchJob mixtral-cpt (three workers, no master)
-
-
-def jwt(exp: float, aud: str = "podmortem", jti: int = 0) -> str:
-    """A token shaped like the kubelet's (its unverified claims are read only to refuse early and to bound
-    the cache; the emulator's TokenReview decides)."""
-
-    def part(doc: dict[str, object]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
-
-    return f"{part({'alg': 'RS256'})}.{part({'exp': int(exp), 'aud': [aud], 'jti': jti})}.c2lnbmF0dXJl"
 
 
 @pytest.fixture
