@@ -9,10 +9,13 @@ Nothing is merged into a user's policy. What else holds:
 - A JobSet also gets `maxRestarts` (the webhook's `--jobset-max-restarts`, a chart value), because
   adding a `failurePolicy` changes JobSet's default from "fail on the first child failure" to
   "restart", and the budget should be stated, not left at 0 by omission. Each replicatedJob's pod
-  template gets `restartPolicy: Never` where none was set (JobSet would default it to `OnFailure`,
-  which a `podFailurePolicy` does not allow).
-- A Job, or a JobSet with a replicatedJob, whose pods use `restartPolicy: OnFailure` cannot have a
-  `podFailurePolicy`: left alone, counted as `restart_on_failure`.
+  template gets `restartPolicy: Never`, also over `OnFailure`: JobSet's own defaulting webhook, which the
+  API server calls before ours (configurations run in name order, `jobset-…` before `podmortem-…`),
+  turns an unset one into `OnFailure`, which a `podFailurePolicy` does not allow, and the webhook cannot
+  tell that default from a user's `OnFailure` (docs/retries.md).
+- A batch Job whose pods use `restartPolicy: OnFailure` (always the user's choice: the API server
+  defaults a Job's pods to `Always`, which a Job refuses) cannot have a `podFailurePolicy`: left alone,
+  counted as `restart_on_failure`.
 - A batch Job created by a JobSet (label `jobset.sigs.k8s.io/jobset-name`) is left alone: its JobSet is
   the unit that carries the policy, and a JobSet of a user's own policy must not get ours in its Jobs.
 - An object created by another controller (a controller ownerReference other than a CronJob's: the
@@ -146,9 +149,7 @@ def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) ->
         if job_spec.get("podFailurePolicy") is not None:
             return [], OWN_POLICY, f"replicatedJob {rj.get('name')!r} has a podFailurePolicy of its own"
         restart = _restart_policy(job_spec)
-        if restart == "OnFailure":
-            return [], RESTART_ON_FAILURE, f"replicatedJob {rj.get('name')!r} uses restartPolicy OnFailure"
-        if restart not in ("", "Never"):
+        if restart not in ("", "Never", "OnFailure"):
             return [], UNSUPPORTED, f"replicatedJob {rj.get('name')!r} uses restartPolicy {restart}"
     out = copy.deepcopy(dict(jobset))
     out_spec = _dict(out, "spec")
@@ -159,7 +160,11 @@ def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) ->
         if why := _with_policy(job_spec):
             replaced.append(f"replicatedJob {rj.get('name')!r}: {why}")
         pod_spec = _dict(_dict(job_spec, "template"), "spec")
-        if not pod_spec.get("restartPolicy"):
-            pod_spec["restartPolicy"] = "Never"
+        if pod_spec.get("restartPolicy") == "OnFailure":
+            replaced.append(
+                f"replicatedJob {rj.get('name')!r}: restartPolicy OnFailure (JobSet's default, or the user's) "
+                "replaced by Never, the only value a podFailurePolicy allows"
+            )
+        pod_spec["restartPolicy"] = "Never"
     _dict(_dict(out, "metadata"), "annotations")[ADDED_ANNOTATION] = version
     return list(jsonpatch.make_patch(dict(jobset), out).patch), ADDED, "; ".join(replaced)

@@ -19,7 +19,7 @@ import pytest
 import trustme
 from support.kube_admission import child_job, default_job, validate_job
 from support.kube_emulator import JOBS, JOBSETS, EmulatorHandle
-from support.webhooks import register_retry_policy, webhook_server
+from support.webhooks import register_jobset_defaults, register_retry_policy, webhook_server
 
 from podmortem.k8s import policy
 from podmortem.webhook import retrypolicy
@@ -196,3 +196,26 @@ async def test_a_jobsets_child_jobs_are_admitted(
         assert child["spec"]["podFailurePolicy"] == policy.pod_failure_policy()
     # The children are the JobSet's: the webhook saw them and left them alone.
     assert [r["request"]["kind"]["kind"] for r in kube_api.emulator.reviews] == ["JobSet", "Job", "Job"]
+
+
+async def test_a_jobset_defaulted_by_jobsets_own_webhook_first_still_gets_the_policy(
+    kube_api: EmulatorHandle, webhook: WebhookServer, client: kubernetes.client.ApiClient
+) -> None:
+    """JobSet's webhook (configuration `jobset-mutating-webhook-configuration`) runs before ours
+    (`podmortem-webhook`) and turns each unset pod restartPolicy into OnFailure, which a podFailurePolicy
+    does not allow: ours sees OnFailure, cannot tell it from the user's, and writes Never."""
+    register_jobset_defaults(kube_api)
+    unset = jobset()
+    for rj in unset["spec"]["replicatedJobs"]:
+        del rj["template"]["spec"]["template"]["spec"]["restartPolicy"]
+    custom = kubernetes.client.CustomObjectsApi(client)
+    await asyncio.to_thread(custom.create_namespaced_custom_object, "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", unset)
+    [review] = kube_api.emulator.reviews  # ours; JobSet's own is a model, called in-process
+    received = review["request"]["object"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert received["template"]["spec"]["restartPolicy"] == "OnFailure"
+    stored = kube_api.get(JOBSETS, NS, "llm")
+    assert stored is not None and stored["spec"]["failurePolicy"] == policy.jobset_failure_policy(3)
+    await create_job(client, child_job(stored, "workers", 0))
+    child = kube_api.get(JOBS, NS, "llm-workers-0")
+    assert child is not None and child["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert child["spec"]["completionMode"] == "Indexed"  # JobSet's default, kept

@@ -20,6 +20,14 @@ parts of it that podmortem's writes touch, each from its source (kubernetes/kube
   `FailIndex` only with `backoffLimitPerIndex`, exactly one of `onExitCodes`/`onPodConditions`, patterns
   with a qualified-name type and a status of True/False/Unknown, exit codes sorted, unique, non-empty, not
   0 under `In`, a `containerName` that names a container).
+- `jobset_defaults`: JobSet's own mutating webhook (kubernetes-sigs/jobset `pkg/webhooks/jobset_webhook.go`,
+  `Default`, v0.12.0), installed as the MutatingWebhookConfiguration `jobset-mutating-webhook-configuration`:
+  `successPolicy` All, `startupPolicy` AnyOrder, each replicatedJob's `completionMode: Indexed` and, when
+  unset, its pod `restartPolicy: OnFailure`, `network.enableDNSHostnames` and `publishNotReadyAddresses`
+  true, and unnamed failure policy rules named `failurePolicyRule<i>`. The API server calls mutating
+  webhooks in the order of their configurations' names (`mergeMutatingWebhookConfigurations` sorts them
+  `ByName` in `k8s.io/apiserver/pkg/admission/configuration/mutating_webhook_manager.go`), so JobSet's runs
+  before a configuration named `podmortem-webhook`, and podmortem's webhook sees its defaults.
 - `child_job`: the Job the JobSet controller creates for a replicatedJob (kubernetes-sigs/jobset
   `constructJob` in `pkg/controllers/jobset_controller.go`): the template's Job spec as written, with the
   JobSet's labels. The JobSet CRD's schema defaults none of the fields above, so a replicatedJob's
@@ -223,3 +231,27 @@ def child_job(jobset: JSON, replicated_job: str, index: int, attempt: int = 0) -
         },
         "spec": spec,
     }
+
+
+JOBSET_WEBHOOK_CONFIGURATION = "jobset-mutating-webhook-configuration"
+
+
+def jobset_defaults(jobset: JSON) -> JSON:
+    """The JobSet as JobSet's defaulting webhook leaves it (module doc)."""
+    out = copy.deepcopy(jobset)
+    spec = _dict(out, "spec")
+    spec.setdefault("successPolicy", {"operator": "All"})
+    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+    for rj in spec.get("replicatedJobs") or []:
+        job_spec = _dict(_dict(rj, "template"), "spec")
+        job_spec.setdefault("completionMode", "Indexed")
+        pod_spec = _dict(_dict(job_spec, "template"), "spec")
+        if not pod_spec.get("restartPolicy"):
+            pod_spec["restartPolicy"] = "OnFailure"
+    network = _dict(spec, "network")
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
+        if isinstance(rule, dict) and not rule.get("name"):
+            rule["name"] = f"failurePolicyRule{i}"
+    return out

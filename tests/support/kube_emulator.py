@@ -32,6 +32,7 @@ start, answers PUT with 404, and its discovery and lists are not what kubectl ac
    it, then every registered mutating webhook (`register_webhook`: a real HTTPS endpoint, called with an
    `admission.k8s.io/v1` AdmissionReview in configuration-name order, its JSONPatch applied) sees the
    defaulted object, then the Job is validated (a 422 Invalid names the field) and only then stored.
+   Another project's webhook (JobSet's defaulting) can be registered as an in-process model of its source.
    Objects seeded with `put` skip admission, as a controller's writes to status would not need it.
 10. What the real `kubectl` needs: core discovery says `groupVersion: "v1"` (KMock says `"/v1"`),
    lists have `kind`/`apiVersion`, watch streams are `application/json`, Status bodies for errors.
@@ -195,6 +196,8 @@ class Webhook:
     ssl: ssl_module.SSLContext | None = None  # trusts the webhook's serving CA (the caBundle)
     failure_policy: str = "Fail"  # "Ignore": an unreachable webhook lets the object through unchanged
     timeout: float = 10.0
+    # Another project's webhook, modelled in-process from its source (`url` unused): object -> mutated object.
+    model: Callable[[JSON], JSON] | None = None
 
 
 class _Problem(Exception):
@@ -450,6 +453,8 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
         return obj
 
     async def _call_webhook(self, hook: Webhook, res: Resource, namespace: str | None, obj: JSON) -> JSON:
+        if hook.model is not None:
+            return hook.model(copy.deepcopy(obj))
         review = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",

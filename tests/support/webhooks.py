@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from podmortem.webhook.config import WebhookConfig
 from podmortem.webhook.mutation import Injection
 from podmortem.webhook.server import WebhookServer
+from support.kube_admission import JOBSET_WEBHOOK_CONFIGURATION, jobset_defaults
 from support.kube_emulator import EmulatorHandle, Webhook
 
 RETRY_POLICY_RESOURCES = frozenset({"batch/jobs", "jobset.x-k8s.io/jobsets"})
@@ -60,3 +61,9 @@ def register_retry_policy(
     """The chart's retry-policy webhook, registered with the emulator (failurePolicy Fail: what the API server
     answers when the webhook errs is part of what a test should see)."""
     api.register_webhook(Webhook(name, f"https://127.0.0.1:{srv.port}/mutate", RETRY_POLICY_RESOURCES, client_ssl(ca)))
+
+
+def register_jobset_defaults(api: EmulatorHandle) -> None:
+    """JobSet's own defaulting webhook, as a model of its source (support.kube_admission.jobset_defaults)."""
+    jobsets = frozenset({"jobset.x-k8s.io/jobsets"})
+    api.register_webhook(Webhook(JOBSET_WEBHOOK_CONFIGURATION, "", jobsets, model=jobset_defaults))
