@@ -258,3 +258,12 @@ def test_the_refusal_reasons_are_the_metrics_labels() -> None:
     from podmortem.aggregator.metrics import NODE_FAULT_REFUSALS
 
     assert nodes.REFUSALS == NODE_FAULT_REFUSALS
+
+
+def test_the_namespace_budget_forgets_full_buckets_past_its_bound() -> None:
+    now = [0.0]
+    budget = nodes.NamespaceBudget(2, clock=lambda: now[0])
+    for i in range(nodes.NamespaceBudget.TRACKED):
+        assert budget.take(f"ns-{i}")
+    now[0] = 3600.0  # every bucket full again
+    assert budget.take("one-more") and len(budget._buckets) == 1

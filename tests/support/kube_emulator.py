@@ -46,7 +46,7 @@ takes the aiohttp request from `Request._raw_request` to stream watch responses 
 kmock has no public extension point for serving resource requests itself; a kmock upgrade that
 renames these fails this module's tests first.
 
-It is one module of ~800 lines because it is one request path over one store: every numbered item
+It is one module of ~900 lines because it is one request path over one store: every numbered item
 above reads and writes the same object store and event log.
 
 `running_emulator()` runs it in its own thread with its own event loop, so that the test's loop, the

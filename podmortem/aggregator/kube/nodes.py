@@ -147,26 +147,29 @@ def suspect(faults: list[JSON], actions: NodeActions) -> bool:
 
 
 class NamespaceBudget:
-    """At most `per_hour` new faults per namespace an hour: a token bucket per namespace, full at start."""
+    """At most `per_hour` new faults per namespace an hour: a token bucket per namespace, full at start.
+    Buckets that have filled up again are forgotten once more than `TRACKED` namespaces have one."""
+
+    TRACKED = 4096
 
     def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_hour = per_hour
         self.clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # namespace -> (tokens, when last filled)
+        self._buckets: dict[str, tuple[float, float]] = {}  # namespace -> (tokens, when counted)
+
+    def _tokens(self, namespace: str, now: float) -> float:
+        tokens, then = self._buckets.get(namespace, (float(self.per_hour), now))
+        return min(float(self.per_hour), tokens + (now - then) * self.per_hour / HOUR)
 
     def take(self, namespace: str) -> bool:
         now = self.clock()
-        tokens, then = self._buckets.get(namespace, (float(self.per_hour), now))
-        tokens = min(float(self.per_hour), tokens + (now - then) * self.per_hour / HOUR)
-        if tokens < 1.0:
-            self._buckets[namespace] = (tokens, now)
-            return False
-        self._buckets[namespace] = (tokens - 1.0, now)
-        if len(self._buckets) > 4096:  # namespaces whose bucket is full again carry no state
-            full = [ns for ns, (t, w) in self._buckets.items() if t + (now - w) * self.per_hour / HOUR >= self.per_hour]
-            for ns in full:
-                del self._buckets[ns]
-        return True
+        tokens = self._tokens(namespace, now)
+        taken = tokens >= 1.0
+        self._buckets[namespace] = (tokens - 1.0 if taken else tokens, now)
+        if len(self._buckets) > self.TRACKED:
+            for full in [ns for ns in self._buckets if self._tokens(ns, now) >= self.per_hour]:
+                del self._buckets[full]
+        return taken
 
 
 def read_faults(node: JSON) -> list[JSON]:
