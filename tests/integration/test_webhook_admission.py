@@ -17,9 +17,10 @@ from typing import Any
 import kubernetes
 import pytest
 import trustme
+from support.common import free_port
 from support.kube_admission import child_job, default_job, validate_job
-from support.kube_emulator import JOBS, JOBSETS, EmulatorHandle
-from support.webhooks import register_jobset_defaults, register_retry_policy, webhook_server
+from support.kube_emulator import JOBS, JOBSETS, EmulatorHandle, Webhook
+from support.webhooks import RETRY_POLICY_RESOURCES, register_jobset_defaults, register_retry_policy, webhook_server
 
 from podmortem.k8s import policy
 from podmortem.webhook import retrypolicy
@@ -219,3 +220,23 @@ async def test_a_jobset_defaulted_by_jobsets_own_webhook_first_still_gets_the_po
     child = kube_api.get(JOBS, NS, "llm-workers-0")
     assert child is not None and child["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert child["spec"]["completionMode"] == "Indexed"  # JobSet's default, kept
+
+
+@pytest.mark.parametrize(("failure_policy", "status"), [("Ignore", 201), ("Fail", 500)])
+async def test_an_unreachable_webhook_follows_its_failure_policy(
+    kube_api: EmulatorHandle, client: kubernetes.client.ApiClient, failure_policy: str, status: int
+) -> None:
+    """The emulator's side of the chart's `webhook.failurePolicy`: Ignore admits the Job as defaulted."""
+    hook = Webhook("podmortem-webhook", f"https://127.0.0.1:{free_port()}/mutate", RETRY_POLICY_RESOURCES,
+                   failure_policy=failure_policy, timeout=2.0)  # fmt: skip
+    kube_api.register_webhook(hook)
+    if status == 500:
+        with pytest.raises(kubernetes.client.ApiException) as exc:
+            await create_job(client, job())
+        assert exc.value.status == 500 and 'failed calling webhook \\"podmortem-webhook\\"' in str(exc.value.body)
+        assert kube_api.get(JOBS, NS, "ddp") is None
+        return
+    await create_job(client, job())
+    stored = kube_api.get(JOBS, NS, "ddp")
+    assert stored is not None and "podFailurePolicy" not in stored["spec"]
+    assert stored["spec"]["podReplacementPolicy"] == "TerminatingOrFailed"  # defaulted, nothing added
