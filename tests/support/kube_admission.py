@@ -4,14 +4,16 @@ A create request goes, in the API server, through: decode and default (the `SetD
 when the body is decoded into the versioned type), mutating admission (each webhook receives the
 *defaulted* object), validation, then storage. podmortem's webhook mutates Jobs and JobSets, so what it
 receives and whether what it returns is valid are both the API server's business; this module models the
-parts of it that podmortem's writes touch, each from its source (kubernetes/kubernetes at v1.33):
+parts of it that podmortem's writes touch, each from its source (kubernetes/kubernetes as of 1.29 and later,
+where the JobPodReplacementPolicy gate is on by default):
 
 - `default_job`: `SetDefaults_Job` (`pkg/apis/batch/v1/defaults.go`): `completions`/`parallelism` 1 when
   both are unset, `parallelism` 1, `backoffLimit` 6 (MaxInt32 with `backoffLimitPerIndex`),
   `completionMode: NonIndexed`, `suspend: false`, `manualSelector: false`, an `onPodConditions` pattern's
-  `status: "True"`, and, with the `JobPodReplacementPolicy` feature gate (beta and on by default from
-  1.29, GA and locked on from 1.34), `podReplacementPolicy: Failed` when the Job has a `podFailurePolicy`
-  and `TerminatingOrFailed` when it has none. The pod template gets `SetDefaults_PodSpec`'s
+  `status: "True"` (`SetDefaults_PodFailurePolicyOnPodConditionsPattern` in later releases), and, with the
+  `JobPodReplacementPolicy` feature gate (beta and on by default from 1.29, GA and locked on from 1.34),
+  `podReplacementPolicy: Failed` when the Job has a `podFailurePolicy` and `TerminatingOrFailed` when it
+  has none. The pod template gets `SetDefaults_PodSpec`'s
   `restartPolicy: Always` when unset (`pkg/apis/core/v1/defaults.go`).
 - `validate_job`: `validateJobSpec` and its helpers (`pkg/apis/batch/validation/validation.go`) for the
   fields podmortem writes or depends on: `restartPolicy` must be `OnFailure` or `Never`, and `Never` with
