@@ -267,3 +267,16 @@ def test_the_namespace_budget_forgets_full_buckets_past_its_bound() -> None:
         assert budget.take(f"ns-{i}")
     now[0] = 3600.0  # every bucket full again
     assert budget.take("one-more") and len(budget._buckets) == 1
+
+
+async def test_a_job_counts_again_once_its_fault_is_out_of_the_window(kube_api: EmulatorHandle, kube: Kube) -> None:
+    """A long-lived job failing on the same node weeks apart: its old fault no longer counts, the new one does."""
+    job = JobRef(NS, "ddp", "PyTorchJob", "uid-ddp")
+    now = [T0]
+    pub = NodeFaultPublisher(kube, NodeActions(per_namespace_per_hour=100), clock=lambda: now[0])
+    await pub.publish(hardware(1, T0, job=job))
+    now[0] = T0 + 10 * DAY
+    await pub.publish(hardware(2, now[0], job=job))
+    record = json.loads(node(kube_api)["metadata"]["annotations"][nodes.FAULTS_ANNOTATION])
+    assert [f["incident"] for f in record] == [f"{NS}.ddp.1", f"{NS}.ddp.2"]
+    assert ours(node(kube_api)) is None  # one fault in the window

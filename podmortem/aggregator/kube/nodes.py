@@ -20,8 +20,9 @@ A hardware verdict comes from text the tenant's pod wrote, so the trust in it is
 
 - a fault counts once per job on a node: the job is the top-level workload, named by its uid as the
   API states it (`--auth tokenreview` resolves it from the pod's owners), else by namespace, kind and
-  name. Another incident of the same job (another attempt, another pod, an attempt the pod invented) adds
-  nothing; it is counted in `refused` as `job_counted`;
+  name. Another incident of the same job (another attempt, another pod, an attempt the pod invented)
+  while its fault counts (within the window, after the last clearing) adds nothing; it is counted in
+  `refused` as `job_counted`;
 - a namespace records at most `per_namespace_per_hour` new faults an hour, over all nodes (a token
   bucket of that size, refilled evenly; in memory, so it starts full after a restart). Beyond it the fault
   is not recorded and is counted as `namespace_rate`.
@@ -126,15 +127,19 @@ def namespace_of(fault: JSON) -> str:
     return str(fault.get("job") or "").split("/", 1)[0]
 
 
-def is_recorded(faults: list[JSON], fault: JSON) -> bool | None:
-    """True: this incident is in the record already (a replay); None: another incident of the same job is
-    (the job has counted on this node); False: neither, a new fault."""
+REPLAY, NEW = "replay", "new"
+
+
+def standing(node: JSON, fault: JSON, now: float, window: float) -> str:
+    """REPLAY: this incident is in the node's record already; JOB_COUNTED: another incident of the same job
+    is, and counts (within the window, after the last clearing); NEW: neither."""
+    faults = read_faults(node)
     if any(f.get("incident") == fault["incident"] for f in faults):
-        return True
+        return REPLAY
     key = job_key(fault)
-    if key and any(job_key(f) == key for f in faults):
-        return None
-    return False
+    if key and any(job_key(f) == key for f in recent(faults, now, window, cleared_at(node))):
+        return JOB_COUNTED
+    return NEW
 
 
 def suspect(faults: list[JSON], actions: NodeActions) -> bool:
@@ -189,8 +194,8 @@ def read_faults(node: JSON) -> list[JSON]:
 
 
 def with_fault(faults: list[JSON], fault: JSON) -> list[JSON] | None:
-    """The record with `fault` added (the last MAX_FAULTS kept), or None when its incident or its job is in it."""
-    if is_recorded(faults, fault) is not False:
+    """The record with `fault` added (the last MAX_FAULTS kept), or None when its incident is already in it."""
+    if any(f.get("incident") == fault["incident"] for f in faults):
         return None
     return [*faults, fault][-MAX_FAULTS:]
 
@@ -324,17 +329,17 @@ class NodeFaultPublisher:
         now = self._clock() if self._clock is not None else decision.decided_at
 
         try:
-            known = is_recorded(read_faults(await self.kube.get(path)), fault)
+            known = standing(await self.kube.get(path), fault, now, self.actions.window)
         except NotFoundError:
             log.info("node %s is gone; nothing recorded", v.node)
             return
         incident = decision.incident.incident_id
-        if known is None:
+        if known == JOB_COUNTED:
             log.info("incident %s: job %s has counted on node %s already", incident, fault["job"], v.node)
             self.on_refused(JOB_COUNTED)
             return
         namespace = decision.incident.job.namespace
-        if known is False and not self.budget.take(namespace):
+        if known == NEW and not self.budget.take(namespace):
             limit = self.actions.per_namespace_per_hour
             log.warning("incident %s: namespace %s recorded %d hardware faults on nodes within the hour; "
                         "node %s not written", incident, namespace, limit, v.node)  # fmt: skip
@@ -342,6 +347,8 @@ class NodeFaultPublisher:
             return
 
         def record(node: JSON) -> JSON | None:
+            if standing(node, fault, now, self.actions.window) != NEW:
+                return None
             faults = with_fault(read_faults(node), fault)
             if faults is None:
                 return None
@@ -351,7 +358,7 @@ class NodeFaultPublisher:
         node = await self._update(path, "", record)
         if node is None:
             return
-        if is_recorded(read_faults(node), fault) is not True:
+        if standing(node, fault, now, self.actions.window) != REPLAY:
             self.on_refused(JOB_COUNTED)  # another incident of this job was recorded meanwhile (a 409 re-read)
             return
         faults = recent(read_faults(node), now, self.actions.window, cleared_at(node))
