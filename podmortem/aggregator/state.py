@@ -16,8 +16,13 @@ so replaying a decided incident's events publishes nothing again (a revision onl
 changes), and a run of a job after a final verdict stays filed under the attempt it was filed under
 (`<attempt>.g2`: the book's generations), never under the decided one. A verdict published in the
 moment before the process died and before its row was committed is published again after the restart.
-Journal mode WAL with `synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) — the case this is
-for — though not necessarily a power loss of the node.
+Journal mode WAL with `synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) —
+the case this is for — though not necessarily a power loss of the node.
+
+Each job's attempt history (`aggregator.history`) is kept here too, in `attempts`: one row per job uid
+and attempt, written when a verdict whose attempt is the job's own is published, at most MAX_ATTEMPTS
+rows a job and history.MAX_JOBS jobs (the jobs decided longest ago go first), read back into the book's
+history at start-up. It outlives the job's incident rows: it is what the next attempt is compared with.
 
 The layout is versioned (`PRAGMA user_version`, `SCHEMA_VERSION`). A file of an older version is
 migrated forward in place at start-up, its rows kept. A file the aggregator must not use is moved
@@ -39,9 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.aggregator.decisions import Decision
-from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey, Restored
+from podmortem.aggregator.history import MAX_JOBS
+from podmortem.aggregator.incidents import IncidentBook, MemberKey, Restored
 from podmortem.aggregator.intake import LimitExceeded
 from podmortem.core.model import JobRef, Verdict
+from podmortem.core.repeats import MAX_ATTEMPTS, Attempt
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -51,7 +58,7 @@ RETENTION = 7 * 24 * 3600.0
 
 # The layout's version, kept in the file's `PRAGMA user_version`. A file written before versioning
 # says 0 and has layout 1. Each step of `_MIGRATIONS` takes version N to N + 1 in one transaction.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _DECISIONS = (
     "ns", "job", "attempt", "kind", "uid", "revision", "closed_by", "opened_at", "pod", "category",
     "retryable", "members", "final", "at",
@@ -68,15 +75,25 @@ _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
     3: {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
         "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+        "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
+    },
+    4: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+        "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
         "decisions": _DECISIONS,
     },
 }
-_DECISIONS_TABLE = """
-CREATE TABLE decisions (
+_DECISIONS_TABLE = """CREATE TABLE decisions (
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, kind TEXT NOT NULL, uid TEXT NOT NULL,
     revision INTEGER NOT NULL, closed_by TEXT NOT NULL, opened_at REAL, pod TEXT, category TEXT,
     retryable INTEGER, members TEXT NOT NULL, final INTEGER NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (ns, job, attempt)
+)"""
+_ATTEMPTS = """CREATE TABLE attempts (
+    uid TEXT NOT NULL, attempt TEXT NOT NULL, ns TEXT NOT NULL, job TEXT NOT NULL,
+    entry TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (uid, attempt)
 )"""
 _SCHEMA = (
     """
@@ -92,21 +109,34 @@ CREATE TABLE events (
     UNIQUE (ns, job, attempt, pod, id)
 );
 """
-    + _DECISIONS_TABLE
+    + _ATTEMPTS
     + ";\n"
+    + _DECISIONS_TABLE
+    + ";"
 )
 _MIGRATIONS: dict[int, str] = {
     # 1 -> 2: whether the member's job membership was verified against the API (rows written before
     # say no; a live sidecar registering again is verified again).
     1: "ALTER TABLE registrations ADD COLUMN verified INTEGER NOT NULL DEFAULT 0",
-    # 2 -> 3: the verdicts published (a restart does not publish them again).
-    2: _DECISIONS_TABLE,
+    # 2 -> 3: each job's attempt history.
+    2: _ATTEMPTS,
+    # 3 -> 4: the verdicts published (a restart does not publish them again).
+    3: _DECISIONS_TABLE,
 }
+# Attempts written between two trims of the whole history to MAX_JOBS jobs.
+TRIM_EVERY = 256
 
 Statement = tuple[str, tuple[Any, ...]]
 # Bytes of rows waiting for the next commit: past this, a write waits for that commit before it is
 # queued, so one transaction stays bounded (bench/burst.py --state-dir prints the peak RSS).
 MAX_PENDING_BYTES = 8 << 20
+
+
+# Keeps the attempts of the MAX_JOBS jobs decided most recently.
+_TRIM_JOBS: Statement = (
+    "DELETE FROM attempts WHERE uid IN (SELECT uid FROM attempts GROUP BY uid ORDER BY MAX(at) DESC LIMIT -1 OFFSET ?)",
+    (MAX_JOBS,),
+)
 
 
 class StateError(RuntimeError):
@@ -160,6 +190,7 @@ class StateStore:
         self._pending_bytes = 0
         self._committed: asyncio.Event | None = None  # set after each commit (writes over the bound wait)
         self._flushing: asyncio.Task[None] | None = None
+        self._attempts_written = 0
 
     # -- opening: corrupt, newer and foreign files are set aside --------------------------------
 
@@ -254,14 +285,6 @@ class StateStore:
         )
         self.events_written += 1
 
-    async def forget(self, job: JobKey) -> None:
-        await self._commit(
-            [
-                (f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", job)
-                for table in ("registrations", "events")
-            ]
-        )
-
     async def _room(self, size: int) -> int:
         """Wait until `size` more bytes fit under MAX_PENDING_BYTES (or nothing else waits); `size`."""
         while self._pending_bytes + size > MAX_PENDING_BYTES and self._pending:
@@ -318,6 +341,13 @@ class StateStore:
     # -- a publisher: a final verdict ends the need to remember its job ---------------------------
 
     async def publish(self, decision: Decision) -> None:
+        entry = decision.attempt
+        if decision.own_attempt and entry is not None:
+            await self._commit(self._attempt_rows(decision, entry))
+        await self._commit(self._decision_rows(decision))
+
+    def _decision_rows(self, decision: Decision) -> list[Statement]:
+        """The verdict kept (`decisions`); a final one's job attempt forgotten."""
         inc, verdict = decision.incident, decision.verdict
         key = (inc.job.namespace, inc.job.name, inc.attempt)
         retryable = None if verdict.retryable is None else int(verdict.retryable)
@@ -325,13 +355,31 @@ class StateStore:
             *key, inc.job.kind, inc.job.uid, decision.revision, decision.closed_by, inc.opened_at, verdict.pod,
             verdict.category, retryable, json.dumps([m.pod for m in inc.members]), int(decision.final), self._clock(),
         )  # fmt: skip
-        statements: list[Statement] = [(f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(row))})", row)]
+        rows: list[Statement] = [(f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(row))})", row)]
         if decision.final:
-            statements += [
+            rows += [
                 (f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", key)
                 for table in ("registrations", "events")
             ]
-        await self._commit(statements)
+        return rows
+
+    def _attempt_rows(self, decision: Decision, entry: Attempt) -> list[Statement]:
+        job = decision.incident.job
+        rows: list[Statement] = [
+            (
+                "INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?)",
+                (job.uid, entry.attempt, job.namespace, job.name, json.dumps(entry.to_dict()), entry.decided_at),
+            ),
+            (
+                "DELETE FROM attempts WHERE uid = ? AND attempt NOT IN "
+                "(SELECT attempt FROM attempts WHERE uid = ? ORDER BY at DESC LIMIT ?)",
+                (job.uid, job.uid, MAX_ATTEMPTS),
+            ),
+        ]
+        self._attempts_written += 1
+        if self._attempts_written % TRIM_EVERY == 0:
+            rows.append(_TRIM_JOBS)
+        return rows
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -350,6 +398,20 @@ class StateStore:
             self._db.execute("DELETE FROM registrations WHERE at < ?", (cutoff,))
             self._db.execute("DELETE FROM events WHERE at < ?", (cutoff,))
             self._db.execute("DELETE FROM decisions WHERE at < ?", (cutoff,))
+        self._db.execute(_TRIM_JOBS[0], _TRIM_JOBS[1])
+        self._db.execute("DELETE FROM attempts WHERE at < ?", (cutoff,))
+        uids: set[str] = set()
+        for uid, blob in self._db.execute("SELECT uid, entry FROM attempts ORDER BY at"):
+            try:
+                entry = Attempt.from_dict(json.loads(blob))
+            except ValueError:
+                entry = None
+            if entry is None:
+                log.error("state: an attempt of job uid %s is unreadable; skipped", uid)
+                continue
+            book.history.merge(uid, (entry,))
+            uids.add(uid)
+        jobs = len(uids)
         for (
             ns,
             job,
@@ -404,6 +466,9 @@ class StateStore:
                 log.error("state: an event of %s/%s could not be replayed: %s", ns, pod, exc)
                 continue
             events += 1
-        if members or events:
-            log.info("state: replayed %d member(s) and %d event(s) from %s", members, events, self.path)
+        if members or events or jobs:
+            log.info(
+                "state: replayed %d member(s), %d event(s) and the attempt history of %d job(s) from %s",
+                members, events, jobs, self.path,
+            )  # fmt: skip
         return members, events
