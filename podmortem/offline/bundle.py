@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core import errorfile, podstatus
-from podmortem.core.model import Incident, JobRef, Member, evolve
+from podmortem.core.model import Incident, JobRef, Member
 from podmortem.protocol import wire
-from podmortem.protocol.v1 import collector_pb2 as pb
 
 MAX_LOG_BYTES = 256 << 10  # the tail of a larger log is kept
 # From this many pods on, members are read by one process per core: a 10,000-pod bundle is 30,000 files
@@ -154,19 +153,8 @@ def _load_member(pod_dir: str | Path) -> Member:
     snap = podstatus.snapshot(pod)
     if not snap.name:
         snap = dataclasses.replace(snap, name=os.path.basename(pod_dir))
-    key = snap.uid or f"{snap.namespace}/{snap.name}"
-    member = wire.member_from_snapshot(snap)
-    events: list[pb.Event] = list(wire.events_from_snapshot(snap))
     rec = errorfile.read_error_file(os.path.join(pod_dir, "error.json"), within=pod_dir)
-    if rec is not None:
-        events.append(wire.make_event(wire.error_to_pb(rec), wire.error_event_id(key, rec)))
-    log = _read_log(os.path.join(pod_dir, "log.txt"))
-    if log is not None:
-        events.append(wire.make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
-    for event in events:
-        member = wire.apply_event(member, event)
-    # No sidecar watched this pod: the fold stamped "observed" with the time we read the files.
-    return evolve(member, error_observed_at=None, termination_observed_at=None)
+    return wire.member_from_copies(snap, rec, _read_log(os.path.join(pod_dir, "log.txt")))
 
 
 def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
