@@ -228,8 +228,20 @@ def load(
     width: int = 1280,
     height: int = 900,
 ) -> Loaded:
+    """`load_async` from code that runs no event loop."""
+    return asyncio.run(load_async(path, evaluate=evaluate, screenshot=screenshot, width=width, height=height))
+
+
+async def load_async(
+    path: str | os.PathLike[str],
+    *,
+    evaluate: dict[str, str] | None = None,
+    screenshot: str | os.PathLike[str] | None = None,
+    width: int = 1280,
+    height: int = 900,
+) -> Loaded:
     """Open the local file `path` in a fresh headless Chromium and report what happened (see the module)."""
-    return asyncio.run(_load(Path(path), dict(evaluate or {}), Path(screenshot) if screenshot else None, width, height))
+    return await _load(Path(path), dict(evaluate or {}), Path(screenshot) if screenshot else None, width, height)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podmortem.core import podstatus
-from podmortem.core.model import Incident, JobRef
+from podmortem.core.conditions import CONDITION_TYPES
+from podmortem.core.model import Condition, Incident, JobRef, Member, evolve
 from podmortem.page.render import PageContext
 from podmortem.protocol import wire
 
@@ -36,6 +37,7 @@ def context_from_annotation(doc: Mapping[str, Any], written: Sequence[tuple[str,
         revision=revision if isinstance(revision, int) else None,
         final=doc.get("final") if isinstance(doc.get("final"), bool) else None,
         written=tuple(written),
+        live=True,
     )
 
 
@@ -49,12 +51,33 @@ def incident_from_cluster(
     for pod in pods:
         snap = podstatus.snapshot(dict(pod))
         log = logs.get(snap.name)
-        members.append(wire.member_from_copies(snap, None, (log.encode(), False) if log else None))
+        member = wire.member_from_copies(snap, None, (log.encode(), False) if log else None)
+        members.append(evolve(member, conditions=member.conditions + written_conditions(pod)))
     world = doc.get("worldSize")
     return Incident(
         job=ref,
         world_size=world if isinstance(world, int) and world > 0 else len(members),
-        members=tuple(sorted(members, key=lambda m: (m.rank if m.rank is not None else 1 << 30, m.pod))),
+        members=tuple(sorted(podstatus.assign_ranks(members), key=_rank_order)),
         attempt=str(doc.get("attempt") or ""),
         incident_id=str(doc.get("incidentId") or ""),
     )
+
+
+def written_conditions(pod: Mapping[str, Any]) -> tuple[Condition, ...]:
+    """The podmortem.io/* conditions the aggregator wrote on a pod (the fold keeps only the conditions the
+    engine reads; the page shows these too)."""
+    return tuple(
+        Condition(
+            str(c.get("type")),
+            "True",
+            str(c.get("reason") or ""),
+            str(c.get("message") or ""),
+            podstatus.parse_time(c.get("lastTransitionTime")),
+        )
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True"
+    )
+
+
+def _rank_order(m: Member) -> tuple[int, int, str]:
+    return (0 if m.rank is not None else 1, m.rank or 0, m.pod)

@@ -54,6 +54,7 @@ class PageContext:
     final: bool | None = None
     written: tuple[tuple[str, str], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    live: bool = False  # read from a cluster: pod conditions are what the pods carry, none is inferred
 
 
 def context_of_verdict_file(doc: Mapping[str, Any], source: str) -> PageContext:
@@ -120,9 +121,14 @@ def _mark_shapes(marks: Sequence[Mark], scale: _Scale, y: float) -> list[dict[st
         if line == len(last_x):
             last_x.append(0.0)
         last_x[line] = x + max(LABEL_GAP, 7 * len(mark.label) + 16)
+        width = 6 * len(mark.label)
+        left = x + 9 + width > PLOT_X1 + 25  # no room on the right: the label goes left of its mark
         out.append(
-            {"kind": mark.kind, "x": x, "y": y, "label": mark.label, "detail": mark.detail, "ly": y - 8 + 11 * line}
-        )
+            {
+                "kind": mark.kind, "x": x, "y": y, "label": mark.label, "detail": mark.detail,
+                "ly": y - 8 + 11 * line, "lx": x - 9 if left else x + 9, "anchor": "end" if left else "start",
+            }
+        )  # fmt: skip
     return out
 
 
@@ -215,7 +221,7 @@ def _excerpts(tl: Timeline) -> list[dict[str, Any]]:
                 shown.append({"pod": r.pod, "role": r.role, "note": "", "log": r.log})
         for b in g.bands:
             if b.example.log:
-                note = f"one of {len(b.pods)} that say: {b.why}"
+                note = f"one of {len(b.pods):,} that say: {b.why}"
                 shown.append({"pod": b.example.pod, "role": b.role, "note": note, "log": b.example.log})
     shown.sort(key=lambda e: timeline._ORDER[e["role"]])
     return shown[:MAX_EXCERPTS]
@@ -272,7 +278,7 @@ def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageCo
     ctx = ctx or PageContext()
     doc = dict(verdict.to_dict() if isinstance(verdict, Verdict) else verdict)
     v = verdict if isinstance(verdict, Verdict) else timeline.verdict_of(doc)
-    tl = timeline.build(incident, v, decided_at=ctx.decided_at, closed_by=ctx.closed_by)
+    tl = timeline.build(incident, v, decided_at=ctx.decided_at, closed_by=ctx.closed_by, would_write=not ctx.live)
     origin = tl.start if tl.start is not None else 0.0
     root_row = next((r for g in tl.groups for r in g.rows if r.role == "root"), None)
     first_root = min((k.at for k in root_row.marks), default=None) if root_row else None

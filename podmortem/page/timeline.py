@@ -254,8 +254,11 @@ def build(
     decided_at: float | None = None,
     closed_by: str = "",
     rules: RuleSet = DEFAULT_RULES,
+    would_write: bool = True,
 ) -> Timeline:
-    """The timeline of `incident` as `verdict` explains it (pure)."""
+    """The timeline of `incident` as `verdict` explains it (pure). `would_write`: for a member that carries
+    no podmortem condition, show the one the aggregator would write (offline); False for a live cluster,
+    where what was written is what the pods carry."""
     victims = {s.pod: s.reason for s in verdict.secondary}
     findings = [assess(m, rules) for m in incident.members]
     marked: set[str] = set()
@@ -264,6 +267,8 @@ def build(
         written = _written(m)
         if written is not None:
             condition, ctext = f"{written[0]} (written)", written[1]
+        elif not would_write:
+            condition, ctext = "", ""
         else:
             decided = conditions.decide(m, incident, verdict, rules=rules, victims=marked)
             condition = f"{decided.type.rpartition('/')[2]} (would write)" if decided else ""
@@ -272,6 +277,8 @@ def build(
             marked.add(m.pod)
         role = _role(m, f, verdict, victims)
         why = _why(role, f, victims)
+        if written is not None and written[0] == "Victim" and role in ("own", "unknown"):
+            role, why = "victim", written[1]  # podmortem marked it a victim when its condition was decided
         line = _cut(f.text.strip()) if f.text else ""
         rows.append(
             (
@@ -373,7 +380,13 @@ def _fold(rows: Sequence[tuple[Row, Finding]], members: Sequence[Member]) -> tup
     return tuple(Group(g, tuple(keep.get(g, ())), tuple(bands.get(g, ()))) for g in _ordered_groups(named, lead))
 
 
+def _by_rank(pair: tuple[Row, Finding]) -> tuple[int, int, str]:
+    rank = pair[0].rank
+    return (0 if rank is not None else 1, rank or 0, pair[0].pod)
+
+
 def _band(role: str, pairs: Sequence[tuple[Row, Finding]]) -> Band:
+    pairs = sorted(pairs, key=_by_rank)
     times = [k.at for r, _ in pairs for k in r.marks]
     kinds = Counter(k for r, _ in pairs for k in {mk.kind for mk in r.marks})
     whys = Counter(r.why for r, _ in pairs)
