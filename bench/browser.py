@@ -116,7 +116,9 @@ def _console_text(params: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-async def _load(path: Path, evaluate: dict[str, str], screenshot: Path | None, width: int, height: int) -> Loaded:
+async def _load(
+    path: Path, evaluate: dict[str, str], screenshot: Path | None, width: int, height: int, shot_height: int
+) -> Loaded:
     binary = executable()
     if binary is None:
         raise RuntimeError("no chromium on PATH (Debian: apt-get install chromium; or set PODMORTEM_CHROMIUM)")
@@ -134,7 +136,7 @@ async def _load(path: Path, evaluate: dict[str, str], screenshot: Path | None, w
                 s = _Session(ws)
                 reader = asyncio.create_task(s.reader())
                 try:
-                    return await _drive(s, url, evaluate, screenshot, width, height)
+                    return await _drive(s, url, evaluate, screenshot, width, height, shot_height)
                 finally:
                     try:
                         await s.send("Browser.close", browser=True)
@@ -150,7 +152,13 @@ async def _load(path: Path, evaluate: dict[str, str], screenshot: Path | None, w
 
 
 async def _drive(
-    s: _Session, url: str, evaluate: dict[str, str], screenshot: Path | None, width: int, height: int
+    s: _Session,
+    url: str,
+    evaluate: dict[str, str],
+    screenshot: Path | None,
+    width: int,
+    height: int,
+    shot_height: int,
 ) -> Loaded:
     target = await s.send("Target.createTarget", {"url": "about:blank"}, browser=True)
     attached = await s.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}, browser=True)
@@ -191,7 +199,7 @@ async def _drive(
             {
                 "format": "png",
                 "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": width, "height": min(full["height"], 12000), "scale": 1},
+                "clip": {"x": 0, "y": 0, "width": width, "height": min(full["height"], shot_height), "scale": 1},
             },
         )
         screenshot.write_bytes(base64.b64decode(shot["data"]))
@@ -227,9 +235,12 @@ def load(
     screenshot: str | os.PathLike[str] | None = None,
     width: int = 1280,
     height: int = 900,
+    shot_height: int = 12000,
 ) -> Loaded:
     """`load_async` from code that runs no event loop."""
-    return asyncio.run(load_async(path, evaluate=evaluate, screenshot=screenshot, width=width, height=height))
+    return asyncio.run(
+        load_async(path, evaluate=evaluate, screenshot=screenshot, width=width, height=height, shot_height=shot_height)
+    )
 
 
 async def load_async(
@@ -239,17 +250,23 @@ async def load_async(
     screenshot: str | os.PathLike[str] | None = None,
     width: int = 1280,
     height: int = 900,
+    shot_height: int = 12000,
 ) -> Loaded:
-    """Open the local file `path` in a fresh headless Chromium and report what happened (see the module)."""
-    return await _load(Path(path), dict(evaluate or {}), Path(screenshot) if screenshot else None, width, height)
+    """Open the local file `path` in a fresh headless Chromium and report what happened (see the module);
+    the screenshot is the whole page, down to `shot_height` pixels."""
+    shot = Path(screenshot) if screenshot else None
+    return await _load(Path(path), dict(evaluate or {}), shot, width, height, shot_height)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m bench.browser PAGE [PNG]`: load a page, print what happened, screenshot it."""
+    """`python -m bench.browser PAGE [PNG [WIDTH [HEIGHT]]]`: load a page, print what happened, screenshot it
+    (WIDTH wide, down to HEIGHT pixels)."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    got = load(args[0], screenshot=args[1] if len(args) > 1 else None)
+    width = int(args[2]) if len(args) > 2 else 1280
+    shot_height = int(args[3]) if len(args) > 3 else 12000
+    got = load(args[0], screenshot=args[1] if len(args) > 1 else None, width=width, shot_height=shot_height)
     print(json.dumps(got.__dict__, indent=2))
     return 0
 

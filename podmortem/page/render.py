@@ -27,7 +27,7 @@ from podmortem.page.timeline import Band, Mark, Row, Timeline
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 RUNNER_UP_BELOW = 0.9  # the runner-up and why it lost are shown below this confidence
 WIDTH = 1200
-LABEL_W = 380  # the pod-name column of the timeline
+LABEL_W = 420  # the pod-name column of the timeline
 PLOT_X0 = LABEL_W + 20
 PLOT_X1 = WIDTH - 30
 ROW_H = 40
@@ -35,7 +35,7 @@ GROUP_H = 24
 AXIS_H = 44
 SHAPE_GAP = 13  # px between the centres of two marks of one row
 LABEL_GAP = 96  # marks closer than this (px) put their labels on the next line
-TITLE_CHARS = 50  # a row's first line (pod, rank, node) within the label column
+TITLE_CHARS = 56  # a row's first line (pod, rank, node) within the label column
 MAX_EXCERPTS = 24  # log excerpts shown: the root's, the runner-up's, odd ones out, one per band
 
 
@@ -150,10 +150,10 @@ def _layout(tl: Timeline, origin: float, scale: _Scale) -> tuple[list[dict[str, 
         y += GROUP_H
         for row in group.rows:
             marks = _mark_shapes(row.marks, scale, y + ROW_H / 2)
-            title = row.pod + (f" · rank {row.rank}" if row.rank is not None else "")
-            if row.node and not group.name.startswith("node "):
-                title += f" · {row.node}"
-            title = ("ROOT ▶ " if row.role == "root" else "") + title
+            title = ("ROOT ▶ " if row.role == "root" else "") + row.pod
+            title += f" · rank {row.rank}" if row.rank is not None else ""
+            if row.node and not group.name.startswith("node ") and len(title) + len(row.node) + 3 <= TITLE_CHARS:
+                title += f" · {row.node}"  # else in its tooltip and the victims' table
             items.append({"type": "row", "y": y, "row": row, "marks": marks, "title": _clip(title, TITLE_CHARS)})
             y += ROW_H
         for band in group.bands:
@@ -297,6 +297,7 @@ def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageCo
         summary=v.summary,
         ctx=ctx,
         tl=tl,
+        by_node=any(g.name.startswith("node ") for g in tl.groups),
         origin=origin,
         items=items,
         ticks=scale.ticks(origin),

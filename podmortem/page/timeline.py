@@ -13,7 +13,8 @@ member whose offset was never measured is shown with none applied, and says so):
   (an offline bundle), the one the aggregator would write (`core.conditions.decide`).
 
 Scale: up to `SHOW_ALL` pods every pod has its row. Above it, victims whose findings say the same thing
-(the same rule) fold into one band per node — or, where every node holds one pod, per replica group —
+(the same rule) fold into one band per node — or, where every node holds one pod or the job spans more
+than `MAX_NODE_GROUPS` nodes, per replica group —
 while the root, the runner-up, members that failed on their own or did not fail, and any victim whose
 echo fewer than `FOLD_MIN` members of its group share keep their own rows (`bench/page.py` measures the
 4,096-pod page).
@@ -34,6 +35,8 @@ from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
 SHOW_ALL = 64  # pods up to which every pod has its own row
 FOLD_MIN = 3  # victims of one group saying one thing: fewer keep their rows
+MAX_NODE_GROUPS = 64  # nodes beyond this many: bands per replica group, not per node (one band per node
+# of a 512-node job would be 1,500 bands: neither readable nor small)
 MAX_ROWS = 400  # individual rows beyond this fold too (by group and role), so the page stays small
 MAX_LINE = 400  # characters of one log line or message kept on the page
 
@@ -325,12 +328,14 @@ def _row_key(row: Row) -> tuple[int, float, str]:
 
 
 def _group_names(members: Sequence[Member]) -> dict[str, str]:
-    """Each pod's group: its node when the node holds more than one member, else its replica group (a
-    node of one pod is named on the pod's row)."""
+    """Each pod's group: its node when the node holds more than one member and the job spans at most
+    MAX_NODE_GROUPS such nodes, else its replica group (the node is then named on the pod's row)."""
     per_node = Counter(m.node for m in members if m.node)
+    shared = {node for node, n in per_node.items() if n > 1}
+    if len(shared) > MAX_NODE_GROUPS:
+        shared = set()
     return {
-        m.pod: f"node {m.node}" if m.node and per_node[m.node] > 1 else f"replica group {m.replica_type or 'pods'}"
-        for m in members
+        m.pod: f"node {m.node}" if m.node in shared else f"replica group {m.replica_type or 'pods'}" for m in members
     }
 
 

@@ -156,6 +156,17 @@ def test_a_node_holding_several_pods_is_their_band() -> None:
     assert all(len(b.pods) >= timeline.FOLD_MIN for g in tl.groups for b in g.bands)
 
 
+def test_a_job_on_many_nodes_folds_per_replica_group() -> None:
+    """4,096 pods, 8 a node: 512 nodes of bands would be neither readable nor small."""
+    incident = build(4096)
+    members = tuple(dataclasses.replace(m, node=f"node-{i // 8}") for i, m in enumerate(incident.members))
+    incident = dataclasses.replace(incident, members=members)
+    verdict = decide(incident)
+    tl = timeline.build(incident, verdict)
+    assert [g.name for g in tl.groups] == ["replica group pods"]
+    assert len(render(incident, verdict).encode()) < 200 << 10
+
+
 def test_clock_offsets_are_applied_and_said() -> None:
     incident = small_incident()
     members = list(incident.members)
