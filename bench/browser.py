@@ -228,19 +228,9 @@ async def _eval(s: _Session, expression: str) -> Any:
     return result["result"].get("value")
 
 
-def load(
-    path: str | os.PathLike[str],
-    *,
-    evaluate: dict[str, str] | None = None,
-    screenshot: str | os.PathLike[str] | None = None,
-    width: int = 1280,
-    height: int = 900,
-    shot_height: int = 12000,
-) -> Loaded:
-    """`load_async` from code that runs no event loop."""
-    return asyncio.run(
-        load_async(path, evaluate=evaluate, screenshot=screenshot, width=width, height=height, shot_height=shot_height)
-    )
+def load(path: str | os.PathLike[str], **options: Any) -> Loaded:
+    """`load_async` (same options) from code that runs no event loop."""
+    return asyncio.run(load_async(path, **options))
 
 
 async def load_async(

@@ -173,7 +173,7 @@ def _sentence(verdict: Verdict, incident: Incident) -> str:
     return f"{verdict.pod} {hedge}failed first: {cause}, {retry}, confidence {verdict.confidence:.2f}."
 
 
-def _written(tl: Timeline, ctx: PageContext) -> list[dict[str, str]]:
+def _written(tl: Timeline, ctx: PageContext, incident: Incident, verdict: Verdict) -> list[dict[str, str]]:
     counts: dict[str, list[str]] = {}
     for g in tl.groups:
         for r in g.rows:
@@ -183,6 +183,12 @@ def _written(tl: Timeline, ctx: PageContext) -> list[dict[str, str]]:
             for cond, pods in b.conditions:
                 counts.setdefault(cond, []).extend(pods)
     out = [{"where": where, "what": what} for where, what in ctx.written]
+    if not ctx.live and verdict.pod is not None:  # offline: what the aggregator writes besides
+        job = f"{incident.job.kind.lower() or 'job'}/{incident.job.name}"
+        out.append({"where": job, "what": "annotations podmortem.io/summary, podmortem.io/verdict; condition "
+                    "PodmortemRootCause"})  # fmt: skip
+        if verdict.category == "hardware" and verdict.node:
+            out.append({"where": f"node/{verdict.node}", "what": "podmortem.io/hardware-faults (this incident)"})
     for cond, carriers in sorted(counts.items()):
         names = ", ".join(carriers[:6]) + (f" and {len(carriers) - 6:,} more" if len(carriers) > 6 else "")
         out.append({"where": f"{len(carriers):,} pod(s): {names}", "what": f"podmortem.io/{cond}"})
@@ -271,6 +277,7 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 _ENV.filters["when"] = _fmt_time
+_ENV.globals.update(width=WIDTH, plot_x1=PLOT_X1, row_h=ROW_H, group_h=GROUP_H)
 
 
 def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageContext | None = None) -> str:
@@ -304,14 +311,8 @@ def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageCo
         moments=[
             {"x": scale.x(m.at), "label": m.label, "at": m.at, "end": scale.x(m.at) > PLOT_X1 - 120} for m in tl.moments
         ],
-        width=WIDTH,
         height=height,
-        label_w=LABEL_W,
-        plot_x0=PLOT_X0,
-        plot_x1=PLOT_X1,
-        row_h=ROW_H,
-        group_h=GROUP_H,
-        written=_written(tl, ctx),
+        written=_written(tl, ctx, incident, v),
         runner_up=_runner_up(v, tl),
         victims=_victim_table(tl),
         excerpts=_excerpts(tl),

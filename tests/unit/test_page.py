@@ -89,6 +89,10 @@ def test_the_page_states_the_verdict_and_draws_each_pod() -> None:
     assert page.all_text.count("gloo: connection closed by peer (10.0.0.2 is job-worker-1)") >= 4
     assert "podmortem.io/PermanentFailure (would write)" in page.all_text
     assert "podmortem.io/Victim (would write)" in page.all_text
+    assert "annotations podmortem.io/summary, podmortem.io/verdict; condition PodmortemRootCause" in page.all_text
+    assert "hardware-faults" not in page.all_text
+    hardware = dataclasses.replace(verdict, category="hardware", retryable=True, node="node-1")
+    assert "podmortem.io/hardware-faults (this incident) on node/node-1" in Parsed(render(incident, hardware)).all_text
     # the matched line is marked in the root's log excerpt
     hits = [a for t, a in page.tags if t == "span" and a.get("class") == "hit"]
     assert len(hits) >= 1
