@@ -47,6 +47,7 @@ FLAGS = (
     "--mute-audio",
 )
 START_TIMEOUT = 30.0
+MAX_TMP_PATH = 40  # characters of $TMPDIR under which the profile (and its socket) may go
 LOAD_TIMEOUT = 30.0
 
 
@@ -123,12 +124,22 @@ async def _load(
     if binary is None:
         raise RuntimeError("no chromium on PATH (Debian: apt-get install chromium; or set PODMORTEM_CHROMIUM)")
     url = path.resolve().as_uri()
-    with tempfile.TemporaryDirectory(prefix="podmortem-chromium-") as tmp:
-        profile = Path(tmp)
+    # Chromium keeps a unix socket under its own $TMPDIR, and a socket's path has at most 107 bytes: with a
+    # long $TMPDIR (pytest's) it aborts at start. Its temporary files go in this directory, under /tmp then.
+    base = None if len(tempfile.gettempdir()) <= MAX_TMP_PATH else "/tmp"
+    with tempfile.TemporaryDirectory(prefix="podmortem-chromium-", dir=base) as tmp:
+        profile = Path(tmp) / "profile"
+        log = Path(tmp) / "stderr"
         cmd = [binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with log.open("wb") as err:
+            env = {**os.environ, "TMPDIR": tmp}
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
-            port, browser_path = await _port(profile, proc)
+            try:
+                port, browser_path = await _port(profile, proc)
+            except RuntimeError as exc:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise RuntimeError(f"{exc}; its last words: {' | '.join(tail)}") from None
             async with (
                 aiohttp.ClientSession() as http,
                 http.ws_connect(f"ws://127.0.0.1:{port}{browser_path}", max_msg_size=0) as ws,
