@@ -381,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if verdict is None:
             return 1
         print(verdict)
-        return 0
+        return write_page(kubectl, obj, {}, Path(args.html)) if args.html else 0
     text = render(obj, kubectl.pods_of(obj) if render(obj) is not None else [])
     if text is None:
         print(f"No podmortem verdict on {args.target} (yet).")

@@ -25,6 +25,7 @@ from podmortem.page import timeline
 from podmortem.page.timeline import Band, Mark, Row, Timeline
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+LATER_KEYS = ("hang", "attempt_history")  # shown when the verdict (or its file) holds them
 RUNNER_UP_BELOW = 0.9  # the runner-up and why it lost are shown below this confidence
 WIDTH = 1200
 LABEL_W = 420  # the pod-name column of the timeline
@@ -67,6 +68,7 @@ def context_of_verdict_file(doc: Mapping[str, Any], source: str) -> PageContext:
         closed_by=str(doc.get("closed_by") or ""),
         revision=revision if isinstance(revision, int) else None,
         final=doc.get("final") if isinstance(doc.get("final"), bool) else None,
+        extra={k: doc[k] for k in LATER_KEYS if k in doc},
     )
 
 
@@ -316,8 +318,8 @@ def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageCo
         runner_up=_runner_up(v, tl),
         victims=_victim_table(tl),
         excerpts=_excerpts(tl),
-        hang=_table(extras.get("hang")),
-        attempts=_table(extras.get("attempt_history")),
+        hang=_table(extras.get(LATER_KEYS[0])),
+        attempts=_table(extras.get(LATER_KEYS[1])),
         role_words=timeline.ROLE_WORDS,
         offset_words=_offset_words,
         root_row=root_row,

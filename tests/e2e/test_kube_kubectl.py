@@ -300,6 +300,15 @@ async def test_explain_html_draws_the_page_from_what_kubectl_reads(
     assert "error file: ValueError at 15:06:10" in text  # the verdict's evidence
 
 
+async def test_explain_json_html_prints_the_verdict_and_writes_the_page(published: Path, tmp_path: Path) -> None:
+    page = tmp_path / "p.html"
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pytorchjob/mixtral-cpt", "-o", "json",
+               "--kubeconfig", str(published), "-n", NS, "--html", str(page)])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["pod"] == f"{JOB}-worker-1"
+    assert 'id="root-row"' in page.read_text()
+
+
 async def test_explain_html_to_a_place_it_cannot_write(published: Path, tmp_path: Path) -> None:
     target = tmp_path / "no-such-dir" / "page.html"
     out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pytorchjob/mixtral-cpt",

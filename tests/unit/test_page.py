@@ -325,7 +325,9 @@ def test_page_beside_uses_the_published_verdict_file(tmp_path: Path) -> None:
         "closed_by": "quorum",
         "decided_at": 1795272003.0,
     }
+    doc["attempt_history"] = [{"attempt": "", "pod": "job-worker-1"}, {"attempt": "r1", "pod": "job-worker-1"}]
     path = analyze.page_beside(bundle, doc)
+    assert Parsed(path.read_text()).by_id("attempts") is not None  # a verdict file's own key shows too
     assert path == bundle / "incident.html"
     text = Parsed(path.read_text()).all_text
     assert "revision 2, final" in text and "attempt r1" in text and "verdict (quorum)" in text
