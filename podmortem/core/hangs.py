@@ -276,22 +276,18 @@ def _from_flight_recorder(
     )
 
 
-def _behind(
-    st: _Stall, culprits: Sequence[int], ranks: Mapping[int, _Rank], owners: Mapping[int, str], missing_dump: bool
+def _who(rs: Sequence[int]) -> str:
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_ranks(rs)}"
+
+
+def _in_stall(
+    finding: str, st: _Stall, culprits: Sequence[int], ranks: Mapping[int, _Rank], owners: Mapping[int, str], why: str
 ) -> HangFinding:
+    """A finding about ranks that never entered the collective `st` waits in (`why` completes its detail)."""
     frame, stack_path = _where(ranks, culprits)
-    op = st.op or "a collective"
-    who = f"rank {culprits[0]}" if len(culprits) == 1 else f"ranks {_ranks(culprits)}"
-    if missing_dump:
-        detail = (
-            f"{who} never entered {op} #{st.seq} of group {st.pg}: the {len(st.waiting)} rank(s) whose state was "
-            "captured all wait in it, and no state of theirs came"
-        )
-    else:
-        detail = f"{who} never entered {op} #{st.seq} of group {st.pg}, where rank(s) {_ranks(st.waiting)} wait"
     waiter = ranks.get(st.waiting[0])
     return HangFinding(
-        finding="behind",
+        finding=finding,
         stuck_ranks=tuple(culprits),
         stuck_pods=_pods(ranks, culprits, owners),
         process_group=st.pg,
@@ -299,8 +295,18 @@ def _behind(
         op=st.op,
         frame=frame,
         path=stack_path or (waiter.summary_path if waiter is not None else ""),
-        detail=detail,
+        detail=f"{_who(culprits)} never entered {st.op or 'a collective'} #{st.seq} of group {st.pg}{why}",
     )
+
+
+def _behind(
+    st: _Stall, culprits: Sequence[int], ranks: Mapping[int, _Rank], owners: Mapping[int, str], missing_dump: bool
+) -> HangFinding:
+    if missing_dump:
+        why = f": the {len(st.waiting)} rank(s) whose state was captured all wait in it, and no state of theirs came"
+    else:
+        why = f", where rank(s) {_ranks(st.waiting)} wait"
+    return _in_stall("behind", st, culprits, ranks, owners, why)
 
 
 def _crossed(
@@ -312,24 +318,11 @@ def _crossed(
     elsewhere = (
         f"{there.op or 'a collective'} #{there.seq} of group {there.pg}" if there is not None else "another group"
     )
-    frame, path = _where(ranks, odd)
-    who = f"rank {odd[0]}" if len(odd) == 1 else f"ranks {_ranks(odd)}"
-    waiter = ranks.get(st.waiting[0])
-    return HangFinding(
-        finding="mismatch",
-        stuck_ranks=tuple(odd),
-        stuck_pods=_pods(ranks, odd, owners),
-        process_group=st.pg,
-        seq=st.seq,
-        op=st.op,
-        frame=frame,
-        path=path or (waiter.summary_path if waiter is not None else ""),
-        detail=(
-            f"{who} never entered {st.op or 'a collective'} #{st.seq} of group {st.pg}, where rank(s) "
-            f"{_ranks(st.waiting)} wait, and waits in {elsewhere}, which they never entered: the ranks issued "
-            "their collectives in a different order"
-        ),
+    why = (
+        f", where rank(s) {_ranks(st.waiting)} wait, and waits in {elsewhere}, which they never entered: the ranks "
+        "issued their collectives in a different order"
     )
+    return _in_stall("mismatch", st, odd, ranks, owners, why)
 
 
 def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangFinding | None:
@@ -348,7 +341,7 @@ def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangF
     if not elsewhere or not (waiting - set(elsewhere)):
         return None
     frame, path = _where(ranks, elsewhere)
-    who = f"rank {elsewhere[0]}" if len(elsewhere) == 1 else f"ranks {_ranks(elsewhere)}"
+    who = _who(elsewhere)
     where = f"; it was at {frame.where()}" if frame is not None else ""
     others = sorted(waiting - set(elsewhere))
     return HangFinding(
