@@ -21,7 +21,10 @@ far each rank got in each process group, and a stack (`podmortem.core.stacks`) s
 3. **Stacks.** Without a decisive Flight Recorder state: the ranks whose program thread is *not* inside a
    collective while the others are (their stack is in torch.distributed or autograd's backward, they share
    one place, or their logs show they timed out waiting) are the culprits.
-4. **All in, none behind.** Every member of a group entered the same collective M, none completed it and
+4. **Waited apart.** Without captures of that kind, the tracebacks of ranks that timed out (their logs): when
+   every one but a single rank timed out at one place and that rank at another, it waited in a collective the
+   others never entered — a mismatch (ranks split into several groups, as pipeline stages are, decide nothing).
+5. **All in, none behind.** Every member of a group entered the same collective M, none completed it and
    none is behind: the collective itself is stuck (network or device), reported with its operation and M.
 
 **Where.** The culprit's own stack (any capture of its rank) gives the frame: the innermost frame of the
@@ -357,6 +360,37 @@ def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangF
     )
 
 
+def _waited_apart(
+    waited_at: Mapping[int, Frame], ranks: Mapping[int, _Rank], owners: Mapping[int, str]
+) -> HangFinding | None:
+    """Every rank timed out, one of them in another collective than all the others, which agree on one: it issued
+    a collective they did not (or skipped one they issued). Ranks split into groups of two or more sizes (pipeline
+    stages) decide nothing."""
+    sites: dict[tuple[str, int | None], list[int]] = {}
+    for r, f in sorted(waited_at.items()):
+        sites.setdefault((f.file, f.line), []).append(r)
+    if len(sites) != 2:
+        return None
+    small, large = sorted(sites.values(), key=len)
+    if len(small) != 1 or len(large) < 2:
+        return None
+    odd, frame, there = small[0], waited_at[small[0]], waited_at[large[0]]
+    return HangFinding(
+        finding="mismatch",
+        stuck_ranks=(odd,),
+        stuck_pods=_pods(ranks, [odd], owners),
+        process_group="",
+        seq=None,
+        op="",
+        frame=frame,
+        path="log",
+        detail=(
+            f"rank {odd} timed out waiting at {frame.where()}, every other rank that timed out ({_ranks(large)}) at "
+            f"{there.where()}: they waited in different collectives"
+        ),
+    )
+
+
 def _place(d: StackDump) -> tuple[str, int | None] | None:
     f = user_frame(d)
     return (f.file, f.line) if f is not None else None
@@ -368,12 +402,14 @@ def match(
     all_ranks: Iterable[int] = (),
     timed_out: Iterable[int] = (),
     owners: Mapping[int, str] | None = None,
+    waited_at: Mapping[int, Frame] | None = None,
 ) -> HangFinding | None:
     """What the captures of a hung job say (see the module docstring), or None when they decide nothing.
 
     `all_ranks`: every global rank the job is known to have (the default group's members when the dumps do
     not list them). `timed_out`: ranks whose own logs show they timed out in a collective. `owners`: the pod
-    of a rank that has no capture of its own (to name the pod of a rank whose dump is missing).
+    of a rank that has no capture of its own (to name the pod of a rank whose dump is missing). `waited_at`: where
+    each rank that timed out was, from the traceback its log shows (the last rule's evidence).
     """
     ranks = _gather(captures)
     summaries = {r: info.summary for r, info in ranks.items() if info.summary is not None}
@@ -384,4 +420,4 @@ def match(
         )
         if found is not None:
             return found
-    return _from_stacks(ranks, frozenset(timed_out))
+    return _from_stacks(ranks, frozenset(timed_out)) or _waited_apart(waited_at or {}, ranks, owned)

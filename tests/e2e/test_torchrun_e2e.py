@@ -123,6 +123,17 @@ def test_hang_with_a_sibling_that_times_out_too(tmp_path: Path) -> None:
     _check_where(result, rank=2)
 
 
+def test_desync(tmp_path: Path) -> None:
+    # Rank 2 skips a gradient all_reduce and waits in the metrics one; every rank then times out, rank 2 in
+    # another collective than all the others (their tracebacks, or rank 2's stack when its agent tore it down first).
+    result = _run(JobSpec(fault="desync", pods=3, nproc=2, fail_pod=1, pg_timeout=5.0), tmp_path)
+    _check(result)
+    verdict = result.verdict or {}
+    hang = verdict.get("hang") or {}
+    assert verdict.get("global_rank") == 2 and hang.get("finding") == "mismatch", _diagnose(result)
+    assert str((hang.get("frame") or {}).get("file")).endswith("podmortem/local/workload.py"), hang
+
+
 def test_preemption(tmp_path: Path) -> None:
     result = _run(JobSpec(fault="preempt", pods=3, fail_pod=2), tmp_path)
     _check(result)
