@@ -86,15 +86,18 @@ async def test_explain_shows_each_pods_condition(published: Path, kube_api: Emul
 
 
 async def test_explain_shows_the_nodes_fault_record(kube_api: EmulatorHandle, tmp_path: Path) -> None:
-    """Two hardware root causes on node-1: explain shows the node's record and its SuspectHardware condition."""
+    """Hardware root causes of two jobs on node-1: explain shows the node's record and its SuspectHardware
+    condition."""
     seed_pytorchjob(kube_api)
     kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
     kube = make_kube(kube_api, tmp_path)
-    for n in (1, 2):
-        d = decision(category="hardware")
-        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.mixtral-cpt.{n}"))
+    other = JobRef(NS, "llama-sft", "PyTorchJob", "uid-llama-sft")  # a node is marked on two jobs' faults
+    for n, job in ((1, None), (2, other)):
+        d = decision(category="hardware", job=job)
+        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.job.{n}"))
         for publisher in kube_publishers(KubeSettings(), kube):
-            await publisher.publish(d)
+            if job is None or publisher.name == "kube-nodes":  # the other job exists only in the node's record
+                await publisher.publish(d)
     kube.close()
     kube_api.emulator.token = None
     config = kube_api.kubeconfig(tmp_path / "config", NS)
@@ -102,7 +105,8 @@ async def test_explain_shows_the_nodes_fault_record(kube_api: EmulatorHandle, tm
                "--kubeconfig", str(config), "-n", NS])  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "Node node-1 Hardware Faults:" in out.stdout
-    assert out.stdout.count(f"{NS}/PyTorchJob/mixtral-cpt  pod mixtral-cpt-worker-1") == 2
+    assert out.stdout.count(f"{NS}/PyTorchJob/mixtral-cpt  pod mixtral-cpt-worker-1") == 1
+    assert out.stdout.count(f"{NS}/PyTorchJob/llama-sft  pod mixtral-cpt-worker-1") == 1
     assert "      error file: ValueError at 15:06:10" in out.stdout
     assert "Suspect:        True (RepeatedHardwareFaults): 2 hardware root causes within 7d" in out.stdout
 
@@ -119,7 +123,7 @@ async def test_the_documented_commands_clear_a_suspect_node(kube_api: EmulatorHa
     kube = make_kube(kube_api, tmp_path)
     settings = KubeSettings(suspect_node_taint=True, publish=frozenset())
     for n in (1, 2):
-        d = decision(category="hardware")
+        d = decision(category="hardware", job=JobRef(NS, f"j{n}", "Job", f"uid-j{n}"))  # two jobs mark a node
         d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.j.{n}"))
         for publisher in kube_publishers(settings, kube):
             await publisher.publish(d)
