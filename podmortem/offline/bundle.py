@@ -6,6 +6,9 @@ A bundle is a directory::
     pods/<pod>/pod.json             `kubectl get pod <pod> -o json`
     pods/<pod>/error.json           the TORCHELASTIC_ERROR_FILE (optional)
     pods/<pod>/log.txt              `kubectl logs <pod> --tail=300` (optional)
+    pods/<pod>/captures.json        stacks and Flight Recorder summaries of its workers (optional; a list of
+                                    {"path", "global_rank", "local_rank", "stack", "flight_recorder", "note",
+                                    "trigger", "captured_at"}: docs/engine.md, "Captured evidence")
 
 Every member is built through the same fold the aggregator uses for live events — pod JSON →
 `podstatus.snapshot` → `wire.member_from_snapshot` → `wire.apply_event` over the snapshot's events,
@@ -13,7 +16,7 @@ the error file and the log tail — so `podmortem analyze` and the aggregator ca
 differently. A bundle has no sidecar observation times, so the fold's observation stamps are cleared:
 only the times the files themselves carry are evidence.
 
-Node ranks of Kubeflow jobs are inferred here, where the whole job is visible (`assign_ranks`).
+Node ranks of Kubeflow jobs are inferred once the whole job is read (`podstatus.assign_ranks`).
 Anything else in the directory (notably `truth.json` of a labelled corpus) is never read.
 """
 
@@ -31,9 +34,12 @@ from typing import Any
 
 from podmortem.core import errorfile, podstatus
 from podmortem.core.finite import finite_or_none
-from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, evolve
+from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
+from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, WorkerCapture, evolve
+from podmortem.core.podstatus import assign_ranks
+
+__all__ = ["BundleError", "assign_ranks", "load_bundle", "load_member"]
 from podmortem.protocol import wire
-from podmortem.protocol.v1 import collector_pb2 as pb
 
 MAX_LOG_BYTES = 256 << 10  # the tail of a larger log is kept
 # From this many pods on, members are read by one process per core: a 10,000-pod bundle is 30,000 files
@@ -154,38 +160,70 @@ def _load_member(pod_dir: str | Path) -> Member:
     snap = podstatus.snapshot(pod)
     if not snap.name:
         snap = dataclasses.replace(snap, name=os.path.basename(pod_dir))
-    key = snap.uid or f"{snap.namespace}/{snap.name}"
-    member = wire.member_from_snapshot(snap)
-    events: list[pb.Event] = list(wire.events_from_snapshot(snap))
     rec = errorfile.read_error_file(os.path.join(pod_dir, "error.json"), within=pod_dir)
-    if rec is not None:
-        events.append(wire.make_event(wire.error_to_pb(rec), wire.error_event_id(key, rec)))
-    log = _read_log(os.path.join(pod_dir, "log.txt"))
-    if log is not None:
-        events.append(wire.make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
-    for event in events:
-        member = wire.apply_event(member, event)
-    # No sidecar watched this pod: the fold stamped "observed" with the time we read the files.
-    return evolve(member, error_observed_at=None, termination_observed_at=None)
+    member = wire.member_from_copies(snap, rec, _read_log(os.path.join(pod_dir, "log.txt")))
+    captures = _read_captures(os.path.join(pod_dir, "captures.json"))
+    return evolve(member, captures=captures) if captures else member
 
 
-def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
-    """Fill in Kubeflow node ranks: worker-i is rank i+1 when the job has a Master replica, else rank i.
+MAX_CAPTURES = 256  # per pod: a pod runs a handful of workers, each captured a few times
+MAX_STACK_CHARS = 32 * 1024  # a stack's tail is kept, as the sidecar keeps it
+_CAPTURE_PATHS = frozenset({"control_plane", "py_spy", "fr_file", "sigterm_stack"})
 
-    Ranks already known (from labels the workload sets, or the pod's own registration) are kept.
-    """
-    has_master = any(m.replica_type.lower() == "master" for m in members)
-    out: list[Member] = []
-    for m in members:
-        rank = m.rank
-        if rank is None and m.replica_index is not None:
-            rtype = m.replica_type.lower()
-            if rtype == "master":
-                rank = m.replica_index
-            elif rtype == "worker":
-                rank = m.replica_index + 1 if has_master else m.replica_index
-        out.append(m if rank == m.rank else dataclasses.replace(m, rank=rank))
-    return tuple(out)
+
+def _read_captures(path: str) -> tuple[WorkerCapture, ...]:
+    """pods/<pod>/captures.json, validated: BundleError naming the entry that is not a capture."""
+    if not os.path.lexists(path):
+        return ()
+    doc = _read_json(path, "captures.json")
+    if not isinstance(doc, list):
+        raise BundleError(f"{path}: captures.json must be a list of captures")
+    if len(doc) > MAX_CAPTURES:
+        raise BundleError(f"{path}: {len(doc)} captures, more than the {MAX_CAPTURES} a pod may have")
+    return tuple(_capture(item, f"{path}: capture {i}") for i, item in enumerate(doc))
+
+
+def _capture(item: Any, where: str) -> WorkerCapture:
+    if not isinstance(item, dict):
+        raise BundleError(f"{where} is not an object")
+    kind = item.get("path")
+    if kind not in _CAPTURE_PATHS:
+        raise BundleError(f"{where}: path {kind!r} is not one of {', '.join(sorted(_CAPTURE_PATHS))}")
+
+    def rank(key: str) -> int | None:
+        v = item.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 31:
+            raise BundleError(f"{where}: {key} must be a rank (an integer >= 0)")
+        return v
+
+    def text(key: str) -> str:
+        v = item.get(key, "")
+        if not isinstance(v, str):
+            raise BundleError(f"{where}: {key} must be a string")
+        return v
+
+    summary = None
+    fr = item.get("flight_recorder")
+    if fr not in (None, ""):
+        try:
+            summary = FRSummary.from_json(fr) if isinstance(fr, str) else FRSummary.from_dict(fr)
+        except FlightRecorderError as exc:
+            raise BundleError(f"{where}: flight_recorder: {exc}") from None
+    at = item.get("captured_at")
+    if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
+        raise BundleError(f"{where}: captured_at must be a number (seconds since the epoch)")
+    return WorkerCapture(
+        path=kind,
+        local_rank=rank("local_rank"),
+        global_rank=rank("global_rank"),
+        stack=text("stack")[-MAX_STACK_CHARS:],
+        flight_recorder=summary,
+        note=text("note")[:1000],
+        trigger=text("trigger")[:32],
+        captured_at=float(at) if at is not None else None,
+    )
 
 
 def _load_chunk(pod_dirs: Sequence[str]) -> list[Member]:
