@@ -64,7 +64,7 @@ def test_capture_bounds_workers_and_refuses_unknown_paths() -> None:
     with pytest.raises(wire.WireError, match="trigger"):
         wire.capture_to_pb("r1", "whenever", [])
     hostile = pb.Capture(trigger="stall", workers=[pb.WorkerCapture(path="py_spy", stack="x" * (wire.STACK_LIMIT + 1))])
-    with pytest.raises(wire.WireError, match="WorkerCapture.stack"):
+    with pytest.raises(wire.WireError, match=r"WorkerCapture\.stack"):
         wire.check_capture_event(wire.make_event(hostile))
 
 
