@@ -224,6 +224,20 @@ class OwnPod:
                 data = data[cut + 1 :]  # start at a whole line
         return data.decode("utf-8", errors="replace")
 
+    async def last_output(self, container: str) -> float | None:
+        """When the container's log was last written (the timestamp of its last line, as the kubelet
+        recorded it: the node's clock); None when it has no output or the API cannot be read (logged).
+
+        One `tailLines=1&timestamps=true` read: the kubelet seeks back from the end of the log file for it
+        (pkg/kubelet/kuberuntime/logs/logs.go), so it costs the same however long the log is."""
+        query = {"container": container, "tailLines": "1", "timestamps": "true", "limitBytes": "512"}
+        try:
+            data = await self._get_bytes(f"{self._pods_path}/{quote(self.name, safe='')}/log?{urlencode(query)}", 512)
+        except (KubeError, OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+            log.warning("cannot read the log of %s/%s[%s]: %s", self.namespace, self.name, container, exc)
+            return None
+        return rfc3339(data.split(b" ", 1)[0].decode("ascii", "replace")) if data.strip() else None
+
     # -- HTTP --
 
     async def _open(self, path: str) -> http1.Response:
@@ -284,3 +298,15 @@ class OwnPod:
                             yield event
         finally:
             response.close()
+
+
+def rfc3339(text: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time as the kubelet writes it ("2026-11-27T06:00:01.123456789Z":
+    Python reads the nanoseconds to the microsecond); None when it is not one, or has no zone."""
+    from datetime import datetime  # only with stall detection on: not in every sidecar's memory
+
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None

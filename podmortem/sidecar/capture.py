@@ -149,6 +149,26 @@ class Capturer:
         why.append("py-spy on but no worker process visible" if self.pyspy else "py-spy off")
         return "no capture path: " + ", ".join(why)
 
+    async def completed(self) -> tuple[tuple[int, str, int | None], ...] | None:
+        """Each local worker's last completed collective per process group (rank, group, seq), from its
+        control plane's Flight Recorder; None when no worker answered (the activity detector's sample)."""
+        sockets = self._sockets()
+        if not sockets:
+            return None
+        from podmortem.core import flightrecorder
+
+        async def one(rank: int, sock: Path) -> list[tuple[int, str, int | None]] | None:
+            try:
+                async with asyncio.timeout(self.worker_timeout):
+                    data = await self._ask(sock, "fr_trace_json", MAX_READ_BYTES)
+                summary = flightrecorder.summarize_json(data, rank=rank, max_entries=1)
+            except (CaptureError, OSError, TimeoutError, flightrecorder.FlightRecorderError):
+                return None
+            return [(rank, pg, s.last_completed) for pg, s in sorted(summary.pg_status.items())]
+
+        answers = [a for a in await asyncio.gather(*(one(r, s) for r, s in sockets[:MAX_WORKERS])) if a is not None]
+        return tuple(x for a in answers for x in a) if answers else None
+
     # -- finding the workers --
 
     def find_workers(self) -> list[Worker]:
