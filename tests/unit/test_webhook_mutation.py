@@ -74,7 +74,7 @@ def test_pytorchjob_pod_gets_a_native_sidecar_and_an_error_file() -> None:
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     token = volumes["podmortem-token"]["projected"]["sources"][0]["serviceAccountToken"]
     assert token == {"audience": "podmortem", "expirationSeconds": 3600, "path": "token"}
-    assert sidecar["resources"] == {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "64Mi"}}
+    assert sidecar["resources"] == {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
     assert sidecar["securityContext"]["runAsNonRoot"] is True
     assert pod["metadata"]["annotations"]["podmortem.io/injected"] == "9.9"
     # Untouched: the user's own volumes, mounts and env, in order.
