@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from podmortem import settings
 from podmortem.settings import Setting
 
+MAX_PORT = 65535
 # Without --kube nothing listens beyond loopback unless asked.
 LOOPBACK_LISTEN, LOOPBACK_METRICS = "127.0.0.1:50051", "127.0.0.1:9090"
 CLUSTER_LISTEN, CLUSTER_METRICS = "0.0.0.0:50051", "0.0.0.0:9090"
@@ -62,6 +65,7 @@ class AggregatorConfig:
     state_dir: str = ""  # "": incidents live in memory only
     permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
     peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
+    repeat_limit: int = 2  # podmortem.core.repeats.DEFAULT_LIMIT
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -128,7 +132,7 @@ SETTINGS: tuple[Setting, ...] = (
         "permanent_confidence",
         "--permanent-confidence",
         "PODMORTEM_PERMANENT_CONFIDENCE",
-        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0-1); below it "
+        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0.01-1); below it "
         "RetryableFailure or none: never give up on a guess",
         default="0.9",
     ),
@@ -141,6 +145,15 @@ SETTINGS: tuple[Setting, ...] = (
         default="5",
     ),
     Setting(
+        "repeat_limit",
+        "--repeat-limit",
+        "PODMORTEM_REPEAT_LIMIT",
+        "a retryable root cause with the same signature on this many attempts of a job in a row is marked "
+        "podmortem.io/PermanentFailure (reason RepeatedFailure) and stops the job; 0: off. A job's "
+        "annotation podmortem.io/repeat-limit overrides it",
+        default="2",
+    ),
+    Setting(
         "auth",
         "--auth",
         "PODMORTEM_AUTH",
@@ -151,6 +164,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls_cert", "--tls-cert", "PODMORTEM_TLS_CERT", "serve gRPC over TLS with this PEM certificate (chain)"),
     Setting("tls_key", "--tls-key", "PODMORTEM_TLS_KEY", "the PEM private key of --tls-cert"),
 )
+
+# The largest --repeat-limit (and podmortem.io/repeat-limit): a job's history keeps MAX_ATTEMPTS attempts.
+MAX_REPEAT_LIMIT = 8
 
 # -- Kubernetes ---------------------------------------------------------------------------------
 
@@ -193,6 +209,11 @@ class KubeSettings:
     suspect_node_threshold: int = 2
     suspect_node_window: float = 7 * 86400.0
     suspect_node_taint: bool = False
+    # How far a tenant's text is trusted with nodes: a node is marked only on faults from this many different
+    # jobs and namespaces, and one namespace records at most `node_faults_per_namespace` faults an hour.
+    suspect_node_min_jobs: int = 2
+    suspect_node_min_namespaces: int = 1
+    node_faults_per_namespace: int = 4
     # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
     leader_elect: bool = False
     lease_name: str = "podmortem-aggregator"
@@ -279,6 +300,27 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
         switch=True,
     ),
     Setting(
+        "suspect_node_min_jobs",
+        "--suspect-node-min-jobs",
+        "PODMORTEM_SUSPECT_NODE_MIN_JOBS",
+        "different jobs those faults must come from (a job counts once per node, whatever its attempts and pods)",
+        default="2",
+    ),
+    Setting(
+        "suspect_node_min_namespaces",
+        "--suspect-node-min-namespaces",
+        "PODMORTEM_SUSPECT_NODE_MIN_NAMESPACES",
+        "different namespaces they must come from (2: no single tenant can mark a node)",
+        default="1",
+    ),
+    Setting(
+        "node_faults_per_namespace",
+        "--node-faults-per-namespace",
+        "PODMORTEM_NODE_FAULTS_PER_NAMESPACE",
+        "hardware faults one namespace may record on nodes per hour; more are refused and counted",
+        default="4",
+    ),
+    Setting(
         "leader_elect",
         "--leader-elect",
         "PODMORTEM_LEADER_ELECT",
@@ -327,6 +369,11 @@ def _plain(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
+def setting_name(dest: str) -> str:
+    """How an aggregator setting is named in an error: its flag and its variable."""
+    return _name(SETTINGS, dest)
+
+
 def _name(table: tuple[Setting, ...], dest: str) -> str:
     return next(s for s in table if s.dest == dest).name
 
@@ -350,6 +397,9 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
     mode = raw["verdict_file_mode"]
     if mode not in VERDICT_FILE_MODES and f"0{mode}" not in VERDICT_FILE_MODES:
         raise ConfigError(f"{name('verdict_file_mode')} = {mode!r} is not one of {', '.join(VERDICT_FILE_MODES)}")
+    level = settings.log_level(raw["log_level"])
+    if level is None:
+        raise ConfigError(f"{name('log_level')} = {raw['log_level']!r} is not a logging level")
     world = raw.get("world_size")
     return AggregatorConfig(
         auth=auth,
@@ -368,10 +418,11 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         rules=raw.get("rules", ""),
         ready_file=raw.get("ready_file", ""),
         shutdown_grace=_positive(name("shutdown_grace"), raw["shutdown_grace"]),
-        log_level=raw["log_level"].upper() or "INFO",
+        log_level=level,
         state_dir=raw.get("state_dir", ""),
         permanent_confidence=_number(name("permanent_confidence"), raw["permanent_confidence"], float, 0.01, 1.0),
         peer_wait=_number(name("peer_wait"), raw["peer_wait"], float, 0.0, 3600.0),
+        repeat_limit=int(_number(name("repeat_limit"), raw["repeat_limit"], int, 0, MAX_REPEAT_LIMIT)),
     )
 
 
@@ -407,6 +458,13 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         suspect_node_threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
         suspect_node_window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
         suspect_node_taint=settings.is_true(raw.get("suspect_node_taint")),
+        suspect_node_min_jobs=int(_number(name("suspect_node_min_jobs"), raw["suspect_node_min_jobs"], int, 1)),
+        suspect_node_min_namespaces=int(
+            _number(name("suspect_node_min_namespaces"), raw["suspect_node_min_namespaces"], int, 1)
+        ),
+        node_faults_per_namespace=int(
+            _number(name("node_faults_per_namespace"), raw["node_faults_per_namespace"], int, 1)
+        ),
         enabled=settings.is_true(raw.get("kube")),
         kubeconfig=raw.get("kubeconfig") or None,
         context=raw.get("kube_context") or None,
@@ -442,6 +500,21 @@ def duration(name: str, text: str) -> float:
     return value
 
 
+def writable_directory(name: str, path: str) -> None:
+    """Refuse, at start-up, a directory the aggregator could not write later (a plain file in its place, a
+    read-only mount, no permission): creates it when missing and writes a probe file into it. Raises
+    ConfigError naming the setting, so that nothing is lost after a start that looked fine."""
+    where = Path(path)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except FileExistsError:
+        raise ConfigError(f"{name} = {path!r} is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{name} = {path!r} cannot be written: {exc.strerror or exc}") from None
+
+
 def in_cluster() -> bool:
     """Is this process in a pod (the kubelet sets KUBERNETES_SERVICE_HOST)?"""
     return bool(settings.platform("KUBERNETES_SERVICE_HOST"))
@@ -453,6 +526,8 @@ def _address(name: str, value: str, allow_empty: bool = False) -> str:
     _, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(f"{name}: expected host:port, got {value!r}")
+    if not 0 <= int(port) <= MAX_PORT:
+        raise ConfigError(f"{name}: port {port} is not between 0 and {MAX_PORT} (0 = any free port)")
     return value
 
 

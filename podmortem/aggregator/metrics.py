@@ -27,6 +27,8 @@ from podmortem.core.conditions import CONDITION_TYPES, VICTIM
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
 LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
+# Why a hardware root cause was not recorded on its node (podmortem/aggregator/kube/nodes.py, REFUSALS).
+NODE_FAULT_REFUSALS = ("job_counted", "namespace_rate")
 # Why a stream is refused (`podmortem_streams_rejected_total{reason}`): authentication and authorization
 # (aggregator/auth.py), the server's own refusals, and a limit reached.
 REJECT_REASONS = (
@@ -150,6 +152,13 @@ class Metrics:
             "Nodes this aggregator has marked podmortem.io/SuspectHardware (repeated hardware root causes).",
             registry=self.registry,
         )
+        self.node_faults_refused = Counter(
+            "podmortem_node_faults_refused_total",
+            "Hardware root causes not recorded on their node, by reason (job_counted: the job has counted on that "
+            "node already; namespace_rate: its namespace's hourly budget is spent).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.open_incidents = Gauge(
             "podmortem_open_incidents",
             "Incidents opened and waiting for quorum or timeout.",
@@ -204,8 +213,18 @@ class Metrics:
             "Victim conditions written: failed pods a podFailurePolicy need not count against the retry budget.",
             registry=self.registry,
         )
+        self.repeated_failures = Counter(
+            "podmortem_repeated_failures_total",
+            "Root causes that repeated the job's previous attempts (the same signature, `--repeat-limit` "
+            "attempts in a row) and were marked podmortem.io/PermanentFailure with reason RepeatedFailure "
+            "instead of being retried, by category.",
+            ["category"],
+            registry=self.registry,
+        )
         for condition_type in CONDITION_TYPES:
             self.pod_conditions.labels(type=condition_label(condition_type))
+        for repeated in CATEGORIES:
+            self.repeated_failures.labels(category=repeated)
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
         self._node_label = _Bounded(MAX_NODES, "unknown")
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -216,8 +235,13 @@ class Metrics:
             self.limit_hits.labels(limit=limit)
         for reason in REJECT_REASONS:
             self.rejected.labels(reason=reason)
+        for reason in NODE_FAULT_REFUSALS:
+            self.node_faults_refused.labels(reason=reason)
         # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
         self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
+
+    def node_fault_refused(self, reason: str) -> None:
+        self.node_faults_refused.labels(reason=reason).inc()
 
     def pod_condition_written(self, condition_type: str) -> None:
         self.pod_conditions.labels(type=condition_label(condition_type)).inc()

@@ -219,9 +219,13 @@ def _load_members(pod_dirs: Sequence[str], workers: int | None = None) -> list[M
 def load_bundle(path: str | Path) -> Incident:
     """Read a bundle directory into an Incident; raises BundleError (one line) when it is not one."""
     root = Path(path)
-    if not root.exists():
-        raise BundleError(f"{root}: no such directory")
-    if not root.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(root.stat().st_mode)
+    except FileNotFoundError:
+        raise BundleError(f"{root}: no such directory") from None
+    except OSError as exc:  # a symbolic link loop, a name too long, no permission
+        raise BundleError(f"{root}: cannot be read: {exc.strerror or exc}") from None
+    if not is_dir:
         raise BundleError(f"{root}: not a directory (expected an incident bundle)")
     meta_path = root / "incident.json"
     meta = _read_json(meta_path, "incident.json")

@@ -123,6 +123,7 @@ def test_no_bundle_of_the_labelled_corpus_has_its_truth_read() -> None:
     [
         ("no-dir", "no such directory"),
         ("file", "not a directory"),
+        ("symlink-loop", "cannot be read: Too many levels of symbolic links"),
         ("no-incident", "incident.json not found"),
         ("bad-incident-json", "incident.json is not valid JSON"),
         ("incident-not-object", "must be a JSON object"),
@@ -142,6 +143,10 @@ def test_broken_bundles_raise_one_clear_line(tmp_path: Path, breakage: str, expe
         target = tmp_path / "absent"
     elif breakage == "file":
         target = b / "incident.json"
+    elif breakage == "symlink-loop":
+        target = tmp_path / "loop-a"
+        target.symlink_to(tmp_path / "loop-b")
+        (tmp_path / "loop-b").symlink_to(target)
     elif breakage == "no-incident":
         (b / "incident.json").unlink()
     elif breakage == "bad-incident-json":
