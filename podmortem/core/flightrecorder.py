@@ -281,8 +281,9 @@ class FRSummary:
 
     rank: int | None
     source: str  # pickle | json
-    pg_status: Mapping[str, PGStatus] = field(default_factory=dict)
-    pg_config: Mapping[str, PGConfig] = field(default_factory=dict)
+    # Left out of the hash (a dict has none), so that a Member holding a summary stays hashable like the rest.
+    pg_status: Mapping[str, PGStatus] = field(default_factory=dict, hash=False)
+    pg_config: Mapping[str, PGConfig] = field(default_factory=dict, hash=False)
     entries: tuple[FREntry, ...] = ()
     truncated: bool = False
     note: str = ""
@@ -321,6 +322,11 @@ class FRSummary:
             doc = json.loads(text, parse_constant=_no_constant)
         except ValueError as e:
             raise FlightRecorderError(f"summary is not JSON: {e}") from None
+        return _summary_from_doc(doc)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> FRSummary:
+        """A summary from its parsed JSON (a bundle's captures.json holds it as an object); validated."""
         return _summary_from_doc(doc)
 
 
