@@ -10,7 +10,7 @@ and py-spy on. Then: idle CPU over `--idle` seconds; one capture request answere
 the Capture event received, CPU seconds the sidecar spent, its RSS before and its peak after, the bytes of
 the event per worker); a second request (what a repeated capture costs once the code is loaded).
 
-    .venv/bin/python -m bench.capture_cost [--workers 4] [--idle 20] [--fr-files 4]
+    .venv/bin/python -m bench.capture_cost [--workers 4] [--idle 20] [--fr-files 4] [--stall-after 2]
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def describe(event: pb.Event) -> str:
     return ", ".join(f"{n} {p}" for p, n in sorted(paths.items())) + (f"; note {c.note!r}" if c.note else "")
 
 
-async def main(workers: int, idle_seconds: float, fr_files: int) -> int:
+async def main(workers: int, idle_seconds: float, fr_files: int, stall_after: float) -> int:
     collector = CapturingCollector()
     server = grpc.aio.server()
     pb_grpc.add_CollectorServicer_to_server(collector, server)  # type: ignore[no-untyped-call]
@@ -172,7 +172,7 @@ async def main(workers: int, idle_seconds: float, fr_files: int) -> int:
             "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}",
             "PODMORTEM_POD_SOURCE": "none",
             "PODMORTEM_CAPTURE_DIR": str(cap),
-            "PODMORTEM_STALL_AFTER": "2",  # quiet soon: the control plane is sampled while idle
+            "PODMORTEM_STALL_AFTER": f"{stall_after:g}",  # short: the control plane is sampled while idle
             "PODMORTEM_LOG_FILE": str(log),
             "PODMORTEM_PYSPY": "1",
             "PODMORTEM_HOLD_TIMEOUT": "0",
@@ -204,7 +204,7 @@ async def main(workers: int, idle_seconds: float, fr_files: int) -> int:
     await server.stop(None)
     print(f"W = {workers} workers (control plane + py-spy), {fr_files} Flight Recorder dump files of {fr_bytes} bytes")
     print(
-        f"sidecar idle with stall detection (control plane sampled): {idle_cpu * 100:.2f}% of a core over "
+        f"sidecar idle with stall detection at {stall_after:g} s: {idle_cpu * 100:.2f}% of a core over "
         f"{idle_seconds:g} s (target <= 0.5%: {'met' if idle_cpu <= 0.005 else 'NOT met'})"
     )
     print(
@@ -227,5 +227,6 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=4, help="torch workers (one gloo group)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
     parser.add_argument("--fr-files", type=int, default=4, help="Flight Recorder dump files in the capture dir")
+    parser.add_argument("--stall-after", type=float, default=2.0, help="the sidecar's PODMORTEM_STALL_AFTER")
     ns = parser.parse_args()
-    sys.exit(asyncio.run(main(ns.workers, ns.idle, ns.fr_files)))
+    sys.exit(asyncio.run(main(ns.workers, ns.idle, ns.fr_files, ns.stall_after)))

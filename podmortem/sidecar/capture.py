@@ -332,6 +332,8 @@ class Capturer:
             m = _FR_FILE.fullmatch(name)
             if m is None:
                 continue
+            if len(out) >= MAX_WORKERS:
+                break  # the rest wait for the next capture (what one Capture holds at most)
             path = self.capture_dir / name
             try:
                 st = path.stat()
