@@ -35,10 +35,10 @@ from typing import Any
 
 from podmortem.core import errorfile, podstatus
 from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
+from podmortem.core.model import Incident, JobRef, Member, WorkerCapture, evolve
 from podmortem.core.podstatus import assign_ranks
 
 __all__ = ["BundleError", "assign_ranks", "load_bundle", "load_member"]
-from podmortem.core.model import Incident, JobRef, Member, WorkerCapture, evolve
 from podmortem.protocol import wire
 
 MAX_LOG_BYTES = 256 << 10  # the tail of a larger log is kept

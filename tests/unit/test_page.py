@@ -253,7 +253,7 @@ def test_missing_members_are_named() -> None:
 def test_hang_evidence_and_attempt_history_show_when_the_verdict_has_them() -> None:
     incident = small_incident()
     doc = decide(incident).to_dict()
-    assert doc.get("hang") is None and "attempt_history" not in doc  # the verdict says "hang": null
+    assert doc.get("hang") is None and "attempt_history" not in doc  # no hang evidence, no history
     bare = Parsed(render(incident, doc))
     assert bare.by_id("hang") is None and bare.by_id("attempts") is None
     doc["hang"] = {"stuck_ranks": [2], "frame": "load_batch (train.py:5) <script>x</script>", "behind": "job-worker-2"}
