@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -43,8 +44,8 @@ def _sha256_constructor() -> Callable[[bytes], Any]:
 
 sha256 = _sha256_constructor()
 
-PayloadKind = Literal["error_file", "termination", "condition", "deletion", "log_tail"]
-Payload = pb.ErrorFile | pb.Termination | pb.PodCondition | pb.Deletion | pb.LogTail
+PayloadKind = Literal["error_file", "termination", "condition", "deletion", "log_tail", "activity", "capture"]
+Payload = pb.ErrorFile | pb.Termination | pb.PodCondition | pb.Deletion | pb.LogTail | pb.Activity | pb.Capture
 
 
 @overload
@@ -225,6 +226,8 @@ _PAYLOAD_FIELD: dict[type, str] = {
     pb.PodCondition: "condition",
     pb.Deletion: "deletion",
     pb.LogTail: "log_tail",
+    pb.Activity: "activity",
+    pb.Capture: "capture",
 }
 
 
@@ -406,3 +409,142 @@ def apply_event(member: Member, event: pb.Event, clock_offset: float | None = No
     if kind == "log_tail":
         return evolve(member, log_tail=tail_text(event.log_tail.text))
     return member
+
+
+# Captures and activity (proto `Activity`, `Capture`, `CaptureRequest`). The bounds are the proto's: a
+# sender cuts text to them (`bounded_tail`), a receiver refuses a message over them (`check_*`), and no
+# float on these messages may be NaN or infinite.
+CAPTURE_PATHS = frozenset({"control_plane", "py_spy", "fr_file"})
+CAPTURE_TRIGGERS = frozenset({"stall", "first_timeout", "teardown"})
+REQUEST_TRIGGERS = frozenset({"stall", "first_timeout"})
+STACK_LIMIT = 32 * 1024  # bytes of UTF-8, tail kept
+FLIGHT_RECORDER_LIMIT = 64 * 1024  # bytes of a summary's JSON: never cut (it would not parse), refused
+NOTE_LIMIT = 1024
+MAX_WORKERS = 64  # WorkerCaptures in one Capture
+REQUEST_ID_LIMIT = 128
+
+
+class WireError(ValueError):
+    """A capture or activity message outside its proto's bounds (a NaN, an unknown path, an oversized text)."""
+
+
+def bounded_tail(text: str, limit: int) -> tuple[str, bool]:
+    """`text` cut to its last `limit` bytes of UTF-8, never inside a character; True when it was cut."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text, False
+    return data[len(data) - limit :].decode("utf-8", "ignore"), True
+
+
+def _finite(name: str, value: float, *, minimum: float = 0.0) -> float:
+    if not math.isfinite(value) or value < minimum:
+        raise WireError(f"{name} = {value!r}: must be a finite number >= {minimum:g}")
+    return value
+
+
+def _text(name: str, value: str, limit: int) -> None:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise WireError(f"{name} is {size} bytes, over its bound of {limit}")
+
+
+def activity_to_pb(quiet: bool, quiet_seconds: float, last_progress: float | None = None) -> pb.Activity:
+    """An `Activity` (sent on change only): quiet for `quiet_seconds` since `last_progress` (pod clock)."""
+    msg = pb.Activity(quiet=quiet, quiet_seconds=_finite("Activity.quiet_seconds", quiet_seconds))
+    if last_progress is not None:
+        msg.last_progress.CopyFrom(to_ts(_finite("Activity.last_progress", last_progress)))
+    return msg
+
+
+def check_activity(msg: pb.Activity) -> None:
+    """Refuse an `Activity` whose floats are not finite and >= 0."""
+    _finite("Activity.quiet_seconds", msg.quiet_seconds)
+    if msg.HasField("last_progress"):
+        _finite("Activity.last_progress", from_ts(msg.last_progress) or 0.0)
+
+
+def capture_request_to_pb(request_id: str, trigger: str, timeout_seconds: float = 0.0) -> pb.CaptureRequest:
+    msg = pb.CaptureRequest(request_id=request_id, trigger=trigger, timeout_seconds=timeout_seconds)
+    check_capture_request(msg)
+    return msg
+
+
+def check_capture_request(msg: pb.CaptureRequest) -> None:
+    """Refuse a `CaptureRequest` without an id, with an unknown trigger, or a timeout not finite and >= 0."""
+    if not msg.request_id:
+        raise WireError("CaptureRequest.request_id is empty")
+    _text("CaptureRequest.request_id", msg.request_id, REQUEST_ID_LIMIT)
+    if msg.trigger not in REQUEST_TRIGGERS:
+        raise WireError(f"CaptureRequest.trigger = {msg.trigger!r}: one of {sorted(REQUEST_TRIGGERS)}")
+    _finite("CaptureRequest.timeout_seconds", msg.timeout_seconds)
+
+
+def worker_capture_to_pb(
+    path: str,
+    *,
+    local_rank: int | None = None,
+    global_rank: int | None = None,
+    stack: str = "",
+    flight_recorder: str = "",
+    note: str = "",
+    pid: int = 0,
+) -> pb.WorkerCapture:
+    """One worker's capture: the stack cut to its bound (tail kept, said in `note`); a Flight Recorder
+    summary's JSON over its bound is refused (`WireError`): the caller summarises fewer entries."""
+    if path not in CAPTURE_PATHS:
+        raise WireError(f"WorkerCapture.path = {path!r}: one of {sorted(CAPTURE_PATHS)}")
+    _text("WorkerCapture.flight_recorder", flight_recorder, FLIGHT_RECORDER_LIMIT)
+    stack, cut = bounded_tail(stack, STACK_LIMIT)
+    if cut:
+        note = (
+            f"{note}; stack cut at {STACK_LIMIT // 1024} KiB (tail kept)"
+            if note
+            else (f"stack cut at {STACK_LIMIT // 1024} KiB (tail kept)")
+        )
+    msg = pb.WorkerCapture(path=path, stack=stack, flight_recorder=flight_recorder, pid=pid)
+    msg.note = bounded_tail(note, NOTE_LIMIT)[0]
+    if local_rank is not None:
+        msg.local_rank = local_rank
+    if global_rank is not None:
+        msg.global_rank = global_rank
+    return msg
+
+
+def capture_to_pb(request_id: str, trigger: str, workers: list[pb.WorkerCapture], note: str = "") -> pb.Capture:
+    """A `Capture`: at most MAX_WORKERS workers (the rest left out, said in `note`)."""
+    if trigger not in CAPTURE_TRIGGERS:
+        raise WireError(f"Capture.trigger = {trigger!r}: one of {sorted(CAPTURE_TRIGGERS)}")
+    if len(workers) > MAX_WORKERS:
+        left = len(workers) - MAX_WORKERS
+        note = f"{note}; {left} more worker capture(s) left out" if note else f"{left} worker capture(s) left out"
+        workers = workers[:MAX_WORKERS]
+    msg = pb.Capture(request_id=request_id, trigger=trigger, note=bounded_tail(note, NOTE_LIMIT)[0])
+    msg.workers.extend(workers)
+    check_capture(msg)
+    return msg
+
+
+def check_capture(msg: pb.Capture) -> None:
+    """Refuse a `Capture` over the proto's bounds: unknown trigger or path, too many workers, a text over
+    its bound."""
+    if msg.trigger not in CAPTURE_TRIGGERS:
+        raise WireError(f"Capture.trigger = {msg.trigger!r}: one of {sorted(CAPTURE_TRIGGERS)}")
+    _text("Capture.request_id", msg.request_id, REQUEST_ID_LIMIT)
+    _text("Capture.note", msg.note, NOTE_LIMIT)
+    if len(msg.workers) > MAX_WORKERS:
+        raise WireError(f"Capture has {len(msg.workers)} workers, over its bound of {MAX_WORKERS}")
+    for w in msg.workers:
+        if w.path not in CAPTURE_PATHS:
+            raise WireError(f"WorkerCapture.path = {w.path!r}: one of {sorted(CAPTURE_PATHS)}")
+        _text("WorkerCapture.stack", w.stack, STACK_LIMIT)
+        _text("WorkerCapture.flight_recorder", w.flight_recorder, FLIGHT_RECORDER_LIMIT)
+        _text("WorkerCapture.note", w.note, NOTE_LIMIT)
+
+
+def check_capture_event(event: pb.Event) -> None:
+    """`check_activity` / `check_capture` for an event carrying either; other events pass."""
+    kind = event.WhichOneof("payload")
+    if kind == "activity":
+        check_activity(event.activity)
+    elif kind == "capture":
+        check_capture(event.capture)

@@ -63,6 +63,14 @@ def describe(event: pb.Event) -> str:
         what = f"deletion phase {d.phase or '?'} reason {d.reason or '?'}"
     elif kind == "log_tail":
         what = f"log tail {len(event.log_tail.text)} bytes{' (truncated)' if event.log_tail.truncated else ''}"
+    elif kind == "activity":
+        a = event.activity
+        what = f"activity {'quiet' if a.quiet else 'active'} ({a.quiet_seconds:.0f}s)"
+    elif kind == "capture":
+        cap = event.capture
+        paths = ", ".join(sorted({w.path for w in cap.workers})) or "no path"
+        note = f": {cap.note}" if cap.note else ""
+        what = f"capture ({cap.trigger}) of {len(cap.workers)} worker(s) via {paths}{note}"
     else:
         what = kind
     return f"{what} [id {event.id}]"

@@ -25,16 +25,18 @@ class SidecarMessage(_message.Message):
     def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., event: _Optional[_Union[Event, _Mapping]] = ..., clock_probe: _Optional[_Union[ClockProbe, _Mapping]] = ..., clock_estimate: _Optional[_Union[ClockEstimate, _Mapping]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
 
 class AggregatorMessage(_message.Message):
-    __slots__ = ("registered", "ack", "clock_reply", "hold_reply")
+    __slots__ = ("registered", "ack", "clock_reply", "hold_reply", "capture_request")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     CLOCK_REPLY_FIELD_NUMBER: _ClassVar[int]
     HOLD_REPLY_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_REQUEST_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     ack: Ack
     clock_reply: ClockReply
     hold_reply: HoldReply
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., clock_reply: _Optional[_Union[ClockReply, _Mapping]] = ..., hold_reply: _Optional[_Union[HoldReply, _Mapping]] = ...) -> None: ...
+    capture_request: CaptureRequest
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., clock_reply: _Optional[_Union[ClockReply, _Mapping]] = ..., hold_reply: _Optional[_Union[HoldReply, _Mapping]] = ..., capture_request: _Optional[_Union[CaptureRequest, _Mapping]] = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("namespace", "name", "kind", "uid")
@@ -49,7 +51,7 @@ class JobRef(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., uid: _Optional[str] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("job", "pod", "pod_uid", "node", "replica_type", "replica_index", "rank", "world_size_hint", "attempt", "session_id", "sidecar_version", "pod_ip", "holds")
+    __slots__ = ("job", "pod", "pod_uid", "node", "replica_type", "replica_index", "rank", "world_size_hint", "attempt", "session_id", "sidecar_version", "pod_ip", "holds", "captures")
     JOB_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +65,7 @@ class Register(_message.Message):
     SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
     POD_IP_FIELD_NUMBER: _ClassVar[int]
     HOLDS_FIELD_NUMBER: _ClassVar[int]
+    CAPTURES_FIELD_NUMBER: _ClassVar[int]
     job: JobRef
     pod: str
     pod_uid: str
@@ -76,15 +79,18 @@ class Register(_message.Message):
     sidecar_version: str
     pod_ip: str
     holds: bool
-    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., pod: _Optional[str] = ..., pod_uid: _Optional[str] = ..., node: _Optional[str] = ..., replica_type: _Optional[str] = ..., replica_index: _Optional[int] = ..., rank: _Optional[int] = ..., world_size_hint: _Optional[int] = ..., attempt: _Optional[str] = ..., session_id: _Optional[str] = ..., sidecar_version: _Optional[str] = ..., pod_ip: _Optional[str] = ..., holds: _Optional[bool] = ...) -> None: ...
+    captures: bool
+    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., pod: _Optional[str] = ..., pod_uid: _Optional[str] = ..., node: _Optional[str] = ..., replica_type: _Optional[str] = ..., replica_index: _Optional[int] = ..., rank: _Optional[int] = ..., world_size_hint: _Optional[int] = ..., attempt: _Optional[str] = ..., session_id: _Optional[str] = ..., sidecar_version: _Optional[str] = ..., pod_ip: _Optional[str] = ..., holds: _Optional[bool] = ..., captures: _Optional[bool] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("aggregator_id", "holds")
+    __slots__ = ("aggregator_id", "holds", "captures")
     AGGREGATOR_ID_FIELD_NUMBER: _ClassVar[int]
     HOLDS_FIELD_NUMBER: _ClassVar[int]
+    CAPTURES_FIELD_NUMBER: _ClassVar[int]
     aggregator_id: str
     holds: bool
-    def __init__(self, aggregator_id: _Optional[str] = ..., holds: _Optional[bool] = ...) -> None: ...
+    captures: bool
+    def __init__(self, aggregator_id: _Optional[str] = ..., holds: _Optional[bool] = ..., captures: _Optional[bool] = ...) -> None: ...
 
 class Hold(_message.Message):
     __slots__ = ("seq", "timeout_seconds")
@@ -117,7 +123,7 @@ class HoldReply(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., outcome: _Optional[_Union[HoldReply.Outcome, str]] = ..., condition_type: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail")
+    __slots__ = ("id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail", "activity", "capture")
     ID_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     MONOTONIC_NS_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +132,8 @@ class Event(_message.Message):
     CONDITION_FIELD_NUMBER: _ClassVar[int]
     DELETION_FIELD_NUMBER: _ClassVar[int]
     LOG_TAIL_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     wall_time: _timestamp_pb2.Timestamp
     monotonic_ns: int
@@ -134,7 +142,9 @@ class Event(_message.Message):
     condition: PodCondition
     deletion: Deletion
     log_tail: LogTail
-    def __init__(self, id: _Optional[str] = ..., wall_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., monotonic_ns: _Optional[int] = ..., error_file: _Optional[_Union[ErrorFile, _Mapping]] = ..., termination: _Optional[_Union[Termination, _Mapping]] = ..., condition: _Optional[_Union[PodCondition, _Mapping]] = ..., deletion: _Optional[_Union[Deletion, _Mapping]] = ..., log_tail: _Optional[_Union[LogTail, _Mapping]] = ...) -> None: ...
+    activity: Activity
+    capture: Capture
+    def __init__(self, id: _Optional[str] = ..., wall_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., monotonic_ns: _Optional[int] = ..., error_file: _Optional[_Union[ErrorFile, _Mapping]] = ..., termination: _Optional[_Union[Termination, _Mapping]] = ..., condition: _Optional[_Union[PodCondition, _Mapping]] = ..., deletion: _Optional[_Union[Deletion, _Mapping]] = ..., log_tail: _Optional[_Union[LogTail, _Mapping]] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., capture: _Optional[_Union[Capture, _Mapping]] = ...) -> None: ...
 
 class ErrorFile(_message.Message):
     __slots__ = ("message", "exception_type", "traceback", "timestamp", "error_code", "truncated", "size_bytes", "parse_error")
@@ -207,6 +217,56 @@ class LogTail(_message.Message):
     text: bytes
     truncated: bool
     def __init__(self, text: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class Activity(_message.Message):
+    __slots__ = ("quiet", "quiet_seconds", "last_progress")
+    QUIET_FIELD_NUMBER: _ClassVar[int]
+    QUIET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    quiet: bool
+    quiet_seconds: float
+    last_progress: _timestamp_pb2.Timestamp
+    def __init__(self, quiet: _Optional[bool] = ..., quiet_seconds: _Optional[float] = ..., last_progress: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Capture(_message.Message):
+    __slots__ = ("request_id", "trigger", "workers", "note")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    trigger: str
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerCapture]
+    note: str
+    def __init__(self, request_id: _Optional[str] = ..., trigger: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerCapture, _Mapping]]] = ..., note: _Optional[str] = ...) -> None: ...
+
+class WorkerCapture(_message.Message):
+    __slots__ = ("local_rank", "global_rank", "path", "stack", "flight_recorder", "note", "pid")
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STACK_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_RECORDER_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    local_rank: int
+    global_rank: int
+    path: str
+    stack: str
+    flight_recorder: str
+    note: str
+    pid: int
+    def __init__(self, local_rank: _Optional[int] = ..., global_rank: _Optional[int] = ..., path: _Optional[str] = ..., stack: _Optional[str] = ..., flight_recorder: _Optional[str] = ..., note: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class CaptureRequest(_message.Message):
+    __slots__ = ("request_id", "trigger", "timeout_seconds")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    trigger: str
+    timeout_seconds: float
+    def __init__(self, request_id: _Optional[str] = ..., trigger: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("event_ids",)

@@ -86,6 +86,14 @@ class CollectorServicer:
         none, or it could not be written. A sidecar whose stream breaks while it waits registers
         again, resends what is unacknowledged, then `hold` again; the aggregator decides a pod's
         condition once and answers every later `hold` with that same outcome.
+
+        Captures (both sides opt in: `Register.captures` and `Registered.captures`; either side without
+        it never sends or answers a `capture_request`). The aggregator sends `capture_request` when a job
+        looks stalled (every member's sidecar sent `Activity(quiet=true)`) or when a member reported a
+        hang-family failure first. The sidecar answers each request with exactly one `Capture` event
+        (acknowledged and resent like every event), made within the request's `timeout_seconds`.
+        A sidecar may also send a `Capture` on its own (`request_id` "", trigger "teardown"), e.g. for
+        Flight Recorder dump files found after its training container ended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
