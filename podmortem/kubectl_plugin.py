@@ -30,12 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from podmortem import settings
+from podmortem.core.names import (
+    BATCH_JOB_NAME,
+    CONDITION_TYPES,
+    CONTAINER_ANNOTATION,
+    HARDWARE_FAULTS_ANNOTATION,
+    JOBSET_NAME,
+    KUBEFLOW_JOB,
+    ROOT_CAUSE_CONDITION,
+    SUMMARY_ANNOTATION,
+    SUSPECT_HARDWARE_CONDITION,
+    VERDICT_ANNOTATION,
+)
 from podmortem.settings import Setting
-
-SUMMARY = "podmortem.io/summary"
-VERDICT = "podmortem.io/verdict"
-CONDITION_TYPE = "PodmortemRootCause"
-POD_CONDITION_TYPES = ("podmortem.io/Victim", "podmortem.io/PermanentFailure", "podmortem.io/RetryableFailure")
 
 
 class PluginError(Exception):
@@ -54,7 +61,7 @@ def _field(label: str, value: Any, indent: int = 0) -> str:
 def pod_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's podmortem.io/* condition, if it carries one."""
     for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") in POD_CONDITION_TYPES and c.get("status") == "True":
+        if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True":
             return c
     return None
 
@@ -85,11 +92,11 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
     """The describe-style text for an object carrying a verdict; None when it carries none (pure). With
     `pods` (the job's), each one's podmortem condition."""
     annotations = _annotations(obj)
-    if VERDICT not in annotations and SUMMARY not in annotations:
+    if VERDICT_ANNOTATION not in annotations and SUMMARY_ANNOTATION not in annotations:
         return None
     meta = obj.get("metadata") or {}
     try:  # anyone who may edit the object may have edited the annotation: show what can be read
-        loaded = json.loads(annotations.get(VERDICT, "{}"))
+        loaded = json.loads(annotations.get(VERDICT_ANNOTATION, "{}"))
     except (ValueError, RecursionError):
         loaded = {}
     doc: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
@@ -97,7 +104,7 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
         _field("Name", meta.get("name")),
         _field("Namespace", meta.get("namespace")),
         _field("Kind", obj.get("kind")),
-        _field("Verdict", annotations.get(SUMMARY) or doc.get("summary")),
+        _field("Verdict", annotations.get(SUMMARY_ANNOTATION) or doc.get("summary")),
         "Root Cause:",
         _field("Pod", doc.get("pod"), 2),
         _field("Rank", doc.get("rank"), 2),
@@ -123,8 +130,8 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
         lines.append(_field("Incident", f"{incident} (revision {doc.get('revision')}, {state})"))
     lines.append(_field("Decided At", doc.get("decidedAt")))
     for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
-            lines.append(_field("Condition", f"{CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
+        if isinstance(c, dict) and c.get("type") == ROOT_CAUSE_CONDITION:
+            lines.append(_field("Condition", f"{ROOT_CAUSE_CONDITION}={c.get('status')} ({c.get('reason')})"))
     lines += pod_lines(pods)
     return "\n".join(lines) + "\n"
 
@@ -149,16 +156,12 @@ def _repeat_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-NODE_FAULTS = "podmortem.io/hardware-faults"
-NODE_CONDITION = "podmortem.io/SuspectHardware"
-
-
 def render_node(node: dict[str, Any]) -> str | None:
     """The hardware-fault record podmortem keeps on a node (pure); None when it has none."""
-    raw = _annotations(node).get(NODE_FAULTS)
+    raw = _annotations(node).get(HARDWARE_FAULTS_ANNOTATION)
     suspect = next(
         (c for c in (node.get("status") or {}).get("conditions") or []
-         if isinstance(c, dict) and c.get("type") == NODE_CONDITION),
+         if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION),
         None,
     )  # fmt: skip
     if raw is None and suspect is None:
@@ -235,10 +238,10 @@ class Kubectl:
 
 # How a job's pods are labelled, per kind (the labels the aggregator's pod watch selects by).
 POD_LABELS = {
-    "PyTorchJob": "training.kubeflow.org/job-name",
-    "Job": "batch.kubernetes.io/job-name",
-    "JobSet": "jobset.sigs.k8s.io/jobset-name",
-    "TrainJob": "jobset.sigs.k8s.io/jobset-name",  # a TrainJob's JobSet has its name
+    "PyTorchJob": KUBEFLOW_JOB,
+    "Job": BATCH_JOB_NAME,
+    "JobSet": JOBSET_NAME,
+    "TrainJob": JOBSET_NAME,  # a TrainJob's JobSet has its name
 }
 LOG_LINES = 300
 # What each command takes, as kubectl's resource names (singular; a plural or `kind.group` names the same).
@@ -261,7 +264,7 @@ def target_problem(command: str, target: str) -> str | None:
 
 def _training_container(pod: dict[str, Any]) -> str:
     names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
-    chosen = _annotations(pod).get("podmortem.io/container")
+    chosen = _annotations(pod).get(CONTAINER_ANNOTATION)
     if chosen in names:
         return str(chosen)
     return "pytorch" if "pytorch" in names else next((n for n in names if not n.startswith("podmortem")), "")
@@ -398,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.output == "json":
-        verdict = _annotations(obj).get(VERDICT)
+        verdict = _annotations(obj).get(VERDICT_ANNOTATION)
         if verdict is None:
             return 1
         print(verdict)
@@ -428,21 +431,28 @@ def written_to(obj: dict[str, Any], node: dict[str, Any]) -> list[tuple[str, str
     """What podmortem wrote on the job and the root's node, as (where, what) for the page (pure)."""
     meta = obj.get("metadata") or {}
     where = f"{str(obj.get('kind', '')).lower()}/{meta.get('name')}"
-    out = [(where, "annotations " + ", ".join(k for k in (SUMMARY, VERDICT) if k in _annotations(obj)))]
+    out = [
+        (
+            where,
+            "annotations " + ", ".join(k for k in (SUMMARY_ANNOTATION, VERDICT_ANNOTATION) if k in _annotations(obj)),
+        )
+    ]
     for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
-            out.append((where, f"condition {CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
-    raw = _annotations(node).get(NODE_FAULTS)
+        if isinstance(c, dict) and c.get("type") == ROOT_CAUSE_CONDITION:
+            out.append((where, f"condition {ROOT_CAUSE_CONDITION}={c.get('status')} ({c.get('reason')})"))
+    raw = _annotations(node).get(HARDWARE_FAULTS_ANNOTATION)
     if raw is not None:
         try:
             count = len(json.loads(raw))
         except (ValueError, TypeError, RecursionError):
             count = 0
-        out.append((f"node/{(node.get('metadata') or {}).get('name')}", f"{NODE_FAULTS} ({count} record(s))"))
+        out.append(
+            (f"node/{(node.get('metadata') or {}).get('name')}", f"{HARDWARE_FAULTS_ANNOTATION} ({count} record(s))")
+        )
     for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == NODE_CONDITION:
+        if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION:
             where_node = f"node/{(node.get('metadata') or {}).get('name')}"
-            out.append((where_node, f"condition {NODE_CONDITION}={c.get('status')} ({c.get('reason')})"))
+            out.append((where_node, f"condition {SUSPECT_HARDWARE_CONDITION}={c.get('status')} ({c.get('reason')})"))
     return out
 
 
@@ -453,7 +463,7 @@ def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path
     from podmortem.page.render import render
 
     try:
-        loaded = json.loads(_annotations(obj).get(VERDICT, "{}"))
+        loaded = json.loads(_annotations(obj).get(VERDICT_ANNOTATION, "{}"))
     except (ValueError, RecursionError):
         loaded = {}
     doc: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
@@ -468,7 +478,7 @@ def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path
     incident = cluster.incident_from_cluster(obj, pods, logs, doc)
     verdict = cluster.verdict_from_annotation(doc)
     if not verdict.get("summary"):
-        verdict["summary"] = _annotations(obj).get(SUMMARY, "")
+        verdict["summary"] = _annotations(obj).get(SUMMARY_ANNOTATION, "")
     html = render(incident, verdict, cluster.context_from_annotation(doc, written_to(obj, node)))
     try:
         tmp = path.with_name(f".{path.name}.tmp")
@@ -483,7 +493,7 @@ def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path
 
 def _verdict_node(obj: dict[str, Any]) -> str:
     try:
-        doc = json.loads(_annotations(obj).get(VERDICT, "{}"))
+        doc = json.loads(_annotations(obj).get(VERDICT_ANNOTATION, "{}"))
     except (ValueError, RecursionError):
         return ""
     return str(doc.get("node") or "") if isinstance(doc, dict) else ""

@@ -58,8 +58,16 @@ from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics, condition_label
 from podmortem.core import conditions, repeats
 from podmortem.core.assess import assess
-from podmortem.core.conditions import CONDITION_TYPES, RETRYABLE, VICTIM, PodCondition
+from podmortem.core.conditions import PodCondition
 from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.core.names import (
+    CONDITION_TYPES,
+    DISRUPTION_TARGET,
+    NODE_LOST_REASONS,
+    REPEATED_REASON,
+    RETRYABLE,
+    VICTIM,
+)
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import hold_seconds
@@ -92,7 +100,6 @@ MIN_RECHECK = 0.1
 # How often a waiting decision looks again when nothing woke it (pod-watch events that arrive after a
 # log read do not wake it).
 RECHECK = 0.5
-NODE_LOST_REASONS = frozenset({"DeletionByPodGC", "DeletionByTaintManager"})
 
 
 @dataclass(frozen=True)
@@ -223,7 +230,7 @@ class HoldDesk:
             phase == "Unknown"
             or reason == "NodeLost"
             or any(
-                isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("reason") in NODE_LOST_REASONS
+                isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("reason") in NODE_LOST_REASONS
                 for c in status.get("conditions") or []
             )
         )
@@ -376,7 +383,7 @@ class HoldDesk:
         log.info("pod %s: %s (%s) written: %s", key.pod, condition.type, condition.reason, condition.message)
         if self.metrics is not None:
             self.metrics.pod_condition_written(condition.type)
-        if condition.reason == repeats.REPEATED_REASON:
+        if condition.reason == REPEATED_REASON:
             self._repeat_written(incident, verdict, condition)
         return state.outcome
 

@@ -11,6 +11,7 @@ dropped. `is_failure` says which events open an incident. This module holds no s
 from __future__ import annotations
 
 from podmortem.core.model import MAX_WORLD_SIZE
+from podmortem.core.names import DISRUPTION_TARGET
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import tail_text
@@ -50,7 +51,7 @@ def is_failure(event: pb.Event) -> bool:
         t = event.termination
         return (t.HasField("exit_code") and t.exit_code != 0) or t.HasField("signal") or t.reason == "OOMKilled"
     if kind == "condition":
-        return event.condition.type == "DisruptionTarget" and event.condition.status == "True"
+        return event.condition.type == DISRUPTION_TARGET and event.condition.status == "True"
     if kind == "deletion":
         return event.deletion.phase in ("Unknown", "Failed", "Running", "") or event.deletion.reason == "NodeLost"
     return False

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
-from podmortem.core.conditions import CONDITION_TYPES, VICTIM
+from podmortem.core.names import CONDITION_TYPES, VICTIM
 
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).

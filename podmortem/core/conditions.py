@@ -35,23 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Literal
 
 from podmortem.core.assess import Finding, assess
 from podmortem.core.categories import condition_reason
 from podmortem.core.model import Incident, Member, Verdict
+from podmortem.core.names import PERMANENT, RETRYABLE, VICTIM, VICTIM_REASON, ConditionType
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
-ConditionType = Literal[
-    "podmortem.io/Victim",
-    "podmortem.io/PermanentFailure",
-    "podmortem.io/RetryableFailure",
-]
-VICTIM: ConditionType = "podmortem.io/Victim"
-PERMANENT: ConditionType = "podmortem.io/PermanentFailure"
-RETRYABLE: ConditionType = "podmortem.io/RetryableFailure"
-CONDITION_TYPES: tuple[ConditionType, ...] = (VICTIM, PERMANENT, RETRYABLE)
-VICTIM_REASON = "Victim"
 # The default of `--permanent-confidence`: on fresh public logs, verdicts at or above it named the right pod
 # every time (issue 26). Not to be lowered.
 PERMANENT_CONFIDENCE = 0.9

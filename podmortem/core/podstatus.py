@@ -16,20 +16,19 @@ from datetime import datetime
 from typing import Any
 
 from podmortem.core.model import Condition, JobRef, Member, Termination
-
-# Labels that carry a pod's position in its job, by workload kind.
-KUBEFLOW_JOB = "training.kubeflow.org/job-name"
-KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-BATCH_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-BATCH_JOB_NAME = "batch.kubernetes.io/job-name"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
-JOBSET_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
-TRAINJOB_NAME = "trainer.kubeflow.org/trainjob-ancestor-step"  # informational only
+from podmortem.core.names import (
+    BATCH_COMPLETION_INDEX,
+    BATCH_JOB_NAME,
+    DISRUPTION_TARGET,
+    JOBSET_GLOBAL_INDEX,
+    JOBSET_NAME,
+    KUBEFLOW_JOB,
+    KUBEFLOW_REPLICA_INDEX,
+    KUBEFLOW_REPLICA_TYPE,
+)
 
 # Conditions worth keeping: the others (Ready, Initialized, ...) say nothing about a failure.
-INTERESTING_CONDITIONS = frozenset({"DisruptionTarget"})
+INTERESTING_CONDITIONS = frozenset({DISRUPTION_TARGET})
 
 
 def parse_time(value: Any) -> float | None:

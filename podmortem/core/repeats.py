@@ -28,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from podmortem.core.conditions import PERMANENT, RETRYABLE, PodCondition
+from podmortem.core.conditions import PodCondition
 from podmortem.core.model import Incident, Verdict
+from podmortem.core.names import PERMANENT, REPEATED_REASON, RETRYABLE
 from podmortem.core.signature import signature
 
-REPEATED_REASON = "RepeatedFailure"
 DEFAULT_LIMIT = 2  # the second identical attempt stops the job
 MAX_ATTEMPTS = 8  # entries of history kept per job: more than any useful limit needs
 NEVER = frozenset({"preemption"})

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from podmortem.core.names import REPORTING_COMPONENT
+
 
 def resource_path(
     api_version: str,
@@ -68,7 +70,7 @@ def core_event(
         "reason": reason,
         "message": message,
         "source": {"component": component},
-        "reportingComponent": "podmortem.io/aggregator",
+        "reportingComponent": REPORTING_COMPONENT,
         "reportingInstance": instance[:128],
         "action": action,
         "firstTimestamp": stamp,

@@ -28,12 +28,10 @@ from typing import Any, Literal
 
 import yaml
 
-from podmortem.core.conditions import PERMANENT, RETRYABLE, VICTIM  # the contract's names, defined once
+from podmortem.core.names import DISRUPTION_TARGET, PERMANENT, RETRYABLE, VICTIM
 
 JSON = dict[str, Any]
 
-DISRUPTION = "DisruptionTarget"  # set by Kubernetes (preemption, eviction, taint manager, pod GC of a lost node)
-CONDITION_TYPES = (VICTIM, PERMANENT, RETRYABLE)
 
 # The reason the Job controller gives a Job failed by a podFailurePolicy FailJob rule, and the message
 # pattern (RE2, unanchored: JobSet matches with Go's regexp.MatchString) that names our condition in it.
@@ -86,7 +84,7 @@ POD_RULES: tuple[PodRule, ...] = (
     ),
     PodRule(
         "Count",
-        DISRUPTION,
+        DISRUPTION_TARGET,
         (
             "Marked by Kubernetes (preemption, eviction, node lost) with no podmortem condition: its sidecar",
             "could not hold it (the node vanished). Counted, bounded like any retryable failure; Kubernetes'",

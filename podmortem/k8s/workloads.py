@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from podmortem.core.model import JobRef
-from podmortem.core.podstatus import BATCH_JOB_NAME, JOBSET_NAME, KUBEFLOW_JOB
+from podmortem.core.names import BATCH_JOB_NAME, JOBSET_NAME, JOBSET_RESTART_ATTEMPT, KUBEFLOW_JOB
 
 JSON = dict[str, Any]
-JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podmortem.core import podstatus
-from podmortem.core.conditions import CONDITION_TYPES
 from podmortem.core.model import Condition, Incident, JobRef, Member, evolve
+from podmortem.core.names import CONDITION_TYPES
 from podmortem.page.render import PageContext
 from podmortem.protocol import wire
 

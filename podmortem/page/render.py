@@ -21,6 +21,13 @@ from typing import Any
 import jinja2
 
 from podmortem.core.model import Incident, Verdict
+from podmortem.core.names import (
+    HARDWARE_FAULTS_ANNOTATION,
+    PREFIX,
+    ROOT_CAUSE_CONDITION,
+    SUMMARY_ANNOTATION,
+    VERDICT_ANNOTATION,
+)
 from podmortem.page import timeline
 from podmortem.page.timeline import Band, Mark, Row, Timeline
 
@@ -187,13 +194,13 @@ def _written(tl: Timeline, ctx: PageContext, incident: Incident, verdict: Verdic
     out = [{"where": where, "what": what} for where, what in ctx.written]
     if not ctx.live and verdict.pod is not None:  # offline: what the aggregator writes besides
         job = f"{incident.job.kind.lower() or 'job'}/{incident.job.name}"
-        out.append({"where": job, "what": "annotations podmortem.io/summary, podmortem.io/verdict; condition "
-                    "PodmortemRootCause"})  # fmt: skip
+        out.append({"where": job, "what": f"annotations {SUMMARY_ANNOTATION}, {VERDICT_ANNOTATION}; condition "
+                    f"{ROOT_CAUSE_CONDITION}"})  # fmt: skip
         if verdict.category == "hardware" and verdict.node:
-            out.append({"where": f"node/{verdict.node}", "what": "podmortem.io/hardware-faults (this incident)"})
+            out.append({"where": f"node/{verdict.node}", "what": f"{HARDWARE_FAULTS_ANNOTATION} (this incident)"})
     for cond, carriers in sorted(counts.items()):
         names = ", ".join(carriers[:6]) + (f" and {len(carriers) - 6:,} more" if len(carriers) > 6 else "")
-        out.append({"where": f"{len(carriers):,} pod(s): {names}", "what": f"podmortem.io/{cond}"})
+        out.append({"where": f"{len(carriers):,} pod(s): {names}", "what": f"{PREFIX}{cond}"})
     return out
 
 

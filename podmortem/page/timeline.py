@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from podmortem.core import conditions
+from podmortem.core import conditions, names
 from podmortem.core.assess import Finding, assess
 from podmortem.core.model import Incident, Member, Secondary, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
@@ -187,14 +187,21 @@ def _marks(m: Member, f: Finding, written: tuple[str, str, float | None] | None)
         assert at is not None
         label, detail = _end_label(m)
         marks.append(Mark("end", at, label, detail))
-    disruption = m.condition("DisruptionTarget")
+    disruption = m.condition(names.DISRUPTION_TARGET)
     if disruption is not None and disruption.status == "True" and disruption.last_transition_time is not None:
         why = f"{disruption.reason}: {disruption.message}" if disruption.message else disruption.reason
-        marks.append(Mark("disruption", disruption.last_transition_time, "DisruptionTarget", f"DisruptionTarget {why}"))
+        marks.append(
+            Mark(
+                "disruption",
+                disruption.last_transition_time,
+                names.DISRUPTION_TARGET,
+                f"{names.DISRUPTION_TARGET} {why}",
+            )
+        )
     if m.deleted_at is not None:
         marks.append(Mark("deletion", m.deleted_at, "deleted", "deletionTimestamp set"))
     if written is not None and written[2] is not None:
-        marks.append(Mark("condition", written[2], written[0], f"podmortem.io/{written[0]}: {written[1]}"))
+        marks.append(Mark("condition", written[2], written[0], f"{names.PREFIX}{written[0]}: {written[1]}"))
     return tuple(sorted(marks, key=lambda k: k.at))
 
 
@@ -215,7 +222,7 @@ def _log_excerpt(m: Member, f: Finding, lines: int = 30) -> tuple[tuple[str, boo
 
 def _written(m: Member) -> tuple[str, str, float | None] | None:
     for c in m.conditions:
-        if c.type in conditions.CONDITION_TYPES and c.status == "True":
+        if c.type in names.CONDITION_TYPES and c.status == "True":
             return c.type.rpartition("/")[2], c.message, c.last_transition_time
     return None
 

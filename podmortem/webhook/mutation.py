@@ -55,6 +55,21 @@ from typing import Any
 
 import jsonpatch
 
+from podmortem.core.names import (
+    BATCH_COMPLETION_INDEX,
+    BATCH_JOB_NAME,
+    CONTAINER_ANNOTATION,
+    INJECT_ANNOTATION,
+    INJECTED_ANNOTATION,
+    JOBSET_NAME,
+    JOBSET_RESTART_ATTEMPT,
+    KUBEFLOW_JOB,
+    KUBEFLOW_REPLICA_INDEX,
+    KUBEFLOW_REPLICA_TYPE,
+    LEGACY_JOB_NAME,
+    PYTHON_HOOK_ANNOTATION,
+    STALL_AFTER_ANNOTATION,
+)
 from podmortem.webhook import retrypolicy
 
 JSON = dict[str, Any]
@@ -64,12 +79,7 @@ ERRORS_VOLUME = "podmortem-errors"
 TOKEN_VOLUME = "podmortem-token"
 TOKEN_DIR = "/var/run/secrets/podmortem.io/serviceaccount"
 ERROR_FILE_NAME = "error.json"
-INJECT_ANNOTATION = "podmortem.io/inject"
-INJECTED_ANNOTATION = "podmortem.io/injected"
-CONTAINER_ANNOTATION = "podmortem.io/container"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
-STALL_ANNOTATION = "podmortem.io/stall-after"
-PYTHON_HOOK_ANNOTATION = "podmortem.io/python-hook"
 PYTHON_HOOK_NAME = "podmortem-python"
 FR_DUMP_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 # The shared volume holds the error file and the workers' Flight Recorder dumps (a few MiB each with
@@ -78,14 +88,6 @@ ERRORS_VOLUME_SIZE = "256Mi"
 # The container the Kubeflow training operator requires in a PyTorchJob.
 KUBEFLOW_CONTAINER = "pytorch"
 
-KUBEFLOW_JOB = "training.kubeflow.org/job-name"
-KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-BATCH_JOB_NAME = "batch.kubernetes.io/job-name"
-LEGACY_JOB_NAME = "job-name"  # Kubernetes < 1.27 labels Job pods with this only
-BATCH_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 # Outcomes, as counted by the server (`podmortem_webhook_reviews_total{outcome}`): a fixed set.
 INJECTED = "injected"
@@ -377,7 +379,7 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         env.append({"name": "PODMORTEM_HOLD_TIMEOUT", "value": settings.hold_timeout})
     if capture_dir is not None:
         env.append({"name": "PODMORTEM_CAPTURE_DIR", "value": capture_dir})
-    stall = stall_seconds(str(annotations[STALL_ANNOTATION])) if STALL_ANNOTATION in annotations else None
+    stall = stall_seconds(str(annotations[STALL_AFTER_ANNOTATION])) if STALL_AFTER_ANNOTATION in annotations else None
     stall = stall if stall is not None else settings.stall_after
     if stall and stall != "0":
         env.append({"name": "PODMORTEM_STALL_AFTER", "value": stall})

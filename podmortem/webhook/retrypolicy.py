@@ -39,14 +39,11 @@ from typing import Any
 
 import jsonpatch
 
+from podmortem.core.names import JOBSET_NAME, RETRY_POLICY_ADDED_ANNOTATION, RETRY_POLICY_ENABLED, RETRY_POLICY_LABEL
 from podmortem.k8s import policy
 
 JSON = dict[str, Any]
 
-LABEL = "podmortem.io/retry-policy"
-ENABLED = "enabled"
-ADDED_ANNOTATION = "podmortem.io/retry-policy-added"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 
 # Outcomes, counted by the server as `podmortem_webhook_retry_policy_total{kind,outcome}`: a fixed set.
 ADDED = "added"
@@ -77,7 +74,7 @@ def _dict(parent: JSON, key: str) -> JSON:
 
 def _opted_in(obj: Mapping[str, Any]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(LABEL, "")).lower() == ENABLED
+    return str(labels.get(RETRY_POLICY_LABEL, "")).lower() == RETRY_POLICY_ENABLED
 
 
 def _controller(obj: Mapping[str, Any]) -> str | None:
@@ -95,7 +92,7 @@ def _restart_policy(job_spec: Mapping[str, Any]) -> str:
 def mutate_job(job: Mapping[str, Any], version: str) -> tuple[list[JSON], str, str]:
     """(patch, outcome, reason) for a batch Job CREATE."""
     if not _opted_in(job):
-        return [], NOT_OPTED_IN, f"no label {LABEL}: {ENABLED}"
+        return [], NOT_OPTED_IN, f"no label {RETRY_POLICY_LABEL}: {RETRY_POLICY_ENABLED}"
     labels = (job.get("metadata") or {}).get("labels") or {}
     if JOBSET_NAME in labels:
         return [], JOBSET_CHILD, f"created by JobSet {labels[JOBSET_NAME]}: the JobSet carries the policy"
@@ -113,7 +110,7 @@ def mutate_job(job: Mapping[str, Any], version: str) -> tuple[list[JSON], str, s
         return [], UNSUPPORTED, f"pod restartPolicy {restart or '(unset)'}: a Job needs Never or OnFailure"
     out = copy.deepcopy(dict(job))
     reason = _with_policy(_dict(out, "spec"))
-    _dict(_dict(out, "metadata"), "annotations")[ADDED_ANNOTATION] = version
+    _dict(_dict(out, "metadata"), "annotations")[RETRY_POLICY_ADDED_ANNOTATION] = version
     return list(jsonpatch.make_patch(dict(job), out).patch), ADDED, reason
 
 
@@ -133,7 +130,7 @@ def _with_policy(job_spec: JSON) -> str:
 def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) -> tuple[list[JSON], str, str]:
     """(patch, outcome, reason) for a JobSet CREATE."""
     if not _opted_in(jobset):
-        return [], NOT_OPTED_IN, f"no label {LABEL}: {ENABLED}"
+        return [], NOT_OPTED_IN, f"no label {RETRY_POLICY_LABEL}: {RETRY_POLICY_ENABLED}"
     if owner := _controller(jobset):
         return [], OWNED, f"owned by {owner}, which keeps its spec (a TrainJob: use podmortem policy trainjob)"
     spec = jobset.get("spec")
@@ -166,5 +163,5 @@ def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) ->
                 "replaced by Never, the only value a podFailurePolicy allows"
             )
         pod_spec["restartPolicy"] = "Never"
-    _dict(_dict(out, "metadata"), "annotations")[ADDED_ANNOTATION] = version
+    _dict(_dict(out, "metadata"), "annotations")[RETRY_POLICY_ADDED_ANNOTATION] = version
     return list(jsonpatch.make_patch(dict(jobset), out).patch), ADDED, "; ".join(replaced)

@@ -16,8 +16,8 @@ from support.kube_objects import CONTROLLER_CONDITIONS, NS, pytorchjob, terminat
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.kube.client import KubeSettings
-from podmortem.aggregator.kube.publish import CONDITION_TYPE, PUBLISHED_ANNOTATION, VERDICT_ANNOTATION
 from podmortem.aggregator.running import Aggregator
+from podmortem.core.names import PUBLISHED_ANNOTATION, ROOT_CAUSE_CONDITION, VERDICT_ANNOTATION
 
 JOBS = [f"job-{i}" for i in range(4)]
 ROOT_MESSAGE = (
@@ -31,7 +31,7 @@ def published(api: EmulatorHandle, job: str) -> bool:
     stored = api.get(PYTORCHJOBS, NS, job) or {}
     conditions = (stored.get("status") or {}).get("conditions") or []
     return PUBLISHED_ANNOTATION in (stored.get("metadata") or {}).get("annotations", {}) and any(
-        c["type"] == CONDITION_TYPE for c in conditions
+        c["type"] == ROOT_CAUSE_CONDITION for c in conditions
     )
 
 
@@ -90,7 +90,7 @@ async def test_every_incident_is_visible_exactly_once_through_api_faults(
         assert (verdict["pod"], verdict["category"], verdict["revision"]) == (roots[name], "user_code", 1)
         conditions = stored["status"]["conditions"]
         assert conditions[: len(CONTROLLER_CONDITIONS)] == CONTROLLER_CONDITIONS
-        assert [c["type"] for c in conditions].count(CONDITION_TYPE) == 1
+        assert [c["type"] for c in conditions].count(ROOT_CAUSE_CONDITION) == 1
         root_pod = kube_api.get(PODS, NS, roots[name])
         assert root_pod is not None and root_pod["metadata"]["annotations"][VERDICT_ANNOTATION]
         assert events[("PyTorchJob", name)] == 1 and events[("Pod", roots[name])] == 1

@@ -14,9 +14,10 @@ from support.kube_objects import NS, make_kube, seed_pytorchjob, terminated
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import client as k
 from podmortem.aggregator.kube.podwatch import PodWatch
-from podmortem.aggregator.kube.publish import PUBLISHED_ANNOTATION, kube_publishers
+from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.aggregator.publishing import PublishQueue
 from podmortem.core.engine import decide
+from podmortem.core.names import PUBLISHED_ANNOTATION
 from podmortem.k8s import errors
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.objects import resource_path

@@ -20,8 +20,9 @@ from podmortem.aggregator.kube.leader import LeaderElector, LeaseTimings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.kube.podwatch import PodWatch
-from podmortem.core.conditions import VICTIM, PodCondition
+from podmortem.core.conditions import PodCondition
 from podmortem.core.model import JobRef
+from podmortem.core.names import VICTIM
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"

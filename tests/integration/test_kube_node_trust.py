@@ -27,6 +27,7 @@ from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord
+from podmortem.core.names import HARDWARE_FAULTS_ANNOTATION, SUSPECT_HARDWARE_CONDITION
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 from podmortem.protocol.wire import error_to_pb, make_event
@@ -83,7 +84,7 @@ async def report_ecc(agg: Aggregator, ca: trustme.CA, job: str, pod: str, attemp
 
 def record(api: EmulatorHandle, node: str) -> list[dict[str, Any]]:
     found = api.get(NODES, None, node) or {}
-    raw = ((found.get("metadata") or {}).get("annotations") or {}).get(nodes.FAULTS_ANNOTATION)
+    raw = ((found.get("metadata") or {}).get("annotations") or {}).get(HARDWARE_FAULTS_ANNOTATION)
     return list(json.loads(raw)) if raw else []
 
 
@@ -93,7 +94,7 @@ def marked(api: EmulatorHandle, names: list[str]) -> list[str]:
         found = api.get(NODES, None, name) or {}
         conditions = (found.get("status") or {}).get("conditions") or []
         taints = (found.get("spec") or {}).get("taints") or []
-        if any(c.get("type") == nodes.CONDITION_TYPE for c in conditions) or taints:
+        if any(c.get("type") == SUSPECT_HARDWARE_CONDITION for c in conditions) or taints:
             out.append(name)
     return out
 

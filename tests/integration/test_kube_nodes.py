@@ -18,6 +18,7 @@ from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.core.model import JobRef
+from podmortem.core.names import HARDWARE_FAULTS_ANNOTATION, SUSPECT_HARDWARE_CONDITION, SUSPECT_HARDWARE_TAINT
 from podmortem.k8s.objects import rfc3339
 
 NODES = "v1/nodes"
@@ -67,7 +68,7 @@ def node(api: EmulatorHandle) -> dict[str, Any]:
 
 
 def ours(obj: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in obj["status"]["conditions"] if c["type"] == nodes.CONDITION_TYPE), None)
+    return next((c for c in obj["status"]["conditions"] if c["type"] == SUSPECT_HARDWARE_CONDITION), None)
 
 
 def node_events(api: EmulatorHandle) -> list[dict[str, Any]]:
@@ -84,7 +85,7 @@ async def test_two_hardware_incidents_set_the_condition_and_an_event(kube_api: E
     pub = publisher(kube, on_suspects=gauge.append)
     await pub.publish(hardware(1, T0))
     first = node(kube_api)
-    record = json.loads(first["metadata"]["annotations"][nodes.FAULTS_ANNOTATION])
+    record = json.loads(first["metadata"]["annotations"][HARDWARE_FAULTS_ANNOTATION])
     assert record == [
         {
             "time": rfc3339(T0),
@@ -132,13 +133,13 @@ async def test_replays_record_once_and_old_or_cleared_faults_do_not_count(kube_a
     await pub.publish(hardware(1, T0 - 10 * DAY))  # outside the 7-day window
     await pub.publish(hardware(2, T0))
     await pub.publish(hardware(2, T0))  # a replay or a revision of the same incident
-    assert len(json.loads(node(kube_api)["metadata"]["annotations"][nodes.FAULTS_ANNOTATION])) == 2
+    assert len(json.loads(node(kube_api)["metadata"]["annotations"][HARDWARE_FAULTS_ANNOTATION])) == 2
     assert ours(node(kube_api)) is None
     await pub.publish(hardware(3, T0 + DAY))
     assert ours(node(kube_api))["status"] == "True"  # type: ignore[index]
     # A person clears it (docs/kubernetes.md): only faults after that count again.
-    cleared = [c for c in node(kube_api)["status"]["conditions"] if c["type"] != nodes.CONDITION_TYPE]
-    cleared.append({"type": nodes.CONDITION_TYPE, "status": "False", "reason": "Repaired",
+    cleared = [c for c in node(kube_api)["status"]["conditions"] if c["type"] != SUSPECT_HARDWARE_CONDITION]
+    cleared.append({"type": SUSPECT_HARDWARE_CONDITION, "status": "False", "reason": "Repaired",
                     "message": "GPU replaced", "lastTransitionTime": rfc3339(T0 + 1.6 * DAY)})  # fmt: skip
     kube_api.change(NODES, None, NODE, {"status": {"conditions": cleared}})
     await pub.publish(hardware(4, T0 + 1.5 * DAY))  # before the clearing: counted in the record only
@@ -157,7 +158,7 @@ async def test_only_hardware_root_causes_with_a_node_and_only_when_allowed(
     await pub.publish(hardware(2, T0, category="user_code"))
     await pub.publish(hardware(3, T0, node=""))
     await pub.publish(hardware(4, T0, node="gone-node"))  # 404: logged, nothing written
-    assert nodes.FAULTS_ANNOTATION not in (node(kube_api)["metadata"].get("annotations") or {})
+    assert HARDWARE_FAULTS_ANNOTATION not in (node(kube_api)["metadata"].get("annotations") or {})
     writes = [(m, p) for m, p in kube_api.requests() if m != "GET"]
     assert writes == []
 
@@ -169,7 +170,7 @@ async def test_node_actions_off_adds_no_node_publisher(kube: Kube) -> None:
 
 
 def test_a_damaged_record_reads_as_empty() -> None:
-    assert nodes.read_faults({"metadata": {"annotations": {nodes.FAULTS_ANNOTATION: "{not json"}}}) == []
+    assert nodes.read_faults({"metadata": {"annotations": {HARDWARE_FAULTS_ANNOTATION: "{not json"}}}) == []
     kept = [{"incident": str(i), "time": "2026-11-22T00:00:00Z"} for i in range(nodes.MAX_FAULTS)]
     grown = nodes.with_fault(kept, {"incident": "new", "time": "2026-11-22T00:00:01Z"})
     assert grown is not None and len(grown) == nodes.MAX_FAULTS and grown[-1]["incident"] == "new"
@@ -190,7 +191,7 @@ def marked(api: EmulatorHandle, names: list[str]) -> list[str]:
         found = api.get(NODES, None, name)
         assert found is not None
         if ours(found) is not None or any(
-            t["key"] == nodes.TAINT_KEY for t in (found.get("spec") or {}).get("taints") or []
+            t["key"] == SUSPECT_HARDWARE_TAINT for t in (found.get("spec") or {}).get("taints") or []
         ):
             out.append(name)
     return out
@@ -202,7 +203,7 @@ async def test_one_job_counts_once_whatever_its_attempts_or_pods(kube_api: Emula
     job = JobRef(NS, "ddp", "PyTorchJob", "uid-ddp")
     for attempt in range(5):  # five incidents of one job: invented attempts, or its pods one by one
         await pub.publish(hardware(attempt, T0 + attempt, job=job))
-    record = json.loads(node(kube_api)["metadata"]["annotations"][nodes.FAULTS_ANNOTATION])
+    record = json.loads(node(kube_api)["metadata"]["annotations"][HARDWARE_FAULTS_ANNOTATION])
     assert [f["incident"] for f in record] == [f"{NS}.ddp.0"]
     assert marked(kube_api, [NODE]) == [] and node_events(kube_api) == []
     assert refused == [nodes.JOB_COUNTED] * 4
@@ -277,6 +278,6 @@ async def test_a_job_counts_again_once_its_fault_is_out_of_the_window(kube_api: 
     await pub.publish(hardware(1, T0, job=job))
     now[0] = T0 + 10 * DAY
     await pub.publish(hardware(2, now[0], job=job))
-    record = json.loads(node(kube_api)["metadata"]["annotations"][nodes.FAULTS_ANNOTATION])
+    record = json.loads(node(kube_api)["metadata"]["annotations"][HARDWARE_FAULTS_ANNOTATION])
     assert [f["incident"] for f in record] == [f"{NS}.ddp.1", f"{NS}.ddp.2"]
     assert ours(node(kube_api)) is None  # one fault in the window

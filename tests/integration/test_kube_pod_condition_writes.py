@@ -24,7 +24,8 @@ from podmortem.aggregator.config import AggregatorConfig, ConfigError
 from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.running import Aggregator
-from podmortem.core.conditions import PERMANENT, VICTIM, PodCondition
+from podmortem.core.conditions import PodCondition
+from podmortem.core.names import PERMANENT, VICTIM
 from podmortem.k8s.objects import resource_path
 
 

@@ -15,10 +15,6 @@ from support.kube_objects import NS, decision, indexed_job, indexed_pod, make_ku
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.publish import (
-    CONDITION_TYPE,
-    PUBLISHED_ANNOTATION,
-    SUMMARY_ANNOTATION,
-    VERDICT_ANNOTATION,
     AnnotationPublisher,
     ConditionPublisher,
     EventPublisher,
@@ -27,6 +23,7 @@ from podmortem.aggregator.kube.publish import (
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
 from podmortem.core.model import JobRef
+from podmortem.core.names import PUBLISHED_ANNOTATION, ROOT_CAUSE_CONDITION, SUMMARY_ANNOTATION, VERDICT_ANNOTATION
 
 
 @pytest.fixture
@@ -75,7 +72,7 @@ async def test_annotations_condition_and_events_are_published(kube_api: Emulator
     conditions = stored["status"]["conditions"]
     assert conditions[:3] == job["status"]["conditions"]  # the controller's own, untouched and in order
     ours = conditions[3]
-    assert ours["type"] == CONDITION_TYPE and ours["status"] == "True" and ours["reason"] == "UserCode"
+    assert ours["type"] == ROOT_CAUSE_CONDITION and ours["status"] == "True" and ours["reason"] == "UserCode"
     assert "mixtral-cpt-worker-1" in ours["message"] and "revision 1" in ours["message"]
     assert stored["spec"] == job["spec"]
 
@@ -110,7 +107,7 @@ async def test_a_revision_replaces_ours_and_an_old_revision_never_wins(kube_api:
     stored = kube_api.get(PYTORCHJOBS, NS, job["metadata"]["name"])
     assert stored is not None
     assert stored["metadata"]["annotations"][PUBLISHED_ANNOTATION].endswith("#2")
-    ours = [c for c in stored["status"]["conditions"] if c["type"] == CONDITION_TYPE]
+    ours = [c for c in stored["status"]["conditions"] if c["type"] == ROOT_CAUSE_CONDITION]
     assert len(ours) == 1 and ours[0]["reason"] == "HostOom" and "revision 2" in ours[0]["message"]
     assert stored["status"]["conditions"][:3] == job["status"]["conditions"]
     assert len(kube_api.list("v1/events", NS)) == 4  # two per revision
@@ -125,7 +122,7 @@ async def test_writes_survive_500_409_and_429(kube_api: EmulatorHandle, kube: Ku
 
     stored = kube_api.get(PYTORCHJOBS, NS, job["metadata"]["name"])
     assert stored is not None and PUBLISHED_ANNOTATION in stored["metadata"]["annotations"]
-    assert [c["type"] for c in stored["status"]["conditions"]][-1] == CONDITION_TYPE
+    assert [c["type"] for c in stored["status"]["conditions"]][-1] == ROOT_CAUSE_CONDITION
     assert len(kube_api.list("v1/events", NS)) == 2
     status_gets = [p for m, p in kube_api.requests() if m == "GET" and p.endswith("/pytorchjobs/mixtral-cpt")]
     assert len(status_gets) >= 3  # annotations, condition, condition again after the 409 (and events)
@@ -155,7 +152,7 @@ async def test_the_condition_is_written_against_the_version_read(kube_api: Emula
         "Running",
         "Failed",
         "Restarting",
-        CONDITION_TYPE,
+        ROOT_CAUSE_CONDITION,
     ]
 
 
@@ -175,7 +172,7 @@ async def test_no_failure_sets_condition_false_and_no_warning(kube_api: Emulator
     stored = kube_api.get(PYTORCHJOBS, NS, job["metadata"]["name"])
     assert stored is not None
     ours = stored["status"]["conditions"][-1]
-    assert (ours["type"], ours["status"], ours["reason"]) == (CONDITION_TYPE, "False", "NoFailure")
+    assert (ours["type"], ours["status"], ours["reason"]) == (ROOT_CAUSE_CONDITION, "False", "NoFailure")
     assert kube_api.list("v1/events", NS) == []
 
 
@@ -190,7 +187,7 @@ async def test_an_indexed_batch_job_gets_the_same(kube_api: EmulatorHandle, kube
     assert stored is not None and stored["metadata"]["annotations"][PUBLISHED_ANNOTATION] == "kubeflow-user.ddp.0#1"
     assert stored["status"]["conditions"][0] == complete[0]
     ours = stored["status"]["conditions"][1]
-    assert ours["type"] == CONDITION_TYPE and "lastUpdateTime" not in ours  # batch's JobCondition has none
+    assert ours["type"] == ROOT_CAUSE_CONDITION and "lastUpdateTime" not in ours  # batch's JobCondition has none
     assert {e["involvedObject"]["kind"] for e in kube_api.list("v1/events", NS)} == {"Job", "Pod"}
 
 
@@ -212,7 +209,7 @@ def test_builders_stay_bounded() -> None:
 
 
 def test_merged_conditions_keeps_the_transition_time_when_status_holds() -> None:
-    old = {"type": CONDITION_TYPE, "status": "True", "reason": "UserCode", "lastTransitionTime": "T0"}
+    old = {"type": ROOT_CAUSE_CONDITION, "status": "True", "reason": "UserCode", "lastTransitionTime": "T0"}
     other = {"type": "Failed", "status": "True"}
     merged = kp.merged_conditions([other, old], kp.condition(decision(revision=2), 100.0))
     assert merged[0] == other and merged[1]["lastTransitionTime"] == "T0" and "revision 2" in merged[1]["message"]

@@ -22,12 +22,12 @@ from support.kube_admission import child_job, default_job, validate_job
 from support.kube_emulator import JOBS, JOBSETS, EmulatorHandle, Webhook
 from support.webhooks import RETRY_POLICY_RESOURCES, register_jobset_defaults, register_retry_policy, webhook_server
 
+from podmortem.core import names
 from podmortem.k8s import policy
-from podmortem.webhook import retrypolicy
 from podmortem.webhook.server import WebhookServer
 
 NS = "team-a"
-OPT_IN = {retrypolicy.LABEL: retrypolicy.ENABLED}
+OPT_IN = {names.RETRY_POLICY_LABEL: names.RETRY_POLICY_ENABLED}
 POD = {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": "x"}]}
 
 
@@ -142,7 +142,7 @@ async def test_an_opted_in_job_is_admitted_with_the_policy(
     assert stored is not None
     assert stored["spec"]["podFailurePolicy"] == policy.pod_failure_policy()
     assert stored["spec"]["podReplacementPolicy"] == "Failed"
-    assert stored["metadata"]["annotations"][retrypolicy.ADDED_ANNOTATION] == "0.1.0"
+    assert stored["metadata"]["annotations"][names.RETRY_POLICY_ADDED_ANNOTATION] == "0.1.0"
 
 
 @pytest.mark.parametrize("explicit", ["TerminatingOrFailed", "Failed"])
@@ -187,7 +187,7 @@ async def test_a_jobsets_child_jobs_are_admitted(
         custom.create_namespaced_custom_object, "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", jobset(replacement)
     )
     stored = kube_api.get(JOBSETS, NS, "llm")
-    assert stored is not None and retrypolicy.ADDED_ANNOTATION in stored["metadata"]["annotations"]
+    assert stored is not None and names.RETRY_POLICY_ADDED_ANNOTATION in stored["metadata"]["annotations"]
     for index in range(2):
         await create_job(client, child_job(stored, "workers", index))  # as the JobSet controller creates them
     for index in range(2):

@@ -8,10 +8,11 @@ import pytest
 
 from podmortem.core import conditions
 from podmortem.core.assess import assess
-from podmortem.core.conditions import PERMANENT, RETRYABLE, VICTIM, decide, plain_echo, ready
+from podmortem.core.conditions import decide, plain_echo, ready
 from podmortem.core.engine import decide as verdict_of
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, Verdict
+from podmortem.core.names import PERMANENT, RETRYABLE, VICTIM
 
 T0 = 1_800_000_000.0
 JOB = JobRef("ns", "job", "Job")

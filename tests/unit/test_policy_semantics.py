@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from support.job_controllers import JobModel, JobSetModel, condition, match_pod_failure_policy, pod
 
-from podmortem.core import conditions
+from podmortem.core import names
 from podmortem.k8s import policy
 
-VICTIM = condition(conditions.VICTIM, "Victim")
-PERMANENT = condition(conditions.PERMANENT, "UserCode")
-RETRYABLE = condition(conditions.RETRYABLE, "Hardware")
+VICTIM = condition(names.VICTIM, "Victim")
+PERMANENT = condition(names.PERMANENT, "UserCode")
+RETRYABLE = condition(names.RETRYABLE, "Hardware")
 DISRUPTED = condition("DisruptionTarget", "DeletionByPodGC")
 
 JSON = dict[str, Any]
@@ -209,7 +209,7 @@ def test_a_jobset_without_a_failure_policy_fails_on_its_first_child_failure() ->
     assert run_jobset(jobset, jobset_incident(RETRYABLE, policy.pod_failure_policy())) == "Failed"
 
 
-REPEATED = condition(conditions.PERMANENT, "RepeatedFailure")
+REPEATED = condition(names.PERMANENT, "RepeatedFailure")
 
 
 def test_a_repeated_failure_stops_the_jobset_with_the_policy_as_generated() -> None:

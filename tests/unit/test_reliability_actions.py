@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 from podmortem.aggregator.config import KubeSettings
-from podmortem.aggregator.kube import nodes, publish
-from podmortem.core.conditions import CONDITION_TYPES
+from podmortem.aggregator.kube import nodes
+from podmortem.core import names
+from podmortem.core.names import CONDITION_TYPES
 from podmortem.webhook import mutation, retrypolicy
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
@@ -29,20 +30,20 @@ def named(cell: str) -> set[str]:
 def test_every_name_podmortem_writes_has_a_row() -> None:
     written = {
         *CONDITION_TYPES,
-        publish.SUMMARY_ANNOTATION,
-        publish.VERDICT_ANNOTATION,
-        publish.PUBLISHED_ANNOTATION,
-        publish.CONDITION_TYPE,
-        publish.EVENT_REASON,
-        nodes.FAULTS_ANNOTATION,
-        nodes.CONDITION_TYPE,
-        nodes.EVENT_REASON,
-        f"{nodes.TAINT_KEY}:{nodes.TAINT_EFFECT}",
+        names.SUMMARY_ANNOTATION,
+        names.VERDICT_ANNOTATION,
+        names.PUBLISHED_ANNOTATION,
+        names.ROOT_CAUSE_CONDITION,
+        names.ROOT_CAUSE_EVENT,
+        names.HARDWARE_FAULTS_ANNOTATION,
+        names.SUSPECT_HARDWARE_CONDITION,
+        names.SUSPECT_HARDWARE_EVENT,
+        f"{names.SUSPECT_HARDWARE_TAINT}:{nodes.TAINT_EFFECT}",
         mutation.SIDECAR_NAME,
         mutation.ERRORS_VOLUME,
         mutation.TOKEN_VOLUME,
-        mutation.INJECTED_ANNOTATION,
-        retrypolicy.ADDED_ANNOTATION,
+        names.INJECTED_ANNOTATION,
+        names.RETRY_POLICY_ADDED_ANNOTATION,
         f"podReplacementPolicy: {retrypolicy.REPLACEMENT_POLICY}",
         KubeSettings().lease_name,
     }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from podmortem.aggregator.history import AttemptHistory
-from podmortem.core.conditions import PERMANENT, RETRYABLE, PodCondition
+from podmortem.core.conditions import PodCondition
+from podmortem.core.names import PERMANENT, RETRYABLE
 from podmortem.core.repeats import Attempt, escalate, recorded, run_length
 
 RETRY = PodCondition("p", RETRYABLE, "Network", "root pod p failed first: network")
@@ -84,7 +85,8 @@ def test_an_annotation_entry_is_read_back_or_refused() -> None:
 
 
 def test_the_jobs_own_limit_is_an_integer_0_to_8_or_ignored(caplog: object) -> None:
-    from podmortem.aggregator.kube.repeats import REPEAT_LIMIT_ANNOTATION, repeat_limit
+    from podmortem.aggregator.kube.repeats import repeat_limit
+    from podmortem.core.names import REPEAT_LIMIT_ANNOTATION
 
     assert repeat_limit({}, "ns/j") is None
     assert repeat_limit({REPEAT_LIMIT_ANNOTATION: " 3 "}, "ns/j") == 3
@@ -119,8 +121,9 @@ def test_the_annotation_keeps_the_jobs_attempts_across_an_aggregator_that_forgot
     import json
 
     from podmortem.aggregator.decisions import Decision
-    from podmortem.aggregator.kube.publish import VERDICT_ANNOTATION, earlier_attempts, verdict_document
+    from podmortem.aggregator.kube.publish import earlier_attempts, verdict_document
     from podmortem.core.model import Incident, JobRef, Verdict
+    from podmortem.core.names import VERDICT_ANNOTATION
 
     stored = {"metadata": {"uid": "u1", "annotations": {VERDICT_ANNOTATION: json.dumps(
         {"attemptHistory": [at("1", when=2).to_dict(), at("0", when=1).to_dict(), {"attempt": 7}]})}}}  # fmt: skip

@@ -12,12 +12,13 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from podmortem.core import names
 from podmortem.k8s import policy
 from podmortem.webhook import retrypolicy
 from podmortem.webhook.retrypolicy import mutate_job, mutate_jobset
 
 SUBSCHEMAS = Path(__file__).parent.parent / "fixtures" / "jobset" / "jobset-v1alpha2-schema.json"
-OPT_IN = {retrypolicy.LABEL: retrypolicy.ENABLED}
+OPT_IN = {names.RETRY_POLICY_LABEL: names.RETRY_POLICY_ENABLED}
 
 
 def job(**spec: Any) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def test_an_opted_in_job_gets_the_rules_and_stays_valid() -> None:
     assert outcome == retrypolicy.ADDED
     out = apply(job(), patch)
     assert out["spec"]["podFailurePolicy"] == policy.pod_failure_policy()
-    assert out["metadata"]["annotations"][retrypolicy.ADDED_ANNOTATION] == "1.2.3"
+    assert out["metadata"]["annotations"][names.RETRY_POLICY_ADDED_ANNOTATION] == "1.2.3"
     kubernetes_validate.validate(out, "1.33.0", strict=True)
     assert out["spec"]["podReplacementPolicy"] == "Failed"
     assert {op["path"] for op in patch} <= {
@@ -89,10 +90,10 @@ def test_restart_on_failure_is_left_alone_and_said() -> None:
 
 def test_not_opted_in_and_jobset_children_are_left_alone() -> None:
     j = job()
-    del j["metadata"]["labels"][retrypolicy.LABEL]
+    del j["metadata"]["labels"][names.RETRY_POLICY_LABEL]
     assert mutate_job(j, "1")[:2] == ([], retrypolicy.NOT_OPTED_IN)
     child = job()
-    child["metadata"]["labels"][retrypolicy.JOBSET_NAME] = "llm"
+    child["metadata"]["labels"][names.JOBSET_NAME] = "llm"
     assert mutate_job(child, "1")[:2] == ([], retrypolicy.JOBSET_CHILD)
 
 

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from podmortem.core.podstatus import (
+from podmortem.core.names import (
     BATCH_COMPLETION_INDEX,
     KUBEFLOW_REPLICA_INDEX,
     KUBEFLOW_REPLICA_TYPE,
+    WORLD_SIZE_ANNOTATION,
 )
 
 JSON = dict[str, Any]
-
-WORLD_SIZE_ANNOTATION = "podmortem.io/world-size"
 
 
 def _int(value: Any, default: int | None = None) -> int | None:

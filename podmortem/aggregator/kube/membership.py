@@ -35,10 +35,10 @@ from podmortem.aggregator.kube.jobs import node_rank, world_size
 from podmortem.aggregator.refusals import AuthRefused
 from podmortem.core import podstatus
 from podmortem.core.model import JobRef
+from podmortem.core.names import JOBSET_RESTART_ATTEMPT
 from podmortem.k8s.errors import KubeError, NotFoundError, PermanentError
 from podmortem.k8s.objects import resource_path
 from podmortem.k8s.workloads import (
-    JOBSET_RESTART_ATTEMPT,
     WORKLOADS,
     OwnerRef,
     attempt_from,

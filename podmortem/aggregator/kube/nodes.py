@@ -50,6 +50,14 @@ from typing import Any
 
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube
+from podmortem.core.names import (
+    COMPONENT,
+    HARDWARE_FAULTS_ANNOTATION,
+    SUSPECT_HARDWARE_CONDITION,
+    SUSPECT_HARDWARE_EVENT,
+    SUSPECT_HARDWARE_REASON,
+    SUSPECT_HARDWARE_TAINT,
+)
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
 
@@ -57,14 +65,8 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 
-FAULTS_ANNOTATION = "podmortem.io/hardware-faults"
-CONDITION_TYPE = "podmortem.io/SuspectHardware"
-CONDITION_REASON = "RepeatedHardwareFaults"
-TAINT_KEY = "podmortem.io/suspect-hardware"
 TAINT_EFFECT = "NoSchedule"
-EVENT_REASON = "SuspectHardware"
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects live here (as kubectl describe node reads them)
-COMPONENT = "podmortem-aggregator"
 MAX_FAULTS = 10
 MAX_EVIDENCE = 3
 MAX_EVIDENCE_ITEM = 200
@@ -179,7 +181,7 @@ class NamespaceBudget:
 
 def read_faults(node: JSON) -> list[JSON]:
     """The node's fault record; an annotation someone edited into something else reads as empty (logged)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(FAULTS_ANNOTATION)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(HARDWARE_FAULTS_ANNOTATION)
     if raw is None:
         return []
     try:
@@ -188,7 +190,7 @@ def read_faults(node: JSON) -> list[JSON]:
         loaded = None
     if not isinstance(loaded, list):
         log.warning("node %s: annotation %s is not a JSON list; starting a new record",
-                    (node.get("metadata") or {}).get("name"), FAULTS_ANNOTATION)  # fmt: skip
+                    (node.get("metadata") or {}).get("name"), HARDWARE_FAULTS_ANNOTATION)  # fmt: skip
         return []
     return [f for f in loaded if isinstance(f, dict)]
 
@@ -203,7 +205,7 @@ def with_fault(faults: list[JSON], fault: JSON) -> list[JSON] | None:
 def cleared_at(node: JSON) -> float | None:
     """When a person last set our condition to False (podmortem counts only the faults after it)."""
     for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE and c.get("status") == "False":
+        if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION and c.get("status") == "False":
             return parse_time(c.get("lastTransitionTime"))
     return None
 
@@ -231,9 +233,9 @@ def condition_message(faults: list[JSON], window: float) -> str:
 def suspect_condition(faults: list[JSON], window: float, now: float) -> JSON:
     stamp = rfc3339(now)
     return {
-        "type": CONDITION_TYPE,
+        "type": SUSPECT_HARDWARE_CONDITION,
         "status": "True",
-        "reason": CONDITION_REASON,
+        "reason": SUSPECT_HARDWARE_REASON,
         "message": condition_message(faults, window),
         "lastTransitionTime": stamp,
         "lastHeartbeatTime": stamp,
@@ -245,7 +247,7 @@ def conditions_with(conditions: list[JSON], ours: JSON) -> list[JSON] | None:
     out: list[JSON] = []
     found = False
     for c in conditions:
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+        if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION:
             found = True
             if c.get("status") == "True":
                 if c.get("message") == ours["message"]:
@@ -261,9 +263,9 @@ def conditions_with(conditions: list[JSON], ours: JSON) -> list[JSON] | None:
 
 def taints_with(taints: list[JSON]) -> list[JSON] | None:
     """The node's taints with ours added; None when a taint with our key is there already (ours or a person's)."""
-    if any(isinstance(t, dict) and t.get("key") == TAINT_KEY for t in taints):
+    if any(isinstance(t, dict) and t.get("key") == SUSPECT_HARDWARE_TAINT for t in taints):
         return None
-    return [*taints, {"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT}]
+    return [*taints, {"key": SUSPECT_HARDWARE_TAINT, "value": "true", "effect": TAINT_EFFECT}]
 
 
 def event_body(node: JSON, fault: JSON, faults: list[JSON], window: float, now: float, instance: str = "") -> JSON:
@@ -279,7 +281,7 @@ def event_body(node: JSON, fault: JSON, faults: list[JSON], window: float, now: 
         namespace=EVENT_NAMESPACE,
         involved=involved,
         type_="Warning",
-        reason=EVENT_REASON,
+        reason=SUSPECT_HARDWARE_EVENT,
         message=cut(f"node {name} is suspect: {condition_message(faults, window)}", MAX_MESSAGE),
         action="MarkedSuspect",
         component=COMPONENT,
@@ -353,7 +355,7 @@ class NodeFaultPublisher:
             if faults is None:
                 return None
             encoded = json.dumps(faults, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            return {"metadata": {"annotations": {FAULTS_ANNOTATION: encoded}}}
+            return {"metadata": {"annotations": {HARDWARE_FAULTS_ANNOTATION: encoded}}}
 
         node = await self._update(path, "", record)
         if node is None:
@@ -386,7 +388,9 @@ class NodeFaultPublisher:
                 return None if merged is None else {"spec": {"taints": merged}}
 
             await self._update(path, "", taint)
-        log.warning("node %s marked %s: %s", v.node, CONDITION_TYPE, condition_message(faults, self.actions.window))
+        log.warning(
+            "node %s marked %s: %s", v.node, SUSPECT_HARDWARE_CONDITION, condition_message(faults, self.actions.window)
+        )
 
     async def _update(self, path: str, sub: str, change: Callable[[JSON], JSON | None]) -> JSON | None:
         """Read the node, merge-patch `change(node)` with its resourceVersion, re-read on 409; the node

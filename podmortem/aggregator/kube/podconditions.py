@@ -30,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from podmortem.aggregator.kube.client import Kube, KubeSettings, load_configuration
-from podmortem.core.conditions import VICTIM, PodCondition
+from podmortem.core.conditions import PodCondition
+from podmortem.core.names import VICTIM
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.objects import resource_path, rfc3339
 

@@ -40,6 +40,14 @@ from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
+from podmortem.core.names import (
+    COMPONENT,
+    PUBLISHED_ANNOTATION,
+    ROOT_CAUSE_CONDITION,
+    ROOT_CAUSE_EVENT,
+    SUMMARY_ANNOTATION,
+    VERDICT_ANNOTATION,
+)
 from podmortem.core.repeats import MAX_ATTEMPTS, Attempt, recorded
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
@@ -49,13 +57,6 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 
-PREFIX = "podmortem.io/"
-SUMMARY_ANNOTATION = PREFIX + "summary"
-VERDICT_ANNOTATION = PREFIX + "verdict"
-PUBLISHED_ANNOTATION = PREFIX + "published"
-CONDITION_TYPE = "PodmortemRootCause"
-EVENT_REASON = "PodmortemRootCause"
-COMPONENT = "podmortem-aggregator"
 
 MAX_SUMMARY = 512
 MAX_MESSAGE = 1024  # the root failure's message excerpt in the verdict document
@@ -193,7 +194,7 @@ def condition(decision: Decision, now: float) -> JSON:
     tag = f"(incident {decision.incident.incident_id}, revision {decision.revision})"
     text = summary(decision)
     out: JSON = {
-        "type": CONDITION_TYPE,
+        "type": ROOT_CAUSE_CONDITION,
         "status": "True" if v.pod is not None else "False",
         "reason": condition_reason(v.category),
         "message": cut(text, MAX_NOTE - len(tag) - 1) + " " + tag,
@@ -207,7 +208,7 @@ def condition(decision: Decision, now: float) -> JSON:
 def condition_is_current(conditions: list[JSON], decision: Decision) -> bool:
     """Does the list already hold our condition for this incident at this revision or later?"""
     for c in conditions:
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+        if isinstance(c, dict) and c.get("type") == ROOT_CAUSE_CONDITION:
             message = str(c.get("message", ""))
             marker = f"(incident {decision.incident.incident_id}, revision "
             if marker in message:
@@ -221,7 +222,7 @@ def merged_conditions(conditions: list[JSON], ours: JSON) -> list[JSON]:
     out: list[JSON] = []
     replaced = False
     for c in conditions:
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+        if isinstance(c, dict) and c.get("type") == ROOT_CAUSE_CONDITION:
             if c.get("status") == ours["status"] and c.get("lastTransitionTime"):
                 ours = dict(ours, lastTransitionTime=c["lastTransitionTime"])  # no transition happened
             out.append(ours)
@@ -265,7 +266,7 @@ def event_body(target: JSON, decision: Decision, now: float, instance: str = "")
         namespace=str(meta.get("namespace", "")),
         involved=involved,
         type_="Warning" if decision.verdict.pod is not None else "Normal",
-        reason=EVENT_REASON,
+        reason=ROOT_CAUSE_EVENT,
         message=cut(f"{summary(decision)} [incident {publication_key(decision)}]", MAX_NOTE),
         action="Diagnosed",
         component=COMPONENT,

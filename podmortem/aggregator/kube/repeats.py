@@ -20,18 +20,16 @@ import logging
 
 from podmortem.aggregator.config import MAX_REPEAT_LIMIT
 from podmortem.aggregator.kube.client import Kube
-from podmortem.aggregator.kube.publish import COMPONENT, earlier_attempts
+from podmortem.aggregator.kube.publish import earlier_attempts
 from podmortem.core.conditions import PodCondition
 from podmortem.core.model import Incident, JobRef
+from podmortem.core.names import COMPONENT, REPEAT_LIMIT_ANNOTATION, REPEATED_FAILURE_EVENT
 from podmortem.core.repeats import Attempt
 from podmortem.k8s.errors import AlreadyExistsError, NotFoundError
 from podmortem.k8s.objects import core_event, resource_path
 from podmortem.k8s.workloads import WORKLOADS
 
 log = logging.getLogger(__name__)
-
-REPEAT_LIMIT_ANNOTATION = "podmortem.io/repeat-limit"
-EVENT_REASON = "PodmortemRepeatedFailure"
 
 
 def _job_path(job: JobRef) -> str | None:
@@ -97,7 +95,7 @@ class RepeatEventWriter:
             namespace=job.namespace,
             involved=involved,
             type_="Warning",
-            reason=EVENT_REASON,
+            reason=REPEATED_FAILURE_EVENT,
             message=f"pod {condition.pod}: {condition.message}"[:1024],
             action="StoppedRetries",
             component=COMPONENT,
