@@ -42,15 +42,12 @@ from podmortem.core.names import (
     SUSPECT_HARDWARE_CONDITION,
     VERDICT_ANNOTATION,
 )
+from podmortem.k8s.objects import annotations_of, metadata_of, spec_of, status_of
 from podmortem.settings import Setting
 
 
 class PluginError(Exception):
     pass
-
-
-def _annotations(obj: dict[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def _field(label: str, value: Any, indent: int = 0) -> str:
@@ -60,7 +57,7 @@ def _field(label: str, value: Any, indent: int = 0) -> str:
 
 def pod_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's podmortem.io/* condition, if it carries one."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
+    for c in status_of(pod).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True":
             return c
     return None
@@ -70,7 +67,7 @@ def pod_lines(pods: Sequence[dict[str, Any]]) -> list[str]:
     """'Pod Conditions:' with each pod's podmortem condition (or <none>), by name (pure)."""
     if not pods:
         return []
-    named = sorted(((str((p.get("metadata") or {}).get("name", "")), pod_condition(p)) for p in pods), key=_first)
+    named = sorted(((str(metadata_of(p).get("name", "")), pod_condition(p)) for p in pods), key=_first)
     width = max(len(name) for name, _ in named)
     lines = ["Pod Conditions:"]
     for name, c in named:
@@ -91,10 +88,10 @@ def _first(pair: tuple[str, Any]) -> str:
 def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | None:
     """The describe-style text for an object carrying a verdict; None when it carries none (pure). With
     `pods` (the job's), each one's podmortem condition."""
-    annotations = _annotations(obj)
+    annotations = annotations_of(obj)
     if VERDICT_ANNOTATION not in annotations and SUMMARY_ANNOTATION not in annotations:
         return None
-    meta = obj.get("metadata") or {}
+    meta = metadata_of(obj)
     try:  # anyone who may edit the object may have edited the annotation: show what can be read
         loaded = json.loads(annotations.get(VERDICT_ANNOTATION, "{}"))
     except (ValueError, RecursionError):
@@ -129,7 +126,7 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
         state = "final" if doc.get("final") else "may still be revised"
         lines.append(_field("Incident", f"{incident} (revision {doc.get('revision')}, {state})"))
     lines.append(_field("Decided At", doc.get("decidedAt")))
-    for c in (obj.get("status") or {}).get("conditions") or []:
+    for c in status_of(obj).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == ROOT_CAUSE_CONDITION:
             lines.append(_field("Condition", f"{ROOT_CAUSE_CONDITION}={c.get('status')} ({c.get('reason')})"))
     lines += pod_lines(pods)
@@ -158,9 +155,9 @@ def _repeat_lines(doc: dict[str, Any]) -> list[str]:
 
 def render_node(node: dict[str, Any]) -> str | None:
     """The hardware-fault record podmortem keeps on a node (pure); None when it has none."""
-    raw = _annotations(node).get(HARDWARE_FAULTS_ANNOTATION)
+    raw = annotations_of(node).get(HARDWARE_FAULTS_ANNOTATION)
     suspect = next(
-        (c for c in (node.get("status") or {}).get("conditions") or []
+        (c for c in status_of(node).get("conditions") or []
          if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION),
         None,
     )  # fmt: skip
@@ -171,7 +168,7 @@ def render_node(node: dict[str, Any]) -> str | None:
     except (ValueError, RecursionError):
         loaded = []
     faults = [f for f in loaded if isinstance(f, dict)] if isinstance(loaded, list) else []
-    name = (node.get("metadata") or {}).get("name")
+    name = metadata_of(node).get("name")
     lines = [f"Node {name} Hardware Faults:" + ("" if faults else " <none>")]
     for f in faults:
         lines.append(f"  {f.get('time')}  {f.get('job')}  pod {f.get('pod')}")
@@ -188,7 +185,7 @@ MAX_OWNER_HOPS = 3  # pod -> batch Job -> JobSet -> TrainJob
 
 def _owner_target(obj: dict[str, Any]) -> str | None:
     """'<kind>.<group>/<name>' of an object's controller, for kubectl."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in metadata_of(obj).get("ownerReferences") or []:
         if isinstance(ref, dict) and ref.get("controller"):
             group = str(ref.get("apiVersion", "")).rpartition("/")[0]
             kind = str(ref.get("kind", "")).lower()
@@ -218,7 +215,7 @@ class Kubectl:
     def pods_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The job's pods (by its kind's pod label); [] when its kind is not known or they cannot be listed."""
         label = POD_LABELS.get(str(job.get("kind", "")))
-        name = (job.get("metadata") or {}).get("name")
+        name = metadata_of(job).get("name")
         text = self.text("get", "pods", "-l", f"{label}={name}", "-o", "json") if label and name else None
         try:
             listed = json.loads(text) if text else {}
@@ -263,15 +260,15 @@ def target_problem(command: str, target: str) -> str | None:
 
 
 def _training_container(pod: dict[str, Any]) -> str:
-    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
-    chosen = _annotations(pod).get(CONTAINER_ANNOTATION)
+    names = [str(c.get("name", "")) for c in spec_of(pod).get("containers") or [] if isinstance(c, dict)]
+    chosen = annotations_of(pod).get(CONTAINER_ANNOTATION)
     if chosen in names:
         return str(chosen)
     return "pytorch" if "pytorch" in names else next((n for n in names if not n.startswith("podmortem")), "")
 
 
 def _error_file_path(pod: dict[str, Any], container: str) -> str:
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    for c in spec_of(pod).get("containers") or []:
         if isinstance(c, dict) and c.get("name") == container:
             for e in c.get("env") or []:
                 if isinstance(e, dict) and e.get("name") == "TORCHELASTIC_ERROR_FILE" and e.get("value"):
@@ -281,8 +278,8 @@ def _error_file_path(pod: dict[str, Any], container: str) -> str:
 
 def _log_tail(kubectl: Kubectl, pod: dict[str, Any], container: str) -> str | None:
     """The training container's last LOG_LINES lines, of its failed run when it has restarted."""
-    name = str((pod.get("metadata") or {}).get("name", ""))
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    name = str(metadata_of(pod).get("name", ""))
+    statuses = status_of(pod).get("containerStatuses") or []
     status = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), {})
     restarted = "running" in (status.get("state") or {}) and status.get("lastState", {}).get("terminated")
     return kubectl.text("logs", name, "-c", container, f"--tail={LOG_LINES}", *(["--previous"] if restarted else []))
@@ -307,7 +304,7 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
     from podmortem.aggregator.kube.jobs import world_size  # pure: a job object's size
 
     job = kubectl.get(target)
-    kind, meta = str(job.get("kind", "")), job.get("metadata") or {}
+    kind, meta = str(job.get("kind", "")), metadata_of(job)
     label = POD_LABELS.get(kind)
     if label is None:
         raise PluginError(f"{target}: a {kind or 'object'} is not a job kind podmortem knows ({', '.join(POD_LABELS)})")
@@ -327,7 +324,7 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
     incident = {"job": ref, "world_size": world_size(job) or len(pods)}
     (directory / "incident.json").write_text(json.dumps(incident, indent=2) + "\n")
     for pod in pods:
-        name = str((pod.get("metadata") or {}).get("name", ""))
+        name = str(metadata_of(pod).get("name", ""))
         pod_dir = directory / "pods" / name
         pod_dir.mkdir(parents=True, exist_ok=True)
         (pod_dir / "pod.json").write_text(json.dumps(pod, indent=2) + "\n")
@@ -401,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.output == "json":
-        verdict = _annotations(obj).get(VERDICT_ANNOTATION)
+        verdict = annotations_of(obj).get(VERDICT_ANNOTATION)
         if verdict is None:
             return 1
         print(verdict)
@@ -429,18 +426,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def written_to(obj: dict[str, Any], node: dict[str, Any]) -> list[tuple[str, str]]:
     """What podmortem wrote on the job and the root's node, as (where, what) for the page (pure)."""
-    meta = obj.get("metadata") or {}
+    meta = metadata_of(obj)
     where = f"{str(obj.get('kind', '')).lower()}/{meta.get('name')}"
     out = [
         (
             where,
-            "annotations " + ", ".join(k for k in (SUMMARY_ANNOTATION, VERDICT_ANNOTATION) if k in _annotations(obj)),
+            "annotations " + ", ".join(k for k in (SUMMARY_ANNOTATION, VERDICT_ANNOTATION) if k in annotations_of(obj)),
         )
     ]
-    for c in (obj.get("status") or {}).get("conditions") or []:
+    for c in status_of(obj).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == ROOT_CAUSE_CONDITION:
             out.append((where, f"condition {ROOT_CAUSE_CONDITION}={c.get('status')} ({c.get('reason')})"))
-    raw = _annotations(node).get(HARDWARE_FAULTS_ANNOTATION)
+    raw = annotations_of(node).get(HARDWARE_FAULTS_ANNOTATION)
     if raw is not None:
         try:
             count = len(json.loads(raw))
@@ -449,7 +446,7 @@ def written_to(obj: dict[str, Any], node: dict[str, Any]) -> list[tuple[str, str
         out.append(
             (f"node/{(node.get('metadata') or {}).get('name')}", f"{HARDWARE_FAULTS_ANNOTATION} ({count} record(s))")
         )
-    for c in (node.get("status") or {}).get("conditions") or []:
+    for c in status_of(node).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION:
             where_node = f"node/{(node.get('metadata') or {}).get('name')}"
             out.append((where_node, f"condition {SUSPECT_HARDWARE_CONDITION}={c.get('status')} ({c.get('reason')})"))
@@ -463,7 +460,7 @@ def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path
     from podmortem.page.render import render
 
     try:
-        loaded = json.loads(_annotations(obj).get(VERDICT_ANNOTATION, "{}"))
+        loaded = json.loads(annotations_of(obj).get(VERDICT_ANNOTATION, "{}"))
     except (ValueError, RecursionError):
         loaded = {}
     doc: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
@@ -471,14 +468,14 @@ def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path
     wanted = {doc.get("pod"), doc.get("runnerUpPod")} - {None}
     logs = {}
     for pod in pods:
-        name = (pod.get("metadata") or {}).get("name")
+        name = metadata_of(pod).get("name")
         container = _training_container(pod) if name in wanted else ""
         if container and (log := _log_tail(kubectl, pod, container)):
             logs[str(name)] = log
     incident = cluster.incident_from_cluster(obj, pods, logs, doc)
     verdict = cluster.verdict_from_annotation(doc)
     if not verdict.get("summary"):
-        verdict["summary"] = _annotations(obj).get(SUMMARY_ANNOTATION, "")
+        verdict["summary"] = annotations_of(obj).get(SUMMARY_ANNOTATION, "")
     html = render(incident, verdict, cluster.context_from_annotation(doc, written_to(obj, node)))
     try:
         tmp = path.with_name(f".{path.name}.tmp")
@@ -493,7 +490,7 @@ def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path
 
 def _verdict_node(obj: dict[str, Any]) -> str:
     try:
-        doc = json.loads(_annotations(obj).get(VERDICT_ANNOTATION, "{}"))
+        doc = json.loads(annotations_of(obj).get(VERDICT_ANNOTATION, "{}"))
     except (ValueError, RecursionError):
         return ""
     return str(doc.get("node") or "") if isinstance(doc, dict) else ""

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from podmortem.aggregator.refusals import AuthRefused
 from podmortem.core.finite import finite_or_none
 from podmortem.k8s.errors import KubeError
+from podmortem.k8s.objects import status_of
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 AUDIENCE = "podmortem"
@@ -247,7 +248,7 @@ class TokenReviewer:
             review = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
         except KubeError as exc:  # the API server could not say: refuse now, the sidecar retries
             raise AuthRefused("review_failed", f"cannot review the token: {exc}", code="UNAVAILABLE") from None
-        status = review.get("status") or {}
+        status = status_of(review)
         if not status.get("authenticated"):
             raise _unauthenticated("rejected", f"token rejected: {status.get('error') or 'not authenticated'}")
         user = status.get("user") or {}

@@ -69,12 +69,12 @@ from podmortem.core.names import (
     VICTIM,
 )
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
+from podmortem.k8s.objects import JSON, metadata_of, spec_of, status_of
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import hold_seconds
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 WriteCondition = Callable[[str, str, PodCondition], Awaitable[None]]  # namespace, pod, condition
 # The job's attempts as its own object records them, and its repeat limit override (None: the flag's).
 LookUp = Callable[[JobRef], Awaitable[tuple[tuple[repeats.Attempt, ...], int | None]]]
@@ -147,7 +147,7 @@ class _Pod:
 
 def has_sidecar(pod: JSON) -> bool:
     """Does the pod's spec run a podmortem sidecar (a container told where the aggregator is)?"""
-    spec = pod.get("spec") or {}
+    spec = spec_of(pod)
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         if isinstance(c, dict) and any(
             isinstance(e, dict) and e.get("name") == "PODMORTEM_AGGREGATOR" for e in c.get("env") or []
@@ -158,8 +158,8 @@ def has_sidecar(pod: JSON) -> bool:
 
 def existing_condition(pod: JSON) -> PodCondition | None:
     """A podmortem condition the pod already carries (written before an aggregator restart)."""
-    name = str((pod.get("metadata") or {}).get("name", ""))
-    for c in (pod.get("status") or {}).get("conditions") or []:
+    name = str(metadata_of(pod).get("name", ""))
+    for c in status_of(pod).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True":
             return PodCondition(name, c["type"], str(c.get("reason", "")), str(c.get("message", "")))
     return None
@@ -220,7 +220,7 @@ class HoldDesk:
     def pod_seen(self, key: MemberKey, pod: JSON) -> None:
         """One version of a member pod from the pod watch (the API's view: membership verified)."""
         state = self._pod(key)
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        meta, status = metadata_of(pod), status_of(pod)
         state.namespace = str(meta.get("namespace") or state.namespace)
         state.verified = True
         state.sidecar = has_sidecar(pod)
@@ -545,7 +545,7 @@ async def _now(decide: Decide, incident: Incident) -> Verdict:
 
 def _ended(pod: Mapping[str, Any]) -> bool:
     """Does this version of the pod show its training container's end (or the pod's)?"""
-    status = pod.get("status") or {}
+    status = status_of(pod)
     if status.get("phase") in ("Failed", "Succeeded", "Unknown"):
         return True
     for c in status.get("containerStatuses") or []:

@@ -14,15 +14,12 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.errors import GoneError, KubeError, PermanentError, from_watch_event
-from podmortem.k8s.objects import resource_version
+from podmortem.k8s.objects import JSON, resource_version
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""API paths and small readers of Kubernetes objects (plain dicts), shared by both transports."""
+"""API paths, small readers of Kubernetes objects (plain dicts) and the API's time formats, shared by both
+transports and every room that reads or writes objects."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 from podmortem.core.names import REPORTING_COMPONENT
+
+JSON = dict[str, Any]  # a Kubernetes object, or a part of one, as the API's JSON decodes
 
 
 def resource_path(
@@ -36,9 +39,44 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     return str((meta.get("resourceVersion") if isinstance(meta, Mapping) else None) or "")
 
 
+def _part(obj: Mapping[str, Any], key: str) -> JSON:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def metadata_of(obj: Mapping[str, Any]) -> JSON:
+    """The object's metadata ({} when absent)."""
+    return _part(obj, "metadata")
+
+
+def spec_of(obj: Mapping[str, Any]) -> JSON:
+    """The object's spec ({} when absent)."""
+    return _part(obj, "spec")
+
+
+def status_of(obj: Mapping[str, Any]) -> JSON:
+    """The object's status ({} when absent)."""
+    return _part(obj, "status")
+
+
+def labels_of(obj: Mapping[str, Any]) -> JSON:
+    """metadata.labels ({} when absent)."""
+    return _part(metadata_of(obj), "labels")
+
+
+def annotations_of(obj: Mapping[str, Any]) -> JSON:
+    """metadata.annotations ({} when absent)."""
+    return _part(metadata_of(obj), "annotations")
+
+
 def rfc3339(seconds: float) -> str:
     """A Unix time as the API's `Time` (RFC 3339, UTC, whole seconds)."""
     return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(seconds: float) -> str:
+    """A Unix time as the API's `MicroTime` (RFC 3339 with microseconds, UTC): a Lease's times."""
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def cut(text: str, limit: int) -> str:
@@ -58,7 +96,7 @@ def core_event(
     component: str,
     instance: str,
     now: float,
-) -> dict[str, Any]:
+) -> JSON:
     """A core/v1 Event body, first seen `now`, counted once; `name` is deterministic so a replay is a 409."""
     stamp = rfc3339(now)
     return {

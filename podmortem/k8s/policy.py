@@ -29,9 +29,7 @@ from typing import Any, Literal
 import yaml
 
 from podmortem.core.names import DISRUPTION_TARGET, PERMANENT, RETRYABLE, VICTIM
-
-JSON = dict[str, Any]
-
+from podmortem.k8s.objects import JSON
 
 # The reason the Job controller gives a Job failed by a podFailurePolicy FailJob rule, and the message
 # pattern (RE2, unanchored: JobSet matches with Go's regexp.MatchString) that names our condition in it.

@@ -8,12 +8,10 @@ attempt, or one failure becomes two incidents. Pure: plain dicts in, `JobRef`s o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from podmortem.core.model import JobRef
 from podmortem.core.names import BATCH_JOB_NAME, JOBSET_NAME, JOBSET_RESTART_ATTEMPT, KUBEFLOW_JOB
-
-JSON = dict[str, Any]
+from podmortem.k8s.objects import JSON, labels_of, metadata_of
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class OwnerRef:
 
 def controller_of(obj: JSON) -> OwnerRef | None:
     """The controller ownerReference of any object (a pod, a Job, a JobSet), if it is one we know."""
-    refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict)]
+    refs = [r for r in metadata_of(obj).get("ownerReferences") or [] if isinstance(r, dict)]
     chosen = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
     if chosen is None:
         return None
@@ -69,7 +67,7 @@ def workload_from_labels(pod: JSON) -> JobRef | None:
     A TrainJob's pods are labelled with its JobSet, which has the TrainJob's name, so the key
     (namespace, name) is the same; only the kind differs (JobSet), which `resolve` refines.
     """
-    meta = pod.get("metadata") or {}
+    meta = metadata_of(pod)
     labels = meta.get("labels") or {}
     namespace = str(meta.get("namespace") or "")
     if KUBEFLOW_JOB in labels:
@@ -89,7 +87,7 @@ def attempt_of(pod: JSON, restarts: int = 0) -> str:
     replicas). "" for a first run with no JobSet attempt, "r1" for its first restart, "2.r1" for the first
     restart within JobSet attempt 2. One failure of the job, one incident: a torchrun job's members fail
     and restart together, so their runs share a restart count."""
-    return attempt_from((pod.get("metadata") or {}).get("labels") or {}, restarts)
+    return attempt_from(labels_of(pod), restarts)
 
 
 def attempt_from(labels: dict[str, str], restarts: int = 0) -> str:

@@ -32,11 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from podmortem.k8s.objects import rfc3339
+
 TOKEN_ENV = "PODMORTEM_HARNESS_POD"
-
-
-def rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def write_json_atomically(path: Path, doc: Any) -> None:

@@ -20,11 +20,11 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from podmortem.core.model import Incident, JobRef, Member, Termination, Verdict
+from podmortem.k8s.objects import rfc3339
 
 T0 = 1_800_000_000.0
 PODS = 3
@@ -176,10 +176,6 @@ def at_threshold(
     return seen, dict(sorted(rows.items()))
 
 
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def write_bundle(case: Case, directory: Path) -> Path:
     """The case as an incident bundle (`podmortem analyze DIR`): incident.json, pods/<pod>/{pod.json,log.txt}.
 
@@ -199,9 +195,9 @@ def write_bundle(case: Case, directory: Path) -> Path:
             if term.signal is not None:
                 state["signal"] = term.signal
             if term.started_at is not None:
-                state["startedAt"] = _rfc3339(term.started_at)
+                state["startedAt"] = rfc3339(term.started_at)
             if term.finished_at is not None:
-                state["finishedAt"] = _rfc3339(term.finished_at)
+                state["finishedAt"] = rfc3339(term.finished_at)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",

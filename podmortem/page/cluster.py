@@ -17,6 +17,7 @@ from typing import Any
 from podmortem.core import podstatus
 from podmortem.core.model import Condition, Incident, JobRef, Member, evolve
 from podmortem.core.names import CONDITION_TYPES
+from podmortem.k8s.objects import metadata_of, status_of
 from podmortem.page.render import PageContext
 from podmortem.protocol import wire
 
@@ -45,7 +46,7 @@ def incident_from_cluster(
     job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str], doc: Mapping[str, Any]
 ) -> Incident:
     """The incident of `job` from its pods as the API returned them and the log tails read (by pod name)."""
-    meta = job.get("metadata") or {}
+    meta = metadata_of(job)
     ref = JobRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(job.get("kind") or ""))
     members = []
     for pod in pods:
@@ -74,7 +75,7 @@ def written_conditions(pod: Mapping[str, Any]) -> tuple[Condition, ...]:
             str(c.get("message") or ""),
             podstatus.parse_time(c.get("lastTransitionTime")),
         )
-        for c in (pod.get("status") or {}).get("conditions") or []
+        for c in status_of(pod).get("conditions") or []
         if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True"
     )
 

@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from podmortem.core import podstatus
 from podmortem.core.finite import finite_or_none
 from podmortem.core.podstatus import PodSnapshot
+from podmortem.k8s.objects import spec_of
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.sidecar.config import Settings
@@ -176,7 +177,7 @@ class PodReporter:
 
     async def observe(self, pod: dict[str, Any]) -> list[pb.Event]:
         snap = podstatus.snapshot(pod, self.container)
-        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        grace = spec_of(pod).get("terminationGracePeriodSeconds")
         if (seconds := finite_or_none(grace)) is not None and seconds >= 0:
             self.grace_seconds = seconds
         if self.pod_name and snap.name and snap.name != self.pod_name and not self._warned_name:

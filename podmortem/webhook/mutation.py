@@ -70,9 +70,8 @@ from podmortem.core.names import (
     PYTHON_HOOK_ANNOTATION,
     STALL_AFTER_ANNOTATION,
 )
+from podmortem.k8s.objects import JSON, annotations_of, metadata_of, spec_of
 from podmortem.webhook import retrypolicy
-
-JSON = dict[str, Any]
 
 SIDECAR_NAME = "podmortem-sidecar"
 ERRORS_VOLUME = "podmortem-errors"
@@ -285,10 +284,10 @@ def _has_name(items: list[JSON] | None, name: str) -> bool:
 
 def mutate(pod: Mapping[str, Any], settings: Injection) -> Result:
     """The JSONPatch that injects the sidecar into `pod`, or an empty one with the reason it is left alone."""
-    meta = pod.get("metadata") or {}
+    meta = metadata_of(pod)
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    spec = pod.get("spec") or {}
+    spec = spec_of(pod)
     if str(annotations.get(INJECT_ANNOTATION, "")).lower() == "false":
         return Result([], OPTED_OUT, f'annotation {INJECT_ANNOTATION}: "false"')
     if _has_name(spec.get("initContainers"), SIDECAR_NAME) or _has_name(spec.get("containers"), SIDECAR_NAME):
@@ -313,7 +312,7 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
     for name in (ERRORS_VOLUME, TOKEN_VOLUME):
         if _has_name(volumes, name):
             raise Unsupported(f"a volume named {name!r} exists already")
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(pod)
     training = _training_container(containers, annotations)
     error_file, user_set = _error_file(training, settings)
 

@@ -41,9 +41,7 @@ import jsonpatch
 
 from podmortem.core.names import JOBSET_NAME, RETRY_POLICY_ADDED_ANNOTATION, RETRY_POLICY_ENABLED, RETRY_POLICY_LABEL
 from podmortem.k8s import policy
-
-JSON = dict[str, Any]
-
+from podmortem.k8s.objects import JSON, labels_of, metadata_of
 
 # Outcomes, counted by the server as `podmortem_webhook_retry_policy_total{kind,outcome}`: a fixed set.
 ADDED = "added"
@@ -73,13 +71,13 @@ def _dict(parent: JSON, key: str) -> JSON:
 
 
 def _opted_in(obj: Mapping[str, Any]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(obj)
     return str(labels.get(RETRY_POLICY_LABEL, "")).lower() == RETRY_POLICY_ENABLED
 
 
 def _controller(obj: Mapping[str, Any]) -> str | None:
     """'Kind/name' of the controller that owns `obj` and keeps its spec, else None."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in metadata_of(obj).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") not in MUTABLE_OWNERS:
             return f"{ref.get('kind')}/{ref.get('name')}"
     return None
@@ -93,7 +91,7 @@ def mutate_job(job: Mapping[str, Any], version: str) -> tuple[list[JSON], str, s
     """(patch, outcome, reason) for a batch Job CREATE."""
     if not _opted_in(job):
         return [], NOT_OPTED_IN, f"no label {RETRY_POLICY_LABEL}: {RETRY_POLICY_ENABLED}"
-    labels = (job.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(job)
     if JOBSET_NAME in labels:
         return [], JOBSET_CHILD, f"created by JobSet {labels[JOBSET_NAME]}: the JobSet carries the policy"
     if owner := _controller(job):

@@ -27,6 +27,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from podmortem.k8s.objects import metadata_of
 from podmortem.webhook import config as config_mod
 from podmortem.webhook import mutation, retrypolicy
 from podmortem.webhook.config import ConfigError, WebhookConfig
@@ -114,7 +115,7 @@ class WebhookServer:
             return web.json_response({"error": f"not an admission.k8s.io/v1 AdmissionReview: {exc}"}, status=400)
         req = body["request"]
         obj = req.get("object") if isinstance(req.get("object"), dict) else {}
-        meta = obj.get("metadata") or {}
+        meta = metadata_of(obj)
         who = f"{req.get('namespace', '')}/{meta.get('name') or meta.get('generateName', '') + '*'}"
         if result.kind != "Pod":
             self.metrics.retry_policy.labels(kind=result.kind, outcome=result.outcome).inc()

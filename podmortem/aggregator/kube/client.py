@@ -51,6 +51,7 @@ from podmortem.k8s.errors import (
     from_response,
     from_watch_event,
 )
+from podmortem.k8s.objects import JSON
 
 __all__ = [
     "DEFAULT_POD_SELECTORS",
@@ -64,8 +65,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 
 def _from_api_exception(exc: ApiException) -> KubeError:

@@ -33,8 +33,7 @@ from podmortem.core.names import (
     KUBEFLOW_REPLICA_TYPE,
     WORLD_SIZE_ANNOTATION,
 )
-
-JSON = dict[str, Any]
+from podmortem.k8s.objects import JSON, labels_of, metadata_of, spec_of
 
 
 def _int(value: Any, default: int | None = None) -> int | None:
@@ -46,12 +45,12 @@ def _int(value: Any, default: int | None = None) -> int | None:
 
 def world_size(job: JSON) -> int | None:
     """Expected number of pods (torchrun nodes) of a job object; None when its spec does not say."""
-    meta = job.get("metadata") or {}
+    meta = metadata_of(job)
     override = _int((meta.get("annotations") or {}).get(WORLD_SIZE_ANNOTATION))
     if override is not None and override > 0:
         return override
     kind = str(job.get("kind", ""))
-    spec = job.get("spec") or {}
+    spec = spec_of(job)
     size: int | None = None
     if kind == "PyTorchJob":
         replicas = spec.get("pytorchReplicaSpecs") or {}
@@ -84,7 +83,7 @@ def node_rank(job: JSON | None, pod: JSON) -> int | None:
     Kubeflow names ranks per replica type: with a Master replica, master-0 is rank 0 and worker-i is
     rank i+1; without one, worker-i is rank i. Only the job's spec tells which.
     """
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(pod)
     if KUBEFLOW_REPLICA_TYPE in labels:
         rtype = str(labels[KUBEFLOW_REPLICA_TYPE]).lower()
         index = _int(labels.get(KUBEFLOW_REPLICA_INDEX))
@@ -94,7 +93,7 @@ def node_rank(job: JSON | None, pod: JSON) -> int | None:
             return index
         if job is None:
             return None
-        specs = {str(k).lower(): v for k, v in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items()}
+        specs = {str(k).lower(): v for k, v in (spec_of(job).get("pytorchReplicaSpecs") or {}).items()}
         if rtype == "worker":
             masters = _int((specs.get("master") or {}).get("replicas"), 1) if "master" in specs else 0
             return (masters or 0) + index
@@ -114,7 +113,7 @@ def _jobset_rank(jobset: JSON | None, labels: dict[str, Any]) -> int | None:
         return None
     before = 0
     seen_jobs = 0
-    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+    for rj in spec_of(jobset).get("replicatedJobs") or []:
         per_job = _batch_job_pods(((rj or {}).get("template") or {}).get("spec") or {}) or 0
         for _ in range(_int((rj or {}).get("replicas"), 1) or 0):
             if seen_jobs == global_index:

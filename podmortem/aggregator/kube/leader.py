@@ -35,18 +35,14 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 from podmortem.aggregator.decisions import Term
 from podmortem.aggregator.kube.client import Kube
 from podmortem.core.finite import finite_or_none
 from podmortem.k8s.errors import ConflictError, KubeError, NotFoundError
-from podmortem.k8s.objects import resource_path
+from podmortem.k8s.objects import JSON, micro_time, resource_path, spec_of
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 
 class LeadershipLost(RuntimeError):
@@ -62,11 +58,6 @@ class LeaseTimings:
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
-
-
-def micro_time(t: float) -> str:
-    """A Kubernetes MicroTime: RFC 3339 with microseconds, UTC."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -211,7 +202,7 @@ class LeaderElector:
     async def _release(self) -> None:
         try:
             lease = await self.kube.get(self.path)
-            spec = lease.get("spec") or {}
+            spec = spec_of(lease)
             if spec.get("holderIdentity") != self.identity:
                 return
             now = micro_time(self._wall())
@@ -232,7 +223,7 @@ class LeaderElector:
             except KubeError as exc:
                 log.warning("leader election: cannot read lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
-            holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+            holder = spec_of(lease).get("holderIdentity") or ""
             if holder and holder != self.identity:
                 log.info("leader election: %s took lease %s/%s over", holder, self.namespace, self.name)
                 return True
@@ -271,7 +262,7 @@ class LeaderElector:
         except KubeError as exc:
             log.warning("leader election: cannot read lease %s/%s: %s", self.namespace, self.name, exc)
             return False
-        spec = lease.get("spec") or {}
+        spec = spec_of(lease)
         if spec != self._observed:
             self._observe(spec, now)
         holder = spec.get("holderIdentity") or ""

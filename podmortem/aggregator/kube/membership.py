@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.jobs import node_rank, world_size
@@ -37,7 +37,7 @@ from podmortem.core import podstatus
 from podmortem.core.model import JobRef
 from podmortem.core.names import JOBSET_RESTART_ATTEMPT
 from podmortem.k8s.errors import KubeError, NotFoundError, PermanentError
-from podmortem.k8s.objects import resource_path
+from podmortem.k8s.objects import JSON, labels_of, metadata_of, resource_path
 from podmortem.k8s.workloads import (
     WORKLOADS,
     OwnerRef,
@@ -50,7 +50,6 @@ from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 MAX_INDEXED_PODS = 200_000
 
 
@@ -94,7 +93,7 @@ class JobResolver:
         return obj
 
     async def resolve(self, pod: JSON) -> ResolvedJob | None:
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        namespace = str(metadata_of(pod).get("namespace") or "")
         owner = controller_of(pod)
         if owner is None:
             # No ownerReference we know (e.g. a pod created by hand with the labels): labels only.
@@ -119,7 +118,7 @@ class JobResolver:
         if not chain:
             return ResolvedJob(JobRef(namespace, last.name, last.kind, last.uid), None, None)
         top = chain[-1]
-        meta = top.get("metadata") or {}
+        meta = metadata_of(top)
         kind = str(top.get("kind") or last.kind)
         job = JobRef(namespace, str(meta.get("name", last.name)), kind, str(meta.get("uid", "")))
         size = next((s for s in (world_size(o) for o in reversed(chain)) if s), None)
@@ -155,7 +154,7 @@ def pod_facts(pod: JSON, resolved: ResolvedJob, snap: podstatus.PodSnapshot | No
         uid=snap.uid,
         job=resolved.job,
         attempt=attempt_of(pod, snap.restart_count),
-        jobset_attempt=str(((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_ATTEMPT, "")),
+        jobset_attempt=str(labels_of(pod).get(JOBSET_RESTART_ATTEMPT, "")),
         restarts=snap.restart_count,
         rank=rank if rank is not None else snap.rank,
         replica_type=snap.replica_type,
@@ -226,7 +225,7 @@ class MembershipVerifier:
             raise _refuse("not_member", f"pod {identity.namespace}/{identity.pod} does not exist") from None
         except KubeError as exc:
             raise AuthRefused("review_failed", f"cannot read the pod: {exc}", code="UNAVAILABLE") from None
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        uid = str(metadata_of(pod).get("uid") or "")
         if identity.pod_uid and uid and uid != identity.pod_uid:
             raise _refuse("pod_uid", f"the token is bound to an earlier pod {identity.namespace}/{identity.pod}")
         try:

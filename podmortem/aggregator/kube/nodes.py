@@ -59,11 +59,20 @@ from podmortem.core.names import (
     SUSPECT_HARDWARE_TAINT,
 )
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
-from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
+from podmortem.k8s.objects import (
+    JSON,
+    annotations_of,
+    core_event,
+    cut,
+    metadata_of,
+    resource_path,
+    rfc3339,
+    spec_of,
+    status_of,
+)
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 
 TAINT_EFFECT = "NoSchedule"
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects live here (as kubectl describe node reads them)
@@ -181,7 +190,7 @@ class NamespaceBudget:
 
 def read_faults(node: JSON) -> list[JSON]:
     """The node's fault record; an annotation someone edited into something else reads as empty (logged)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(HARDWARE_FAULTS_ANNOTATION)
+    raw = annotations_of(node).get(HARDWARE_FAULTS_ANNOTATION)
     if raw is None:
         return []
     try:
@@ -190,7 +199,7 @@ def read_faults(node: JSON) -> list[JSON]:
         loaded = None
     if not isinstance(loaded, list):
         log.warning("node %s: annotation %s is not a JSON list; starting a new record",
-                    (node.get("metadata") or {}).get("name"), HARDWARE_FAULTS_ANNOTATION)  # fmt: skip
+                    metadata_of(node).get("name"), HARDWARE_FAULTS_ANNOTATION)  # fmt: skip
         return []
     return [f for f in loaded if isinstance(f, dict)]
 
@@ -204,7 +213,7 @@ def with_fault(faults: list[JSON], fault: JSON) -> list[JSON] | None:
 
 def cleared_at(node: JSON) -> float | None:
     """When a person last set our condition to False (podmortem counts only the faults after it)."""
-    for c in (node.get("status") or {}).get("conditions") or []:
+    for c in status_of(node).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == SUSPECT_HARDWARE_CONDITION and c.get("status") == "False":
             return parse_time(c.get("lastTransitionTime"))
     return None
@@ -270,7 +279,7 @@ def taints_with(taints: list[JSON]) -> list[JSON] | None:
 
 def event_body(node: JSON, fault: JSON, faults: list[JSON], window: float, now: float, instance: str = "") -> JSON:
     """A core/v1 Warning Event about the node; named after node and incident, so a replay is a 409."""
-    meta = node.get("metadata") or {}
+    meta = metadata_of(node)
     name = str(meta.get("name", ""))
     digest = hashlib.sha256(f"{name}\0{fault['incident']}".encode()).hexdigest()[:16]
     involved = {"apiVersion": "v1", "kind": "Node", "name": name}
@@ -369,7 +378,7 @@ class NodeFaultPublisher:
             return
 
         def mark(node: JSON) -> JSON | None:
-            conditions = [c for c in ((node.get("status") or {}).get("conditions") or []) if isinstance(c, dict)]
+            conditions = [c for c in (status_of(node).get("conditions") or []) if isinstance(c, dict)]
             merged = conditions_with(conditions, suspect_condition(faults, self.actions.window, now))
             return None if merged is None else {"status": {"conditions": merged}}
 
@@ -383,7 +392,7 @@ class NodeFaultPublisher:
         if self.actions.taint:
 
             def taint(node: JSON) -> JSON | None:
-                taints = [t for t in ((node.get("spec") or {}).get("taints") or []) if isinstance(t, dict)]
+                taints = [t for t in (spec_of(node).get("taints") or []) if isinstance(t, dict)]
                 merged = taints_with(taints)
                 return None if merged is None else {"spec": {"taints": merged}}
 
@@ -404,7 +413,7 @@ class NodeFaultPublisher:
             patch = change(node)
             if patch is None:
                 return node
-            patch.setdefault("metadata", {})["resourceVersion"] = (node.get("metadata") or {}).get("resourceVersion")
+            patch.setdefault("metadata", {})["resourceVersion"] = metadata_of(node).get("resourceVersion")
             try:
                 return await self.kube.request(
                     "PATCH", path + sub, body=patch, content_type="application/merge-patch+json"

@@ -27,15 +27,13 @@ import itertools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from podmortem.aggregator.kube.client import Kube, KubeSettings, load_configuration
 from podmortem.core.conditions import PodCondition
 from podmortem.core.names import VICTIM
 from podmortem.k8s.backoff import Backoff
-from podmortem.k8s.objects import resource_path, rfc3339
+from podmortem.k8s.objects import JSON, resource_path, rfc3339
 
-JSON = dict[str, Any]
 STRATEGIC = "application/strategic-merge-patch+json"
 # Writes under way at once: the condition client's threads and pooled connections. At the defaults'
 # 400/s it leaves each write 40 ms of API latency before the threads, not the rate limit, are the bound.

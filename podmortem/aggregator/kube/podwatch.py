@@ -34,7 +34,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
 
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
@@ -45,14 +44,12 @@ from podmortem.core import podstatus
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.listwatch import Listed, list_watch
-from podmortem.k8s.objects import resource_path
+from podmortem.k8s.objects import JSON, metadata_of, resource_path
 from podmortem.k8s.workloads import attempt_of
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 
 @dataclass
@@ -160,7 +157,7 @@ class PodWatch:
 
     @staticmethod
     def _uid(pod: JSON) -> str:
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
 
     async def observe(self, pod: JSON, scope: tuple[str | None, str] = (None, "")) -> str | None:

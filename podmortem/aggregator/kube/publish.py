@@ -33,7 +33,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube, KubeSettings
@@ -50,12 +49,10 @@ from podmortem.core.names import (
 )
 from podmortem.core.repeats import MAX_ATTEMPTS, Attempt, recorded
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
-from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
+from podmortem.k8s.objects import JSON, annotations_of, core_event, cut, metadata_of, resource_path, rfc3339, status_of
 from podmortem.k8s.workloads import WORKLOADS
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 
 MAX_SUMMARY = 512
@@ -122,7 +119,7 @@ def attempt_history(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> tu
 def earlier_attempts(obj: JSON, uid: str) -> tuple[Attempt, ...]:
     """The attempts an object's verdict annotation carries, when the object is the job of `uid` (a job
     created again under the same name is another job). Malformed entries are skipped."""
-    meta = obj.get("metadata") or {}
+    meta = metadata_of(obj)
     if not uid or meta.get("uid") != uid:
         return ()
     try:
@@ -236,11 +233,11 @@ def merged_conditions(conditions: list[JSON], ours: JSON) -> list[JSON]:
 
 def condition_patch(job: JSON, decision: Decision, now: float) -> JSON | None:
     """The status merge patch for `job` as read, or None when it is already current."""
-    conditions = [c for c in ((job.get("status") or {}).get("conditions") or []) if isinstance(c, dict)]
+    conditions = [c for c in (status_of(job).get("conditions") or []) if isinstance(c, dict)]
     if condition_is_current(conditions, decision):
         return None
     return {
-        "metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion")},
+        "metadata": {"resourceVersion": metadata_of(job).get("resourceVersion")},
         "status": {"conditions": merged_conditions(conditions, condition(decision, now))},
     }
 
@@ -252,7 +249,7 @@ def event_name(target_name: str, decision: Decision) -> str:
 
 def event_body(target: JSON, decision: Decision, now: float, instance: str = "") -> JSON:
     """A core/v1 Warning Event about `target` (the job or the pod object, as read)."""
-    meta = target.get("metadata") or {}
+    meta = metadata_of(target)
     involved = {
         "apiVersion": target.get("apiVersion", ""),
         "kind": target.get("kind", ""),
@@ -319,7 +316,7 @@ class AnnotationPublisher:
             except NotFoundError:
                 log.info("incident %s: %s is gone; no annotations there", decision.incident.incident_id, path)
                 continue
-            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            annotations = annotations_of(obj)
             if is_published(annotations.get(PUBLISHED_ANNOTATION), decision):
                 continue
             await self.kube.request(

@@ -26,7 +26,7 @@ from podmortem.core.model import Incident, JobRef
 from podmortem.core.names import COMPONENT, REPEAT_LIMIT_ANNOTATION, REPEATED_FAILURE_EVENT
 from podmortem.core.repeats import Attempt
 from podmortem.k8s.errors import AlreadyExistsError, NotFoundError
-from podmortem.k8s.objects import core_event, resource_path
+from podmortem.k8s.objects import core_event, metadata_of, resource_path
 from podmortem.k8s.workloads import WORKLOADS
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class JobHistoryReader:
             obj = await self.kube.get(path)
         except NotFoundError:
             return (), None
-        meta = obj.get("metadata") or {}
+        meta = metadata_of(obj)
         if meta.get("uid") != job.uid:
             return (), None
         annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
