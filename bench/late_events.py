@@ -1,4 +1,4 @@
-"""Late events after a verdict must cost linear time (issue 12, defect 7: they re-decided at super-linear cost).
+"""Late events after a verdict must cost linear time (they once re-decided at super-linear cost).
 
 An `IncidentBook` with the real engine decides a job of `--pods` members (quorum); then N distinct late
 events arrive, as fast as the loop takes them, in one of two shapes:

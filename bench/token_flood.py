@@ -14,7 +14,7 @@ received 100 of the flood's TokenReviews (the flood in full swing).
 Printed per round: from the members' first report (their sidecars retry a refusal as a sidecar does)
 to the last ack, to the verdict file and to `podmortem.io/verdict` on the job, without and with the
 flood, the delays the flood added, the flood's endings by gRPC status, and the TokenReviews the API
-server received. The targets (issue 21.4): a 2,000-stream flood delays the
+server received. The targets: a 2,000-stream flood delays the
 verdict by <= 1 s and its annotation by <= 2 s, and no stream ends INTERNAL.
 """
 

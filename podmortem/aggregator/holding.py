@@ -90,8 +90,8 @@ PEER_WAIT = 5.0
 # this long, or within VERDICT_REUSE_PER_DECISION times as long as the job's last decision took, whichever
 # is longer (a burst of victims holding at once: one incident and one engine decision, not one per pod;
 # each member's own facts are read fresh). A verdict is then about as old as a decision takes, and
-# deciding for the holds takes at most about a third of the time, however large the job (a 4,096-member
-# job's decision takes ~0.3 s: `bench/hold_cost.py --api`).
+# deciding for the holds takes at most about a third of the time, however large the job (`bench/hold_cost.py
+# --api` measures it; figures in docs/benchmarks.md).
 VERDICT_REUSE = 0.25
 VERDICT_REUSE_PER_DECISION = 3.0
 # A waiting decision looks again at most this often, however many events wake it (each look reads every

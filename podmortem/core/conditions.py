@@ -43,7 +43,7 @@ from podmortem.core.names import PERMANENT, RETRYABLE, VICTIM, VICTIM_REASON, Co
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
 # The default of `--permanent-confidence`: on fresh public logs, verdicts at or above it named the right pod
-# every time (issue 26). Not to be lowered.
+# every time (`bench/realworld.py --calibration`; figures in docs/engine.md). Not to be lowered.
 PERMANENT_CONFIDENCE = 0.9
 MAX_MESSAGE = 512
 # A SIGKILL from outside (exit code 137, not OOMKilled) is classified as the teardown's echo, but is not a

@@ -7,7 +7,7 @@ of it (gloo: connection closed by peer). As each agent exits, the test plays its
 (tests/support/kubelet_order.py): SIGTERM to the native sidecar, the container's end in the pod status
 0.5 s later, the pod Failed only once the sidecar exited. The victim must carry Victim; the root
 PermanentFailure when the verdict's confidence reaches the default 0.9 — the clear case (its own Python
-exception, a plain echo) is calibrated to (issue 25) — and no condition below it. Each condition is
+exception, a plain echo) is calibrated to — and no condition below it. Each condition is
 written before its sidecar exited (the emulator's resourceVersion orders the two).
 """
 

@@ -74,7 +74,7 @@ async def test_written_once_for_a_verified_member(kube_api: EmulatorHandle, tmp_
 async def test_not_written_for_a_member_the_api_did_not_place_in_the_job(
     kube_api: EmulatorHandle, tmp_path: Path
 ) -> None:
-    # A pod registers as a member of a job the pod watch never placed it in (the notebook attack, issue 21).
+    # A pod registers as a member of a job the pod watch never placed it in (the notebook attack).
     _, pods = seed_pytorchjob(kube_api, workers=2)
     book, desk, kube = await desk_for(kube_api, tmp_path)
     root, key = register(book, pods[1]), register(book, pods[0])

@@ -1,4 +1,4 @@
-"""Failure families of issue 25, on hand-written incidents: a stack dump of the stuck rank, victims that name the
+"""Failure families, on hand-written incidents: a stack dump of the stuck rank, victims that name the
 culprit, a device fault after a generic exception, words whose meaning depends on their context, and timeouts
 that cannot be told apart. The texts are written for these tests in the formats the tools print."""
 
@@ -280,7 +280,7 @@ def test_an_own_program_error_beside_another_failure_of_its_own_is_not_a_clear_c
     assert v.pod == "w-0" and v.confidence < PERMANENT
 
 
-# --- the silent member (issue 24) ------------------------------------------------------------------------------
+# --- the silent member ------------------------------------------------------------------------------------
 
 
 def _pytorchjob(*pods: tuple[str, int], log: str = "") -> list[Member]:

@@ -30,10 +30,8 @@ FLOORS = {
     "fresh": (0.93, 0.93, 0.93),
     "fresh2": (0.95, 0.86, 0.94),
 }
-# The fresh split (issue 25) was scored once, at the end of that issue: 1.00 / 1.00 / 1.00 (n=45, 15 primaries: one
-# primary missed costs 0.067). Its floor guards it from here on; it is no longer blind. The second fresh split (issue
-# 34) was scored once, at the end of that issue: 0.98 / 0.89 / 0.97 (n=132, 44 primaries); its floor sits below that
-# blind figure (0.98 / 0.95 / 0.97 after the one rule fix its misses showed, docs/engine.md).
+# The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
+# their floors guard them from here on, and they are no longer blind.
 # pod and category both right, held-out, seed 0, through `podmortem analyze`: measured 83/100 = 0.83
 BOTH_RIGHT_FLOOR = 0.79
 
@@ -77,7 +75,7 @@ def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
 
 
 # PermanentFailure is written only at the aggregator's --permanent-confidence (default 0.9) and only for a verdict
-# that says a retry will not help: among those, at least this share must be right about retryability (issue 25).
+# that says a retry will not help: among those, at least this share must be right about retryability.
 PERMANENT_CONFIDENCE = 0.9
 PERMANENT_PRECISION_FLOOR = 0.99
 
@@ -92,8 +90,7 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 
 # Every rule that decides a verdict at the PermanentFailure threshold is right that often on every split, or it does
 # not get the threshold (its max_confidence in rules.yaml); coverage at the threshold stays near what was measured
-# (bench/realworld.py --calibration, 2026-11-27, issue 34: train 378/489 = 0.77, held-out 223/300 = 0.74, fresh
-# 30/45 = 0.67, fresh2 84/132 = 0.64, every rule's row 1.000).
+# (`bench/realworld.py --calibration`; the figures are in docs/engine.md).
 RULE_PRECISION_FLOOR = 0.99
 COVERAGE_FLOORS = {"train": 0.74, "heldout": 0.71, "fresh": 0.62, "fresh2": 0.60}
 
