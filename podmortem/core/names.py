@@ -59,6 +59,10 @@ CONTAINER_ANNOTATION = PREFIX + "container"
 STALL_AFTER_ANNOTATION = PREFIX + "stall-after"
 PYTHON_HOOK_ANNOTATION = PREFIX + "python-hook"
 
+# Where the webhook mounts the sidecar's projected token (audience `podmortem`), as `token` in it.
+TOKEN_DIR = "/var/run/secrets/podmortem.io/serviceaccount"
+TOKEN_FILE = "token"
+
 # Who writes: the Events' source component and reporting controller.
 COMPONENT = "podmortem-aggregator"
 REPORTING_COMPONENT = PREFIX + "aggregator"

@@ -23,6 +23,7 @@ Pure: plain data in, plain data and text out (PyYAML dumps each rule); no I/O.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +36,7 @@ from podmortem.k8s.objects import JSON
 # pattern (RE2, unanchored: JobSet matches with Go's regexp.MatchString) that names our condition in it.
 JOB_REASON_POD_FAILURE_POLICY = "PodFailurePolicy"
 JOB_REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
-PERMANENT_MESSAGE_PATTERN = r"has condition podmortem\.io/PermanentFailure matching FailJob rule"
+PERMANENT_MESSAGE_PATTERN = rf"has condition {re.escape(PERMANENT)} matching FailJob rule"
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_JOBSET_REPLICATED_JOB = "workers"

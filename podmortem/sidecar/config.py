@@ -32,13 +32,14 @@ from typing import Any
 
 from podmortem import settings
 from podmortem.core.finite import finite
+from podmortem.core.names import TOKEN_DIR, TOKEN_FILE
 from podmortem.settings import Setting
 
 POD_SOURCES = ("file", "api", "none")
 # Keeps a LogTail event far below gRPC's 4 MiB message limit.
 MAX_LOG_TAIL_BYTES = 1 << 20
 # Where the injection webhook mounts the pod's projected token (audience podmortem).
-DEFAULT_TOKEN_FILE = Path("/var/run/secrets/podmortem.io/serviceaccount/token")
+DEFAULT_TOKEN_FILE = Path(TOKEN_DIR) / TOKEN_FILE
 # Read by the file watchers too (`watcher.force_polling_from_env`) when not handed a choice.
 FORCE_POLLING = Setting(
     "force_polling",

@@ -69,6 +69,8 @@ from podmortem.core.names import (
     LEGACY_JOB_NAME,
     PYTHON_HOOK_ANNOTATION,
     STALL_AFTER_ANNOTATION,
+    TOKEN_DIR,
+    TOKEN_FILE,
 )
 from podmortem.k8s.objects import JSON, annotations_of, metadata_of, spec_of
 from podmortem.webhook import retrypolicy
@@ -76,7 +78,6 @@ from podmortem.webhook import retrypolicy
 SIDECAR_NAME = "podmortem-sidecar"
 ERRORS_VOLUME = "podmortem-errors"
 TOKEN_VOLUME = "podmortem-token"
-TOKEN_DIR = "/var/run/secrets/podmortem.io/serviceaccount"
 ERROR_FILE_NAME = "error.json"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 PYTHON_HOOK_NAME = "podmortem-python"
@@ -352,7 +353,7 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
                         "serviceAccountToken": {
                             "audience": settings.token_audience,
                             "expirationSeconds": settings.token_expiration_seconds,
-                            "path": "token",
+                            "path": TOKEN_FILE,
                         }
                     }
                 ]
