@@ -102,6 +102,7 @@ async def desk_only(pods: int) -> tuple[float, float, int]:
     from podmortem.aggregator.incidents import IncidentBook
     from podmortem.aggregator.running import make_decide
     from podmortem.core.model import ErrorRecord, Termination
+    from podmortem.core.podstatus import snapshot
     from podmortem.protocol.v1 import collector_pb2 as pb
     from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
 
@@ -115,7 +116,7 @@ async def desk_only(pods: int) -> tuple[float, float, int]:
         reg = pb.Register(job=pb.JobRef(namespace=NS, name="big", kind="Job"), pod=f"big-{i}", holds=True)
         reg.world_size_hint = pods
         key = book.register(reg)
-        desk.pod_seen(key, {"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}})
+        desk.pod_seen(key, snapshot({"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}}))
         keys.append(key)
     cpu0, t0 = time.process_time(), time.monotonic()
     for i, key in enumerate(keys):

@@ -48,9 +48,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
@@ -60,16 +60,9 @@ from podmortem.core import conditions, repeats
 from podmortem.core.assess import assess
 from podmortem.core.conditions import PodCondition
 from podmortem.core.model import Incident, JobRef, Member, Verdict
-from podmortem.core.names import (
-    CONDITION_TYPES,
-    DISRUPTION_TARGET,
-    NODE_LOST_REASONS,
-    REPEATED_REASON,
-    RETRYABLE,
-    VICTIM,
-)
+from podmortem.core.names import REPEATED_REASON, RETRYABLE, VICTIM, ConditionType
+from podmortem.core.podstatus import PodSnapshot
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
-from podmortem.k8s.objects import JSON, metadata_of, spec_of, status_of
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import hold_seconds
 
@@ -145,26 +138,6 @@ class _Pod:
         return ""
 
 
-def has_sidecar(pod: JSON) -> bool:
-    """Does the pod's spec run a podmortem sidecar (a container told where the aggregator is)?"""
-    spec = spec_of(pod)
-    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        if isinstance(c, dict) and any(
-            isinstance(e, dict) and e.get("name") == "PODMORTEM_AGGREGATOR" for e in c.get("env") or []
-        ):
-            return True
-    return False
-
-
-def existing_condition(pod: JSON) -> PodCondition | None:
-    """A podmortem condition the pod already carries (written before an aggregator restart)."""
-    name = str(metadata_of(pod).get("name", ""))
-    for c in status_of(pod).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True":
-            return PodCondition(name, c["type"], str(c.get("reason", "")), str(c.get("message", "")))
-    return None
-
-
 class HoldDesk:
     def __init__(
         self,
@@ -217,25 +190,17 @@ class HoldDesk:
         if event is not None:
             event.set()
 
-    def pod_seen(self, key: MemberKey, pod: JSON) -> None:
+    def pod_seen(self, key: MemberKey, pod: PodSnapshot) -> None:
         """One version of a member pod from the pod watch (the API's view: membership verified)."""
         state = self._pod(key)
-        meta, status = metadata_of(pod), status_of(pod)
-        state.namespace = str(meta.get("namespace") or state.namespace)
+        state.namespace = pod.namespace or state.namespace
         state.verified = True
-        state.sidecar = has_sidecar(pod)
-        state.deleting = bool(meta.get("deletionTimestamp"))
-        phase, reason = str(status.get("phase") or ""), str(status.get("reason") or "")
-        state.node_lost = (
-            phase == "Unknown"
-            or reason == "NodeLost"
-            or any(
-                isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("reason") in NODE_LOST_REASONS
-                for c in status.get("conditions") or []
-            )
-        )
-        state.terminal = phase in ("Failed", "Succeeded")
-        found = existing_condition(pod)
+        state.sidecar = pod.has_sidecar
+        state.deleting = pod.deleted_at is not None
+        state.node_lost = pod.node_lost
+        state.terminal = pod.terminal
+        own = pod.own_condition
+        found = None if own is None else PodCondition(pod.name, cast(ConditionType, own.type), own.reason, own.message)
         if found is not None and (state.outcome is None or not state.outcome.written):
             state.found = found  # ours from before a restart, or someone else's: the decision tells (`_settle`)
         self.changed(key.job)
@@ -248,7 +213,7 @@ class HoldDesk:
             state.outcome = Outcome(None, written=False, detail="the pod is being deleted")
             return
         if why := state.unholdable():
-            if _ended(pod):
+            if pod.ended:
                 log.info("pod %s ended and cannot be held (%s): deciding its condition now", key.pod, why)
                 self._start(key, state, asyncio.get_running_loop().time() + self.peer_wait, None)
         elif state.terminal:
@@ -541,14 +506,3 @@ class HoldDesk:
 
 async def _now(decide: Decide, incident: Incident) -> Verdict:
     return decide(incident)
-
-
-def _ended(pod: Mapping[str, Any]) -> bool:
-    """Does this version of the pod show its training container's end (or the pod's)?"""
-    status = status_of(pod)
-    if status.get("phase") in ("Failed", "Succeeded", "Unknown"):
-        return True
-    for c in status.get("containerStatuses") or []:
-        if isinstance(c, dict) and isinstance(c.get("state"), dict) and "terminated" in c["state"]:
-            return True
-    return False

@@ -17,11 +17,7 @@ from podmortem.protocol.wire import apply_event
 
 def is_terminal(member: Member) -> bool:
     """Has this member reported how it ended (so quorum need not wait for it)?"""
-    return (
-        member.termination is not None
-        or member.phase in ("Failed", "Succeeded", "Unknown")
-        or member.phase_reason in ("NodeLost", "Deleted")
-    )
+    return member.ended or member.phase_reason in ("NodeLost", "Deleted")
 
 
 @dataclass

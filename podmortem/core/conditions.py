@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from podmortem.core.assess import Finding, assess
 from podmortem.core.categories import condition_reason
 from podmortem.core.model import Incident, Member, Verdict
-from podmortem.core.names import PERMANENT, RETRYABLE, VICTIM, VICTIM_REASON, ConditionType
+from podmortem.core.names import DISRUPTION_TARGET, PERMANENT, RETRYABLE, VICTIM, VICTIM_REASON, ConditionType
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
 # The default of `--permanent-confidence`: on fresh public logs, verdicts at or above it named the right pod
@@ -93,10 +93,9 @@ def shown(member: Member) -> bool:
     assessed: it is asked of every member each time a held pod looks again."""
     return (
         member.error is not None
-        or member.termination is not None
-        or member.phase in ("Failed", "Succeeded", "Unknown")
+        or member.ended
         or member.deleted_at is not None
-        or any(c.type == "DisruptionTarget" and c.status == "True" for c in member.conditions)
+        or any(c.type == DISRUPTION_TARGET and c.status == "True" for c in member.conditions)
     )
 
 

@@ -68,6 +68,16 @@ class Termination:
     restart_count: int = 0
 
 
+# A pod's phases once it has stopped (Unknown: its node stopped reporting it).
+ENDED_PHASES = frozenset({"Failed", "Succeeded", "Unknown"})
+
+
+def has_ended(phase: str, termination: Termination | None) -> bool:
+    """Has the training container's end (or the pod's) been seen: its termination, or a phase that comes
+    after it? The one meaning of a pod's end, whether read from a Pod object or from a member's events."""
+    return termination is not None or phase in ENDED_PHASES
+
+
 @dataclass(frozen=True)
 class Condition:
     type: str
@@ -159,6 +169,11 @@ class Member:
     clock_round_trip: float | None = None
     # Stacks and Flight Recorder state captured from its workers (stall, first timeout, teardown).
     captures: tuple[WorkerCapture, ...] = ()
+
+    @property
+    def ended(self) -> bool:
+        """Is this member's end known (`has_ended`)?"""
+        return has_ended(self.phase, self.termination)
 
     def condition(self, type_: str) -> Condition | None:
         for c in self.conditions:

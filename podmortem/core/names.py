@@ -63,6 +63,9 @@ PYTHON_HOOK_ANNOTATION = PREFIX + "python-hook"
 TOKEN_DIR = "/var/run/secrets/podmortem.io/serviceaccount"
 TOKEN_FILE = "token"
 
+# The environment variable the webhook gives the sidecar: a container with it is a podmortem sidecar.
+AGGREGATOR_ENV = "PODMORTEM_AGGREGATOR"
+
 # Who writes: the Events' source component and reporting controller.
 COMPONENT = "podmortem-aggregator"
 REPORTING_COMPONENT = PREFIX + "aggregator"

@@ -15,16 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from podmortem.core.model import Condition, JobRef, Member, Termination
+from podmortem.core.model import Condition, JobRef, Member, Termination, has_ended
 from podmortem.core.names import (
+    AGGREGATOR_ENV,
     BATCH_COMPLETION_INDEX,
     BATCH_JOB_NAME,
+    CONDITION_TYPES,
     DISRUPTION_TARGET,
     JOBSET_GLOBAL_INDEX,
     JOBSET_NAME,
     KUBEFLOW_JOB,
     KUBEFLOW_REPLICA_INDEX,
     KUBEFLOW_REPLICA_TYPE,
+    NODE_LOST_REASONS,
 )
 
 # Conditions worth keeping: the others (Ready, Initialized, ...) say nothing about a failure.
@@ -69,9 +72,33 @@ class PodSnapshot:
     running: bool
     restart_count: int
     last_termination: Termination | None  # lastState.terminated: an earlier run of the container
-    conditions: tuple[Condition, ...]
+    conditions: tuple[Condition, ...]  # the interesting ones (INTERESTING_CONDITIONS), status True or not
     deleted_at: float | None
     started_at: float | None = None  # when the container's current run started (running or terminated)
+    has_sidecar: bool = False  # its spec runs a podmortem sidecar (a container told where the aggregator is)
+    own_condition: Condition | None = None  # a podmortem condition it carries (status True)
+
+    @property
+    def ended(self) -> bool:
+        """Is its training container's end (or the pod's) known (`model.has_ended`)?"""
+        return has_ended(self.phase, self.termination)
+
+    @property
+    def terminal(self) -> bool:
+        """Is its phase terminal (Failed or Succeeded): no container of it runs any more?"""
+        return self.phase in ("Failed", "Succeeded")
+
+    @property
+    def marked_lost(self) -> bool:
+        """Does its status say its node is lost (phase Unknown, or reason NodeLost)?"""
+        return self.phase == "Unknown" or self.phase_reason == "NodeLost"
+
+    @property
+    def node_lost(self) -> bool:
+        """Is its node lost: marked so, or disrupted by the pod GC or the taint manager of a lost node?"""
+        return self.marked_lost or any(
+            c.type == DISRUPTION_TARGET and c.reason in NODE_LOST_REASONS for c in self.conditions
+        )
 
 
 def _termination(state: dict[str, Any], restart_count: int) -> Termination | None:
@@ -186,7 +213,31 @@ def snapshot(pod: dict[str, Any], container: str | None = None) -> PodSnapshot:
         conditions=conditions,
         deleted_at=parse_time(metadata.get("deletionTimestamp")),
         started_at=_started(state),
+        has_sidecar=_has_sidecar(spec),
+        own_condition=_own_condition(status),
     )
+
+
+def _has_sidecar(spec: dict[str, Any]) -> bool:
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if isinstance(c, dict) and any(
+            isinstance(e, dict) and e.get("name") == AGGREGATOR_ENV for e in c.get("env") or []
+        ):
+            return True
+    return False
+
+
+def _own_condition(status: dict[str, Any]) -> Condition | None:
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") in CONDITION_TYPES and c.get("status") == "True":
+            return Condition(
+                type=str(c["type"]),
+                status="True",
+                reason=str(c.get("reason", "")),
+                message=str(c.get("message", "")),
+                last_transition_time=parse_time(c.get("lastTransitionTime")),
+            )
+    return None
 
 
 def _started(state: Any) -> float | None:

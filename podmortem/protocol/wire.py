@@ -267,8 +267,7 @@ def events_from_snapshot(snap: PodSnapshot, previous: PodSnapshot | None = None)
     for c in snap.conditions:
         if c not in old_conditions and c.status == "True":
             out.append(make_event(condition_to_pb(c), f"{key}/condition/{c.type}/{c.reason}"))
-    lost = snap.phase == "Unknown" or snap.phase_reason == "NodeLost"
-    if (snap.deleted_at is not None or lost) and (
+    if (snap.deleted_at is not None or snap.marked_lost) and (
         seen is None
         or (seen.deleted_at, seen.phase, seen.phase_reason) != (snap.deleted_at, snap.phase, snap.phase_reason)
     ):

@@ -393,7 +393,7 @@ def _pod_ended(reporter: PodReporter) -> bool:
     snap = reporter.previous
     if snap is None:
         return False
-    if snap.termination is not None or snap.phase in ("Failed", "Succeeded", "Unknown"):
+    if snap.ended:
         return True
     return snap.deleted_at is not None and not snap.running and snap.restart_count == 0
 

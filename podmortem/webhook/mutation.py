@@ -56,6 +56,7 @@ from typing import Any
 import jsonpatch
 
 from podmortem.core.names import (
+    AGGREGATOR_ENV,
     BATCH_COMPLETION_INDEX,
     BATCH_JOB_NAME,
     CONTAINER_ANNOTATION,
@@ -369,7 +370,7 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         {"name": "NODE_NAME", "valueFrom": _field("spec.nodeName")},
         {"name": "POD_IP", "valueFrom": _field("status.podIP")},
         {"name": ERROR_FILE_ENV, "value": error_file},
-        {"name": "PODMORTEM_AGGREGATOR", "value": settings.aggregator},
+        {"name": AGGREGATOR_ENV, "value": settings.aggregator},
         {"name": "PODMORTEM_CONTAINER", "value": str(training.get("name", ""))},
         *workload_env,
     ]

@@ -25,6 +25,7 @@ from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.running import make_decide
 from podmortem.core.model import ErrorRecord, Termination
+from podmortem.core.podstatus import snapshot
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import error_to_pb, make_event, termination_to_pb
 
@@ -59,7 +60,7 @@ async def test_written_once_for_a_verified_member(kube_api: EmulatorHandle, tmp_
     book, desk, kube = await desk_for(kube_api, tmp_path)
     keys = [register(book, p) for p in pods]
     for key in keys:
-        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})  # the pod watch: membership verified
+        desk.pod_seen(key, snapshot(kube_api.get(PODS, NS, key.pod) or {}))  # the pod watch: membership verified
     failed(book, keys[0], GLOO)
     first = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
     again = await desk.hold(keys[0], pb.Hold(seq=2, timeout_seconds=5))  # a reconnect: the same answer
@@ -92,7 +93,7 @@ async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandl
     book, desk, kube = await desk_for(kube_api, tmp_path, may_act=lambda: leading)
     keys = [register(book, p) for p in pods]
     for key in keys:
-        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+        desk.pod_seen(key, snapshot(kube_api.get(PODS, NS, key.pod) or {}))
     failed(book, keys[0], GLOO)
     refused = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
     assert refused.outcome == pb.HoldReply.NOT_WRITTEN and "Lease" in refused.detail
@@ -114,7 +115,7 @@ async def hold_with_a_victim_on(
     book, desk, kube = await desk_for(kube_api, tmp_path, **kwargs)
     keys = [register(book, p) for p in pods]
     for key in keys:
-        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+        desk.pod_seen(key, snapshot(kube_api.get(PODS, NS, key.pod) or {}))
     failed(book, keys[1], root)
     failed(book, keys[0], GLOO)
     reply = await desk.hold(keys[marked], pb.Hold(seq=1, timeout_seconds=5))
@@ -152,7 +153,7 @@ async def test_a_failed_write_is_not_written_and_a_later_hold_tries_again(
     book, desk, kube = await desk_for(kube_api, tmp_path)
     keys = [register(book, p) for p in pods]
     for key in keys:
-        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+        desk.pod_seen(key, snapshot(kube_api.get(PODS, NS, key.pod) or {}))
     failed(book, keys[0], GLOO)
     kube_api.fail(403, 1, methods=("PATCH",), plural="pods", subresource="status")  # forbidden: permanent
     refused = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
@@ -174,7 +175,7 @@ async def test_a_pod_being_deleted_and_not_held_gets_none(kube_api: EmulatorHand
         pod = kube_api.get(PODS, NS, key.pod) or {}
         pod["metadata"]["deletionTimestamp"] = "2026-11-25T19:00:00Z"
         pod["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 143}}
-        desk.pod_seen(key, pod)
+        desk.pod_seen(key, snapshot(pod))
     await desk.settle()
     reply = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
     kube.close()
@@ -204,7 +205,7 @@ async def decisions_for_holds_apart(decide_seconds: float, apart: float, victims
     desk = HoldDesk(book, counted_decide, nowhere, peer_wait=0.5, timer=timer)
     keys = [register(book, f"w-{i}") for i in range(victims + 1)]
     for key in keys:
-        desk.pod_seen(key, {"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}})
+        desk.pod_seen(key, snapshot({"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}}))
     failed(book, keys[0], "ValueError: label 7 out of range")
     for key in keys[1:]:
         failed(book, key, GLOO)
@@ -232,7 +233,7 @@ async def test_a_pod_the_watch_shows_terminal_gets_no_condition(kube_api: Emulat
     book, desk, kube = await desk_for(kube_api, tmp_path)
     keys = [register(book, p) for p in pods]
     for key in keys:
-        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+        desk.pod_seen(key, snapshot(kube_api.get(PODS, NS, key.pod) or {}))
         desk.registered(key, holds=True)
     root = keys[1]
     failed(book, root, "RuntimeError: CUDA error: uncorrectable ECC error encountered")  # retryable
@@ -241,7 +242,7 @@ async def test_a_pod_the_watch_shows_terminal_gets_no_condition(kube_api: Emulat
     await asyncio.sleep(0.1)
     ended = kube_api.get(PODS, NS, root.pod) or {}
     ended["status"]["phase"] = "Failed"
-    desk.pod_seen(root, ended)
+    desk.pod_seen(root, snapshot(ended))
     reply = await asyncio.wait_for(holding, 30)
     again = await desk.hold(root, pb.Hold(seq=2, timeout_seconds=5))
     kube.close()

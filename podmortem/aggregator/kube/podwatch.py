@@ -192,7 +192,7 @@ class PodWatch:
         read_log = ended and self.logs is not None and needs_log(snap) and self.book.lacks_log(key)
         self._ingest(uid, key, events, snap if read_log else None)
         if self.holds is not None:
-            self.holds.pod_seen(key, pod)
+            self.holds.pod_seen(key, snap)
         self._known[uid] = _Known(key, snap, scope)
         self.observed += 1
         return uid
