@@ -52,12 +52,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
-from podmortem.aggregator.deciding import Decide
+from podmortem.aggregator.deciding import Decide, Deciding, Reused
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics, condition_label
 from podmortem.core import conditions, repeats
-from podmortem.core.assess import assess
+from podmortem.core.assess import Finding, assess
 from podmortem.core.conditions import PodCondition
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.core.names import REPEATED_REASON, RETRYABLE, VICTIM, ConditionType
@@ -79,14 +79,6 @@ WRITE_MARGIN = 1.0
 # Of the peers' first evidence, the most a member that failed on its own waits for (seconds, aggregator
 # flag --peer-wait); the root usually ends a second or more before its victims.
 PEER_WAIT = 5.0
-# The incident and its verdict, built for one member of a job, are reused for the next ones decided within
-# this long, or within VERDICT_REUSE_PER_DECISION times as long as the job's last decision took, whichever
-# is longer (a burst of victims holding at once: one incident and one engine decision, not one per pod;
-# each member's own facts are read fresh). A verdict is then about as old as a decision takes, and
-# deciding for the holds takes at most about a third of the time, however large the job (`bench/hold_cost.py
-# --api` measures it; figures in docs/benchmarks.md).
-VERDICT_REUSE = 0.25
-VERDICT_REUSE_PER_DECISION = 3.0
 # A waiting decision looks again at most this often, however many events wake it (each look reads every
 # member of the job).
 MIN_RECHECK = 0.1
@@ -162,8 +154,10 @@ class HoldDesk:
         self._on_repeat = on_repeat
         self._clock = clock
         self.book = book
-        self._timer = timer  # times the engine's decisions (VERDICT_REUSE_PER_DECISION)
-        self._decide_verdict = decide
+        # The engine, as the book runs it, behind the reuse window (`deciding.VERDICT_REUSE`).
+        self._reused: Reused[JobKey] = Reused(
+            Deciding(decide, offload_members=book.offload_members), book.incident, timer
+        )
         self._write = write
         self.rules = rules
         self.permanent_confidence = permanent_confidence
@@ -173,8 +167,6 @@ class HoldDesk:
         self._verified = verified
         self._pods: dict[MemberKey, _Pod] = {}
         self._changes: dict[JobKey, asyncio.Event] = {}
-        self._views: dict[JobKey, tuple[float, Incident, asyncio.Task[Verdict] | None]] = {}
-        self._decision_seconds: dict[JobKey, float] = {}  # how long the job's last decision took
         self._victims: dict[JobKey, set[str]] = {}  # pods decided Victim, per job (the last-member guard)
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -286,13 +278,13 @@ class HoldDesk:
         task.add_done_callback(done)
 
     async def _settle(self, key: MemberKey, decide_by: float, give_up: float | None) -> Outcome:
-        member, incident = await self._wait(key, decide_by)
+        member, incident, finding = await self._wait(key, decide_by)
         state = self._pod(key)
         if member is None or incident is None:
             return Outcome(None, written=False, detail="the member is not known to the aggregator")
         if state.outcome is not None:  # the pod ended without a hold, or was deleted
             return state.outcome
-        verdict = await self._verdict(key.job, incident)
+        verdict = await self._reused.verdict(key.job, incident)
         victims = self._victims.setdefault(key.job, set())
         condition = conditions.decide(
             member,
@@ -301,6 +293,7 @@ class HoldDesk:
             rules=self.rules,
             permanent_confidence=self.permanent_confidence,
             victims=victims,
+            finding=finding,
         )
         if condition is not None and condition.type == RETRYABLE and verdict.pod == key.pod:
             condition = await self._repeated(key, incident, verdict, condition, give_up)
@@ -434,63 +427,30 @@ class HoldDesk:
             return "this replica does not hold the leader Lease"
         return ""
 
-    async def _wait(self, key: MemberKey, decide_by: float) -> tuple[Member | None, Incident | None]:
-        """The member and its incident once its end is known and it is `ready`, or at `decide_by`."""
+    async def _wait(self, key: MemberKey, decide_by: float) -> tuple[Member | None, Incident | None, Finding | None]:
+        """The member and its incident once its end is known and it is `ready`, or at `decide_by`; with the
+        member's assessment when this look made it (each look assesses the member once)."""
         loop = asyncio.get_running_loop()
         while True:
             event = self._changes.setdefault(key.job, asyncio.Event())
             looked = loop.time()
             member = self.book.member(key)
-            incident = self._incident(key.job, fresh=False)
+            incident = self._reused.incident(key.job, fresh=False)
             if incident is None or member is None:
-                return None, None
+                return None, None, None
             if looked >= decide_by:
-                return member, incident
+                return member, incident, None
             if is_terminal(member):
-                if conditions.plain_echo(assess(member, self.rules)):
-                    return member, incident  # a Victim at once: the others as known a moment ago will do
-                incident = self._incident(key.job, fresh=True)
-                if incident is not None and conditions.ready(member, incident, self.rules):
-                    return member, incident
+                finding = assess(member, self.rules)
+                if conditions.plain_echo(finding):
+                    return member, incident, finding  # a Victim at once: the others as known a moment ago will do
+                incident = self._reused.incident(key.job, fresh=True)
+                if incident is not None and conditions.ready(member, incident, self.rules, finding=finding):
+                    return member, incident, finding
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(min(decide_by - loop.time(), RECHECK), 0.0)):
                     await event.wait()
             await asyncio.sleep(max(looked + MIN_RECHECK - loop.time(), 0.0))
-
-    def _incident(self, job: JobKey, fresh: bool) -> Incident | None:
-        """The job's incident: built now when `fresh` or when the one kept is older than its reuse (see
-        VERDICT_REUSE)."""
-        loop = asyncio.get_running_loop()
-        kept = self._views.get(job)
-        reuse = max(VERDICT_REUSE, VERDICT_REUSE_PER_DECISION * self._decision_seconds.get(job, 0.0))
-        if kept is not None and not fresh and loop.time() - kept[0] < reuse:
-            return kept[1]
-        incident = self.book.incident(job)
-        if incident is not None:
-            self._views[job] = (loop.time(), incident, None)
-        return incident
-
-    async def _verdict(self, job: JobKey, incident: Incident) -> Verdict:
-        """The engine's verdict on `incident`, computed once per incident kept (see `_incident`): the holds
-        that ask meanwhile await the same computation."""
-        kept = self._views.get(job)
-        if kept is not None and kept[1] is incident and kept[2] is not None:
-            return await asyncio.shield(kept[2])
-
-        def timed(incident: Incident) -> Verdict:
-            start = self._timer()
-            try:
-                return self._decide_verdict(incident)
-            finally:
-                self._decision_seconds[job] = self._timer() - start
-
-        if len(incident.members) >= self.book.offload_members:
-            task = asyncio.ensure_future(asyncio.to_thread(timed, incident))
-        else:
-            task = asyncio.ensure_future(_now(timed, incident))
-        if kept is not None and kept[1] is incident:
-            self._views[job] = (kept[0], incident, task)
-        return await asyncio.shield(task)
 
     def vanished(self, key: MemberKey) -> None:
         """The pod is gone from the API: nothing more to write on it; its record goes."""
@@ -499,10 +459,5 @@ class HoldDesk:
             state.deciding.cancel()
         self._pods.pop(key, None)
         if not any(k.job == key.job for k in self._pods):
-            self._views.pop(key.job, None)
+            self._reused.forget(key.job)
             self._victims.pop(key.job, None)
-            self._decision_seconds.pop(key.job, None)
-
-
-async def _now(decide: Decide, incident: Incident) -> Verdict:
-    return decide(incident)

@@ -73,14 +73,17 @@ def plain_echo(finding: Finding) -> bool:
     return finding.rule.id not in _NOT_PLAIN
 
 
-def ready(member: Member, incident: Incident, rules: RuleSet = DEFAULT_RULES) -> bool:
+def ready(
+    member: Member, incident: Incident, rules: RuleSet = DEFAULT_RULES, *, finding: Finding | None = None
+) -> bool:
     """May this member's condition be decided now, without waiting for its peers' first evidence?
 
     Yes for a plain echo (a Victim even before the root reported) and for a member that did not fail; and
     once every expected member has shown something (a failure, or its end). A member that failed on its
     own waits otherwise: the root usually ends a second or more before its victims, and a failure that
-    looks like its own may yet turn out to follow an earlier one."""
-    finding = assess(member, rules)
+    looks like its own may yet turn out to follow an earlier one. `finding`: the member's assessment when
+    the caller has it already (else it is assessed here)."""
+    finding = assess(member, rules) if finding is None else finding
     if plain_echo(finding) or not finding.failed:
         return True
     if len(incident.members) < incident.world_size:
@@ -107,12 +110,14 @@ def decide(
     rules: RuleSet = DEFAULT_RULES,
     permanent_confidence: float = PERMANENT_CONFIDENCE,
     victims: AbstractSet[str] = frozenset(),
+    finding: Finding | None = None,
 ) -> PodCondition | None:
     """The condition of `member` (None: write none), given the incident and its verdict as known now.
 
     `victims`: the pods of this incident already marked Victim (to keep one member unmarked). O(1) in the
-    number of members: it is asked of every member of a job failing at once."""
-    finding = assess(member, rules)
+    number of members: it is asked of every member of a job failing at once. `finding`: the member's
+    assessment when the caller has it already (else it is assessed here)."""
+    finding = assess(member, rules) if finding is None else finding
     if not finding.failed:
         return None
     tag = f"incident {incident.incident_id or incident.job.key}"

@@ -217,6 +217,33 @@ async def decisions_for_holds_apart(decide_seconds: float, apart: float, victims
 
 
 @pytest.mark.looptime
+async def test_a_member_that_makes_the_engine_fail_is_set_aside_as_the_book_does() -> None:
+    # The desk runs the engine as the book does (`Deciding.safe_decide`): a member whose data makes it fail
+    # is set aside and the others' conditions are still decided, not lost with the exception.
+    engine = make_decide()
+
+    def fragile(incident: Any) -> Any:
+        if any(m.error is not None and "poison" in m.error.message for m in incident.members):
+            raise ValueError("the engine choked on a member")
+        return engine(incident)
+
+    async def nowhere(namespace: str, pod: str, condition: Any) -> None:
+        return None
+
+    book = IncidentBook(make_decide(), lambda d: None, quorum_timeout=600)
+    desk = HoldDesk(book, fragile, nowhere, peer_wait=0.5)
+    keys = [register(book, f"w-{i}") for i in range(4)]
+    for key in keys:
+        desk.pod_seen(key, snapshot({"metadata": {"name": key.pod, "namespace": NS}, "status": {"phase": "Running"}}))
+    failed(book, keys[0], "ValueError: label 7 out of range")
+    failed(book, keys[1], "RuntimeError: poison")
+    for key in keys[2:]:
+        failed(book, key, GLOO)
+    reply = await desk.hold(keys[2], pb.Hold(seq=1, timeout_seconds=15))
+    assert reply.outcome == pb.HoldReply.WRITTEN and reply.condition_type == "podmortem.io/Victim"
+
+
+@pytest.mark.looptime
 async def test_a_verdict_that_takes_long_to_decide_serves_holds_for_longer() -> None:
     # Victims holding 0.3 s apart: a quick decision is made again for each (it is reused for 0.25 s); one
     # that takes 0.15 s is reused for three times as long (0.45 s), so a 4,096-member job's holds do not
