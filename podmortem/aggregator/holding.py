@@ -37,7 +37,7 @@ root in is compared (`IncidentBook.is_watched`). Once written, `on_repeat` tells
 
 Who may write: only for a member whose job membership is verified against the API (`verified`: by
 default, the pod watch placed this pod in this job attempt), and only while this replica may act
-(`may_act`: the leader holding its Lease). Otherwise the answer is NOT_WRITTEN with the reason, and the
+(its `fence`: the leader holding its Lease). Otherwise the answer is NOT_WRITTEN with the reason, and the
 pod falls back to Kubernetes' defaults. Writes go through `write` (the Kubernetes writer,
 `kube.podconditions`), bounded by the hold's deadline.
 """
@@ -56,6 +56,7 @@ from podmortem.aggregator.deciding import Decide, Deciding, Reused
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics, condition_label
+from podmortem.aggregator.publishing import Fence
 from podmortem.core import conditions, repeats
 from podmortem.core.assess import Finding, assess
 from podmortem.core.conditions import PodCondition
@@ -141,7 +142,7 @@ class HoldDesk:
         permanent_confidence: float = conditions.PERMANENT_CONFIDENCE,
         peer_wait: float = PEER_WAIT,
         metrics: Metrics | None = None,
-        may_act: Callable[[], bool] = lambda: True,
+        fence: Fence | None = None,
         verified: Callable[[MemberKey], bool] | None = None,
         timer: Callable[[], float] = time.perf_counter,
         repeat_limit: int = repeats.DEFAULT_LIMIT,
@@ -163,7 +164,7 @@ class HoldDesk:
         self.permanent_confidence = permanent_confidence
         self.peer_wait = peer_wait
         self.metrics = metrics
-        self.may_act = may_act
+        self.fence = fence  # None: this aggregator runs alone, and may always write
         self._verified = verified
         self._pods: dict[MemberKey, _Pod] = {}
         self._changes: dict[JobKey, asyncio.Event] = {}
@@ -423,7 +424,7 @@ class HoldDesk:
             return "this aggregator writes no pod conditions"
         if not self.is_verified(key):
             return "the pod's membership in the job is not verified against the API"
-        if not self.may_act():
+        if self.fence is not None and not self.fence.may_act():
             return "this replica does not hold the leader Lease"
         return ""
 

@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -28,9 +28,18 @@ from podmortem.aggregator.decisions import Decision, Term
 
 log = logging.getLogger(__name__)
 
-# "May I act now?": the term to publish under, or None (this replica must not write). Under leader
-# election it is `LeaderElector.confirm`; without, nothing is fenced.
-Fence = Callable[[], Awaitable[Term | None]]
+
+class Fence(Protocol):
+    """May this replica act now? Under leader election it is the `LeaderElector`; a process that runs
+    alone has none, and every write may go ahead."""
+
+    async def confirm(self) -> Term | None:
+        """The term to act under, re-verified against the API when in doubt; None: do not write."""
+        ...
+
+    def may_act(self) -> bool:
+        """The same without waiting: the last renewal of the Lease is within the renew deadline."""
+        ...
 
 
 class Publisher(Protocol):
@@ -165,7 +174,7 @@ class PublishQueue:
     async def _publish(self, decision: Decision) -> None:
         for publisher in self.publishers:
             if self.fence is not None:
-                term = await self.fence()
+                term = await self.fence.confirm()
                 if term is None:
                     self.fenced += 1
                     log.error(

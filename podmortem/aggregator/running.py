@@ -35,12 +35,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from podmortem.aggregator import config as config_mod
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide
-from podmortem.aggregator.decisions import Term
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
-from podmortem.aggregator.publishing import Fence, JsonFilePublisher, LogPublisher, Publisher, PublishQueue
+from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.core import engine, rules
@@ -51,13 +50,6 @@ if TYPE_CHECKING:
     from podmortem.aggregator.kube.membership import MembershipVerifier
 
 log = logging.getLogger(__name__)
-
-
-UNFENCED = Term("", 0)  # the term of a process without leader election
-
-
-async def _unfenced() -> Term:
-    return UNFENCED
 
 
 def make_decide(rules_path: str = "") -> Decide:
@@ -93,7 +85,6 @@ class Aggregator:
         if self.verdict_files is not None:
             chain.append(self.verdict_files)
         self.kube_settings = kube_settings if kube_settings is not None and kube_settings.enabled else None
-        self._leading: Callable[[], bool] = lambda: True  # start() narrows it to the Lease holder
         self._kube: Kube | None = None
         self._condition_kube: Kube | None = None
         if self.kube_settings is not None:
@@ -105,7 +96,6 @@ class Aggregator:
                 kube_publishers(
                     self.kube_settings,
                     self._kube,
-                    fence=self.may_write,
                     on_suspects=self.metrics.suspect_nodes.set,
                     on_node_refused=self.metrics.node_fault_refused,
                 )
@@ -130,7 +120,8 @@ class Aggregator:
             max_open_per_namespace=config.max_open_per_namespace,
         )
         # Pod conditions (podmortem.io/Victim, ...): decided while each sidecar holds its pod, written by the
-        # Lease holder only (`_may_act`). Without Kubernetes there is nothing to write: sidecars do not hold.
+        # Lease holder only (its fence, set in `start`). Without Kubernetes there is nothing to write:
+        # sidecars do not hold.
         self.holds: HoldDesk | None = None
         self._elector: LeaderElector | None = None
         if self._kube is not None and self.kube_settings is not None and "pod-conditions" in self.kube_settings.publish:
@@ -157,7 +148,6 @@ class Aggregator:
                 on_repeat=self.repeat_events.post if "events" in self.kube_settings.publish else None,
                 clock=clock,
                 metrics=self.metrics,
-                may_act=self._may_act,
                 verified=self.book.is_verified,  # the pod watch's members and streams verified against the API
             )
         authenticator = None
@@ -183,10 +173,6 @@ class Aggregator:
             membership=self.membership.verify if self.membership is not None else None,
             holds=self.holds,
         )
-        # "May I act now?" for any writer (the publish queue, pod conditions): `await self.fence()` is the
-        # term to write under, or None (do not write). Under leader election it is the elector's
-        # `confirm` (set in `start`); without, every write may go ahead (`UNFENCED`).
-        self.fence: Fence = _unfenced
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -197,11 +183,6 @@ class Aggregator:
         self._kube_task: asyncio.Task[None] | None = None
         self._extra = list(tasks)
         self._roots: list[asyncio.Task[None]] = []  # every root task; one ending early ends `run_until`
-
-    def may_write(self) -> bool:
-        """May actions with effects beyond podmortem's own records (node marks) be taken now: this replica
-        holds the Lease (its last renewal within the renew deadline: fencing), or runs alone."""
-        return self._leading()
 
     async def start(self, elector: LeaderElector | None = None, stop: asyncio.Event | None = None) -> bool:
         """Open the port and start the root tasks. With an `elector`, first stand by — alive (the
@@ -227,8 +208,12 @@ class Aggregator:
                 return False
             self.service.standby = False
             self._extra.append(elector.hold)
-            self.fence = self.queue.fence = elector.confirm  # nothing is published outside a confirmed term
-            self._leading = elector.may_act  # the same, synchronously: a renewal within the renew deadline
+            # One fence for every writer: nothing is published outside a confirmed term (the queue fences
+            # each publisher's turn, node marks included), and pod conditions are written only while the
+            # last renewal is within the renew deadline.
+            self.queue.fence = elector
+            if self.holds is not None:
+                self.holds.fence = elector
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)
@@ -264,11 +249,6 @@ class Aggregator:
         if self.config.ready_file:
             await asyncio.to_thread(_write_atomically, Path(self.config.ready_file), address + "\n")
         return True
-
-    def _may_act(self) -> bool:
-        """May this replica write to pods now? Without leader election, always; with it, while its last
-        renewal of the Lease is within the renew deadline (`LeaderElector.may_act`: fencing)."""
-        return self._leading()
 
     async def run_until(self, stop: asyncio.Event) -> asyncio.Task[None] | None:
         """Wait for the stop event or the first root task to end; the task that ended, else None."""

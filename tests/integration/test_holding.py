@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, make_kube, seed_pytorchjob
 
+from podmortem.aggregator.decisions import Term
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
@@ -87,10 +88,23 @@ async def test_not_written_for_a_member_the_api_did_not_place_in_the_job(
     assert patches(kube_api) == []
 
 
+class Switch:
+    """A fence this test turns, as a `LeaderElector` does: this replica holds the Lease while `leading`."""
+
+    def __init__(self, leading: bool) -> None:
+        self.leading = leading
+
+    async def confirm(self) -> Term | None:
+        return Term("replica-a", 1) if self.leading else None
+
+    def may_act(self) -> bool:
+        return self.leading
+
+
 async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     _, pods = seed_pytorchjob(kube_api, workers=2)
-    leading = False
-    book, desk, kube = await desk_for(kube_api, tmp_path, may_act=lambda: leading)
+    lease = Switch(leading=False)
+    book, desk, kube = await desk_for(kube_api, tmp_path, fence=lease)
     keys = [register(book, p) for p in pods]
     for key in keys:
         desk.pod_seen(key, snapshot(kube_api.get(PODS, NS, key.pod) or {}))
@@ -98,7 +112,7 @@ async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandl
     refused = await desk.hold(keys[0], pb.Hold(seq=1, timeout_seconds=5))
     assert refused.outcome == pb.HoldReply.NOT_WRITTEN and "Lease" in refused.detail
     assert patches(kube_api) == []
-    leading = True  # the Lease again: a later hold of the same pod may write it
+    lease.leading = True  # the Lease again: a later hold of the same pod may write it
     written = await desk.hold(keys[0], pb.Hold(seq=2, timeout_seconds=5))
     kube.close()
     assert written.outcome == pb.HoldReply.WRITTEN

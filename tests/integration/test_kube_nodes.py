@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -12,11 +13,12 @@ import kubernetes_validate
 import pytest
 from support.kube_emulator import EVENTS, NS, EmulatorHandle, decision, make_kube
 
-from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.decisions import Decision, Term
 from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.publish import kube_publishers
+from podmortem.aggregator.publishing import PublishQueue
 from podmortem.core.model import JobRef
 from podmortem.core.names import HARDWARE_FAULTS_ANNOTATION, SUSPECT_HARDWARE_CONDITION, SUSPECT_HARDWARE_TAINT
 from podmortem.k8s.objects import rfc3339
@@ -149,11 +151,26 @@ async def test_replays_record_once_and_old_or_cleared_faults_do_not_count(kube_a
     assert ours(node(kube_api))["status"] == "True"  # type: ignore[index]
 
 
+class NotLeading:
+    """The fence of a replica that does not hold the Lease (as `LeaderElector` answers then)."""
+
+    async def confirm(self) -> Term | None:
+        return None
+
+    def may_act(self) -> bool:
+        return False
+
+
 async def test_only_hardware_root_causes_with_a_node_and_only_when_allowed(
     kube_api: EmulatorHandle, kube: Kube
 ) -> None:
-    fenced = publisher(kube, fence=lambda: False)
-    await fenced.publish(hardware(1, T0))
+    # Not the leader: the publish queue's fence stops the node publisher's turn (it has no check of its own).
+    fenced = PublishQueue([publisher(kube)], fence=NotLeading())
+    worker = asyncio.create_task(fenced.run())
+    fenced.submit(hardware(1, T0))
+    assert await fenced.drain(5)
+    worker.cancel()
+    assert fenced.fenced == 1
     pub = publisher(kube)
     await pub.publish(hardware(2, T0, category="user_code"))
     await pub.publish(hardware(3, T0, node=""))

@@ -30,8 +30,8 @@ A hardware verdict comes from text the tenant's pod wrote, so the trust in it is
 It never removes a taint or a condition: it adds its own taint when absent and writes only its own
 condition type. A person clears the mark by setting the condition to False (podmortem then counts only
 faults after that time) and removing the taint; docs/kubernetes.md has the command. Writes are
-read-modify-write with the node's resourceVersion as precondition (a 409 re-reads), and only while
-`fence()` says this aggregator may act (the leader holding its Lease).
+read-modify-write with the node's resourceVersion as precondition (a 409 re-reads), and only under a
+confirmed term: the publish queue fences each publisher's turn (the leader holding its Lease).
 
 The builders (annotation, condition, taint, Event) are pure functions over plain data; the class reads,
 decides with them and writes through `kube.Kube`.
@@ -312,7 +312,6 @@ class NodeFaultPublisher:
         kube: Kube,
         actions: NodeActions,
         *,
-        fence: Callable[[], bool] = lambda: True,
         on_suspects: Callable[[int], None] = lambda n: None,
         on_refused: Callable[[str], None] = lambda reason: None,
         clock: Callable[[], float] | None = None,
@@ -320,7 +319,6 @@ class NodeFaultPublisher:
     ) -> None:
         self.kube = kube
         self.actions = actions
-        self.fence = fence  # may this aggregator write now? (the leader holding its Lease)
         self.on_suspects = on_suspects  # the number of nodes marked suspect, for the gauge
         self.on_refused = on_refused  # a fault not recorded, by reason (REFUSALS), for the counter
         self._clock = clock
@@ -331,9 +329,6 @@ class NodeFaultPublisher:
     async def publish(self, decision: Decision) -> None:
         v = decision.verdict
         if v.category != "hardware" or not v.pod or not v.node:
-            return
-        if not self.fence():
-            log.warning("incident %s: not the leader; node %s not written", decision.incident.incident_id, v.node)
             return
         path = resource_path("v1", "nodes", None, v.node)
         fault = fault_of(decision)

@@ -424,12 +424,11 @@ def kube_publishers(
     settings: KubeSettings,
     kube: Kube | None = None,
     *,
-    fence: Callable[[], bool] = lambda: True,
     on_suspects: Callable[[int], None] = lambda n: None,
     on_node_refused: Callable[[str], None] = lambda reason: None,
 ) -> list[Publisher]:
     """The publishers `settings.publish` asks for (and the node actions unless off), sharing one client (and so
-    one rate limit). `fence`: may this aggregator write now; `on_suspects`: the suspect-node gauge;
+    one rate limit). `on_suspects`: the suspect-node gauge;
     `on_node_refused`: a hardware fault not recorded on its node, by reason."""
     if not settings.publish and not settings.node_actions:
         return []
@@ -455,7 +454,6 @@ def kube_publishers(
             NodeFaultPublisher(
                 client,
                 actions,
-                fence=fence,
                 on_suspects=on_suspects,
                 on_refused=on_node_refused,
                 instance=settings.reporting_instance,
