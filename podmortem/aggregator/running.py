@@ -37,7 +37,7 @@ from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook
-from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, load_kube_settings
+from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, client_for, load_kube_settings
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
@@ -91,7 +91,7 @@ class Aggregator:
             from podmortem.aggregator.kube.publish import kube_publishers
 
             # One client for the pod watch and the publishers, so they share one rate limit.
-            self._kube = Kube.from_settings(self.kube_settings)
+            self._kube = client_for(self.kube_settings, "api")
             chain.extend(
                 kube_publishers(
                     self.kube_settings,
@@ -125,12 +125,12 @@ class Aggregator:
         self.holds: HoldDesk | None = None
         self._elector: LeaderElector | None = None
         if self._kube is not None and self.kube_settings is not None and "pod-conditions" in self.kube_settings.publish:
-            from podmortem.aggregator.kube.podconditions import PodConditionWriter, condition_client
+            from podmortem.aggregator.kube.podconditions import WORKERS, PodConditionWriter
             from podmortem.aggregator.kube.repeats import JobHistoryReader, RepeatEventWriter
 
             # A client of their own (rate limit, threads): a large job's conditions never hold up the
             # verdict's publishers or the pod watch on the shared client.
-            self._condition_kube = condition_client(self.kube_settings)
+            self._condition_kube = client_for(self.kube_settings, "conditions", WORKERS)
             self.condition_writer = PodConditionWriter(self._condition_kube, clock)
             # A repeated failure is looked up and told on the conditions' client: within the hold.
             self.job_history = JobHistoryReader(self._condition_kube)
@@ -154,12 +154,12 @@ class Aggregator:
         self._review_kube: Kube | None = None
         self.membership: MembershipVerifier | None = None
         if config.auth == "tokenreview" and self.kube_settings is not None:
-            from podmortem.aggregator.auth import TokenReviewer
+            from podmortem.aggregator.auth import MAX_REVIEWS, TokenReviewer
             from podmortem.aggregator.kube.membership import MembershipVerifier
 
             # Token reviews and the pod reads that verify membership have a client of their own (rate
             # limit, threads, one quick retry): a flood of streams never delays the publishers' writes.
-            self._review_kube = review_client(self.kube_settings)
+            self._review_kube = client_for(self.kube_settings, "reviews", 2 * MAX_REVIEWS + 1)
             self.membership = MembershipVerifier(self._review_kube)
             authenticator = TokenReviewer(self._review_kube, clock, known_pod=self.membership.index.knows)
         namespaces = self.kube_settings.namespaces if self.kube_settings is not None else ()
@@ -334,25 +334,6 @@ class Aggregator:
             raise failures[0]
 
 
-def review_client(settings: KubeSettings) -> Kube:
-    """The token reviewers' API client: the same configuration, a budget of its own."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from podmortem.aggregator.auth import MAX_REVIEWS
-    from podmortem.aggregator.kube.client import load_configuration
-    from podmortem.k8s.backoff import Backoff
-
-    return Kube(
-        load_configuration(settings),
-        qps=settings.qps,
-        burst=settings.burst,
-        retries=1,
-        backoff=Backoff(settings.backoff_initial, settings.backoff_max),
-        request_timeout=settings.request_timeout,
-        executor=ThreadPoolExecutor(2 * MAX_REVIEWS + 1, thread_name_prefix="podmortem-review"),
-    )
-
-
 # The cyclic garbage collector's young generation, in allocations: a burst allocates a few Python objects
 # per message (gRPC's and protobuf's, the book's), nearly all freed by reference counting, and at
 # CPython's default (700) the collector runs every few messages (`bench/burst.py`'s aggregator CPU).
@@ -441,7 +422,7 @@ def _elector(settings: KubeSettings) -> LeaderElector:
     from podmortem.aggregator.kube.leader import LeaderElector
 
     identity = f"{settings.reporting_instance}_{uuid.uuid4().hex[:8]}"
-    return LeaderElector(Kube.from_settings(settings), settings.lease_namespace, settings.lease_name, identity)
+    return LeaderElector(client_for(settings, "lease"), settings.lease_namespace, settings.lease_name, identity)
 
 
 def _is_leadership_lost(error: BaseException | None) -> bool:

@@ -24,8 +24,8 @@ import json
 import logging
 import threading
 from collections.abc import AsyncGenerator, Mapping
-from concurrent.futures import Executor
-from typing import Any
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, Literal
 
 import urllib3
 from kubernetes import client as k8s_client
@@ -59,7 +59,9 @@ __all__ = [
     "Kube",
     "KubeSettings",
     "RateLimiter",
+    "Role",
     "add_kube_arguments",
+    "client_for",
     "load_configuration",
     "load_kube_settings",
 ]
@@ -122,6 +124,56 @@ def load_configuration(settings: KubeSettings) -> k8s_client.Configuration:
     return cfg
 
 
+# Which of the aggregator's API clients: each has a rate limit of its own (and so a budget no other
+# caller can spend), built by `client_for`.
+Role = Literal["api", "lease", "conditions", "reviews"]
+
+
+def client_for(settings: KubeSettings, role: Role, threads: int = 0) -> Kube:
+    """The one factory of the aggregator's API clients, one configuration, a budget per role:
+
+    - "api": the pod watch and the verdict's publishers (`--kube-qps`, `--kube-burst`), the loop's threads;
+    - "lease": the leader elector's, the same budget on a limiter of its own (renewals never wait behind
+      a burst of publishes);
+    - "conditions": pod condition writes (`--condition-qps`, `--condition-burst`), `threads` threads and
+      as many connections;
+    - "reviews": TokenReviews and the pod reads that verify membership (`--kube-qps`, `--kube-burst`), one
+      retry, `threads` threads (a flood of reviews never holds the threads the publishers' calls need).
+    """
+    configuration = load_configuration(settings)
+    backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+    if role == "conditions":
+        configuration.connection_pool_maxsize = threads
+        return Kube(
+            configuration,
+            qps=settings.condition_qps,
+            burst=settings.condition_burst,
+            retries=settings.retries,
+            backoff=backoff,
+            request_timeout=settings.request_timeout,
+            executor=ThreadPoolExecutor(threads, thread_name_prefix="podmortem-conditions"),
+        )
+    if role == "reviews":
+        return Kube(
+            configuration,
+            qps=settings.qps,
+            burst=settings.burst,
+            retries=1,
+            backoff=backoff,
+            request_timeout=settings.request_timeout,
+            executor=ThreadPoolExecutor(threads, thread_name_prefix="podmortem-review"),
+        )
+    return Kube(
+        configuration,
+        qps=settings.qps,
+        burst=settings.burst,
+        retries=settings.retries,
+        backoff=backoff,
+        request_timeout=settings.request_timeout,
+        watch_timeout=settings.watch_timeout,
+    )
+
+
 class Kube:
     """Plain-dict access to the API: `request` for one call, `watch` for a stream of events."""
 
@@ -151,15 +203,8 @@ class Kube:
 
     @classmethod
     def from_settings(cls, settings: KubeSettings) -> Kube:
-        return cls(
-            load_configuration(settings),
-            qps=settings.qps,
-            burst=settings.burst,
-            retries=settings.retries,
-            backoff=Backoff(settings.backoff_initial, settings.backoff_max),
-            request_timeout=settings.request_timeout,
-            watch_timeout=settings.watch_timeout,
-        )
+        """The pod watch's and the verdict's publishers' client (`client_for(settings, "api")`)."""
+        return client_for(settings, "api")
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]

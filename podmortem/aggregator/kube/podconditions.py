@@ -7,7 +7,7 @@ scheduler own stay as they are, as readiness gates' conditions do; the kubelet k
 not own. RBAC: `patch` on `pods/status` (docs/kubernetes.md).
 
 Order and budget. A large job fails all at once: one write per failed pod, thousands within a few seconds,
-each while its pod's sidecar holds it. They go through a client of their own (`condition_client`: its
+each while its pod's sidecar holds it. They go through a client of their own (`client_for(settings, "conditions")`: its
 rate limit `--condition-qps`/`--condition-burst`, its threads and connections), so the verdict's
 publishers and the pod watch never queue behind them. Waiting writes go out best first, not in arrival
 order: a member that failed on its own (PermanentFailure, RetryableFailure — the condition a Job's
@@ -26,12 +26,10 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-from podmortem.aggregator.kube.client import Kube, KubeSettings, load_configuration
+from podmortem.aggregator.kube.client import Kube
 from podmortem.core.conditions import PodCondition
 from podmortem.core.names import VICTIM
-from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.objects import JSON, resource_path, rfc3339
 
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -59,22 +57,6 @@ def status_patch(condition: PodCondition, now: float) -> JSON:
 def rank(condition: PodCondition) -> int:
     """Which waiting write goes first (lower first): a member's own failure before an echo."""
     return 1 if condition.type == VICTIM else 0
-
-
-def condition_client(settings: KubeSettings, workers: int = WORKERS) -> Kube:
-    """The condition writes' API client: the same configuration, their own rate limit, threads and
-    connections (as many as `workers`)."""
-    configuration = load_configuration(settings)
-    configuration.connection_pool_maxsize = workers
-    return Kube(
-        configuration,
-        qps=settings.condition_qps,
-        burst=settings.condition_burst,
-        retries=settings.retries,
-        backoff=Backoff(settings.backoff_initial, settings.backoff_max),
-        request_timeout=settings.request_timeout,
-        executor=ThreadPoolExecutor(workers, thread_name_prefix="podmortem-conditions"),
-    )
 
 
 class PodConditionWriter:
