@@ -83,8 +83,7 @@ async def api_requests(pods: int, tmp: Path) -> dict[str, Any]:
     from support.kube_objects import NS, seed_jobset
     from support.repeated import NCCL_IB, NCCL_SOCKET, fail_attempt, restart_jobset
 
-    from podmortem.aggregator.config import AggregatorConfig
-    from podmortem.aggregator.kube.client import KubeSettings
+    from podmortem.aggregator.config import AggregatorConfig, KubeSettings
     from podmortem.aggregator.running import Aggregator
 
     out: dict[str, Any] = {}

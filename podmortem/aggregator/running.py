@@ -33,11 +33,11 @@ from grpc_health.v1 import health
 from prometheus_client import CollectorRegistry, start_http_server
 
 from podmortem.aggregator import config as config_mod
-from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings, add_kube_arguments, load_kube_settings
 from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook
-from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_arguments, client_for, load_kube_settings
+from podmortem.aggregator.kube.client import Kube, client_for
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving

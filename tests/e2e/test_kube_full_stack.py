@@ -23,8 +23,7 @@ from support.common import GLOO_PEER, eventually
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import CONTROLLER_CONDITIONS, JOB, NS, seed_pytorchjob, terminated
 
-from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.k8s.backoff import Backoff
 from podmortem.sidecar import config, running

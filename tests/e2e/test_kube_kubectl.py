@@ -23,8 +23,8 @@ from support.kube_objects import (
 )
 
 from podmortem import kubectl_plugin
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.kube import nodes
-from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.core.model import JobRef
 

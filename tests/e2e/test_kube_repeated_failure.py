@@ -47,8 +47,7 @@ from support.kubelet_order import (
 )
 from support.repeated import NCCL_IB, NCCL_SOCKET, fail_attempt, restart_jobset
 
-from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.aggregator.state import FILE_NAME
 from podmortem.core.model import ErrorRecord, Termination

@@ -14,8 +14,7 @@ from support.common import eventually
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import CONTROLLER_CONDITIONS, NS, pytorchjob, terminated, training_pod
 
-from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.names import PUBLISHED_ANNOTATION, ROOT_CAUSE_CONDITION, VERDICT_ANNOTATION
 

@@ -11,6 +11,7 @@ from support.common import eventually
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, make_kube, seed_pytorchjob, terminated
 
+from podmortem.aggregator import config as settings_mod
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import client as k
 from podmortem.aggregator.kube.podwatch import PodWatch
@@ -64,7 +65,9 @@ async def test_a_refused_connection_is_temporary(tmp_path: Path) -> None:
         ' "user": "u"}}], "current-context": "x"}'
     )
     kube = k.Kube(
-        k.load_configuration(k.KubeSettings(kubeconfig=str(config))), retries=1, backoff=Backoff(0.001, 0.001)
+        k.load_configuration(settings_mod.KubeSettings(kubeconfig=str(config))),
+        retries=1,
+        backoff=Backoff(0.001, 0.001),
     )
     with pytest.raises(errors.TemporaryError) as exc:
         await kube.get("/api/v1/pods")
@@ -121,14 +124,14 @@ async def test_a_429_is_retried_after_its_retry_after_not_the_backoff(kube_api: 
 
 def test_the_rate_limit_defaults_are_20_per_second_in_bursts_of_40() -> None:
     parser = argparse.ArgumentParser()
-    k.add_kube_arguments(parser)
-    settings = k.load_kube_settings(parser.parse_args([]), {})
+    settings_mod.add_kube_arguments(parser)
+    settings = settings_mod.load_kube_settings(parser.parse_args([]), {})
     assert (settings.qps, settings.burst) == (20, 40)  # as the README's table says
 
 
 @pytest.mark.looptime
 async def test_a_client_from_default_settings_paces_as_documented(tmp_path: Path, kube_api: EmulatorHandle) -> None:
-    kube = k.Kube.from_settings(k.KubeSettings(kubeconfig=str(kube_api.kubeconfig(tmp_path / "config"))))
+    kube = k.Kube.from_settings(settings_mod.KubeSettings(kubeconfig=str(kube_api.kubeconfig(tmp_path / "config"))))
     loop = asyncio.get_running_loop()
     start = loop.time()
     for _ in range(40):
@@ -149,31 +152,31 @@ def test_backoff_doubles_up_to_its_cap() -> None:
 
 def test_settings_from_flags_and_environment() -> None:
     parser = argparse.ArgumentParser()
-    k.add_kube_arguments(parser)
+    settings_mod.add_kube_arguments(parser)
     env = {"PODMORTEM_KUBE": "1", "PODMORTEM_NAMESPACES": "a, b", "PODMORTEM_POD_SELECTORS": "x=1,y;z"}
-    s = k.load_kube_settings(parser.parse_args([]), env)
+    s = settings_mod.load_kube_settings(parser.parse_args([]), env)
     assert s.enabled and s.namespaces == ("a", "b") and s.pod_selectors == ("x=1,y", "z")
-    assert s.publish == k.PUBLISH_TARGETS and s.kubeconfig is None
-    s = k.load_kube_settings(
+    assert s.publish == settings_mod.PUBLISH_TARGETS and s.kubeconfig is None
+    s = settings_mod.load_kube_settings(
         parser.parse_args(
             ["--namespaces", "c", "--kube-publish", "annotations", "--kubeconfig", "/k", "--kube-qps", "5"]
         ),
         env,
     )
     assert s.namespaces == ("c",) and s.publish == frozenset({"annotations"}) and s.kubeconfig == "/k" and s.qps == 5
-    assert not k.load_kube_settings(parser.parse_args([]), {}).enabled
-    assert k.load_kube_settings(parser.parse_args(["--kube-publish", "none"]), {}).publish == frozenset()
+    assert not settings_mod.load_kube_settings(parser.parse_args([]), {}).enabled
+    assert settings_mod.load_kube_settings(parser.parse_args(["--kube-publish", "none"]), {}).publish == frozenset()
     with pytest.raises(ValueError):
-        k.load_kube_settings(parser.parse_args(["--kube-publish", "annotations,slack"]), {})
+        settings_mod.load_kube_settings(parser.parse_args(["--kube-publish", "annotations,slack"]), {})
 
 
 async def test_book_to_cluster_with_the_real_engine(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     """A pod fails, the others are torn down: the watch feeds the book, the engine decides, the cluster shows it."""
     seed_pytorchjob(kube_api, workers=3)
     kube = make_kube(kube_api, tmp_path)
-    queue = PublishQueue(kube_publishers(k.KubeSettings(), kube))
+    queue = PublishQueue(kube_publishers(settings_mod.KubeSettings(), kube))
     book = IncidentBook(decide, queue.submit, quorum_timeout=600)
-    settings = k.KubeSettings(namespaces=(NS,))
+    settings = settings_mod.KubeSettings(namespaces=(NS,))
     tasks = [asyncio.create_task(PodWatch(kube, book, settings).run()), asyncio.create_task(queue.run())]
     try:
         await eventually(lambda: kube_api.emulator.open_watches == 2, "both selectors watched")

@@ -23,8 +23,8 @@ from support.common import eventually, jwt
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, pytorchjob, training_pod
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.kube import nodes
-from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord
 from podmortem.core.names import HARDWARE_FAULTS_ANNOTATION, SUSPECT_HARDWARE_CONDITION

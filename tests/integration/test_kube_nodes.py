@@ -13,9 +13,10 @@ import kubernetes_validate
 import pytest
 from support.kube_emulator import EVENTS, NS, EmulatorHandle, decision, make_kube
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision, Term
 from podmortem.aggregator.kube import nodes
-from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.aggregator.publishing import PublishQueue

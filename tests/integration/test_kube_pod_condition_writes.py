@@ -20,8 +20,7 @@ from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import JOB, NS, make_kube, seed_pytorchjob
 
 from podmortem.aggregator import config
-from podmortem.aggregator.config import AggregatorConfig, ConfigError
-from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, ConfigError, KubeSettings
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.conditions import PodCondition

@@ -16,9 +16,9 @@ from support.common import eventually
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, make_kube, seed_pytorchjob, terminated
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook
-from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.kube.logs import MAX_CONCURRENT
 from podmortem.aggregator.kube.podwatch import PodWatch
 from podmortem.core.model import Incident, Verdict

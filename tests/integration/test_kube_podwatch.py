@@ -22,10 +22,11 @@ from support.kube_objects import (
     trainjob,
 )
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.incidents import IncidentBook, job_key
 from podmortem.aggregator.kube import jobs
-from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.membership import JobResolver
 from podmortem.aggregator.kube.podwatch import PodWatch, run_kubernetes
 from podmortem.core.model import Incident, JobRef, Member, Verdict

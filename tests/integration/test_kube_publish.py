@@ -12,8 +12,9 @@ import pytest
 from support.kube_emulator import JOBS, PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, decision, indexed_job, indexed_pod, make_kube, seed_pytorchjob
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.kube import publish as kp
-from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.publish import (
     AnnotationPublisher,
     ConditionPublisher,

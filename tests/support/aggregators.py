@@ -11,8 +11,7 @@ from typing import Any
 import trustme
 from prometheus_client import CollectorRegistry
 
-from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
 from support.kube_emulator import EmulatorHandle
 from support.kube_objects import NS

@@ -12,8 +12,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision
-from podmortem.aggregator.kube.client import Kube, KubeSettings, load_configuration
+from podmortem.aggregator.kube.client import Kube, load_configuration
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.k8s.backoff import Backoff
 from support.kube_emulator import JOBS, JOBSETS, PODS, PYTORCHJOBS, EmulatorHandle

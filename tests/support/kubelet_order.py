@@ -23,8 +23,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from podmortem.aggregator.config import AggregatorConfig
-from podmortem.aggregator.kube.client import KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
 from support.common import eventually
 from support.kube_emulator import PODS, EmulatorHandle

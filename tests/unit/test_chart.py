@@ -24,7 +24,7 @@ from cryptography import x509
 from support.kube_emulator import match_labels
 
 from podmortem.aggregator import config as aggregator_config
-from podmortem.aggregator.kube.client import load_kube_settings
+from podmortem.aggregator.config import load_kube_settings
 from podmortem.webhook import config as webhook_config
 from podmortem.webhook import mutation
 

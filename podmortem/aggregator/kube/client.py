@@ -33,14 +33,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from podmortem.aggregator.config import (  # re-exported: the settings live with the aggregator's others
-    DEFAULT_POD_SELECTORS,
-    PUBLISH_TARGETS,
-    KubeSettings,
-    add_kube_arguments,
-    in_cluster,
-    load_kube_settings,
-)
+from podmortem.aggregator.config import KubeSettings, in_cluster
 from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.errors import (
     ConflictError,
@@ -52,19 +45,6 @@ from podmortem.k8s.errors import (
     from_watch_event,
 )
 from podmortem.k8s.objects import JSON
-
-__all__ = [
-    "DEFAULT_POD_SELECTORS",
-    "PUBLISH_TARGETS",
-    "Kube",
-    "KubeSettings",
-    "RateLimiter",
-    "Role",
-    "add_kube_arguments",
-    "client_for",
-    "load_configuration",
-    "load_kube_settings",
-]
 
 log = logging.getLogger(__name__)
 

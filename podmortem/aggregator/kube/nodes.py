@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube
 from podmortem.core.names import (
@@ -92,15 +93,28 @@ REFUSALS = (JOB_COUNTED, NAMESPACE_RATE)
 
 @dataclass(frozen=True)
 class NodeActions:
-    """What the aggregator does to nodes (`--node-actions`, `--suspect-node-*`, `--node-faults-per-namespace`)."""
+    """What the aggregator does to nodes (`--node-actions`, `--suspect-node-*`, `--node-faults-per-namespace`);
+    the defaults are the settings'."""
 
-    enabled: bool = True
-    threshold: int = 2
-    window: float = 7 * 86400.0
-    taint: bool = False
-    min_jobs: int = 2
-    min_namespaces: int = 1
-    per_namespace_per_hour: int = 4
+    enabled: bool = KubeSettings.node_actions
+    threshold: int = KubeSettings.suspect_node_threshold
+    window: float = KubeSettings.suspect_node_window
+    taint: bool = KubeSettings.suspect_node_taint
+    min_jobs: int = KubeSettings.suspect_node_min_jobs
+    min_namespaces: int = KubeSettings.suspect_node_min_namespaces
+    per_namespace_per_hour: int = KubeSettings.node_faults_per_namespace
+
+    @classmethod
+    def from_settings(cls, settings: KubeSettings) -> NodeActions:
+        return cls(
+            enabled=settings.node_actions,
+            threshold=settings.suspect_node_threshold,
+            window=settings.suspect_node_window,
+            taint=settings.suspect_node_taint,
+            min_jobs=settings.suspect_node_min_jobs,
+            min_namespaces=settings.suspect_node_min_namespaces,
+            per_namespace_per_hour=settings.node_faults_per_namespace,
+        )
 
 
 # -- pure builders -------------------------------------------------------------------------------

@@ -35,9 +35,10 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
-from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.logs import LogReader, needs_log
 from podmortem.aggregator.kube.membership import JobResolver, MembershipIndex, pod_facts
 from podmortem.core import podstatus

@@ -34,8 +34,9 @@ import json
 import logging
 from collections.abc import Callable
 
+from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision
-from podmortem.aggregator.kube.client import Kube, KubeSettings
+from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
@@ -441,19 +442,10 @@ def kube_publishers(
     if "events" in settings.publish:
         out.append(EventPublisher(client, settings.reporting_instance))
     if settings.node_actions:
-        actions = NodeActions(
-            True,
-            settings.suspect_node_threshold,
-            settings.suspect_node_window,
-            settings.suspect_node_taint,
-            min_jobs=settings.suspect_node_min_jobs,
-            min_namespaces=settings.suspect_node_min_namespaces,
-            per_namespace_per_hour=settings.node_faults_per_namespace,
-        )
         out.append(
             NodeFaultPublisher(
                 client,
-                actions,
+                NodeActions.from_settings(settings),
                 on_suspects=on_suspects,
                 on_refused=on_node_refused,
                 instance=settings.reporting_instance,
