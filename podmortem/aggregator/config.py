@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem import settings
+from podmortem.core.conditions import PERMANENT_CONFIDENCE
 from podmortem.core.finite import finite
 from podmortem.core.model import MAX_WORLD_SIZE
+from podmortem.core.repeats import DEFAULT_LIMIT
 from podmortem.settings import Setting
 
 MAX_PORT = 65535
@@ -56,6 +58,11 @@ class ConfigError(ValueError):
     """A setting has a value we cannot use; the message says which and why."""
 
 
+# Of the peers' first evidence, the most a member that failed on its own waits for (seconds, `--peer-wait`);
+# the root usually ends a second or more before its victims.
+PEER_WAIT = 5.0
+
+
 @dataclass(frozen=True)
 class AggregatorConfig:
     listen: str = CLUSTER_LISTEN
@@ -72,11 +79,11 @@ class AggregatorConfig:
     tls_cert: str = ""
     tls_key: str = ""
     state_dir: str = ""  # "": incidents live in memory only
-    permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
-    peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
+    permanent_confidence: float = PERMANENT_CONFIDENCE
+    peer_wait: float = PEER_WAIT
     max_open_per_job: int = MAX_OPEN_PER_JOB
     max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE
-    repeat_limit: int = 2  # podmortem.core.repeats.DEFAULT_LIMIT
+    repeat_limit: int = DEFAULT_LIMIT
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -145,7 +152,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PODMORTEM_PERMANENT_CONFIDENCE",
         "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0.01-1); below it "
         "RetryableFailure or none: never give up on a guess",
-        default="0.9",
+        default=f"{PERMANENT_CONFIDENCE:g}",
     ),
     Setting(
         "peer_wait",
@@ -153,7 +160,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PODMORTEM_PEER_WAIT",
         "seconds a held pod that failed on its own waits for its peers' first evidence before its condition "
         "is decided (within its sidecar's hold)",
-        default="5",
+        default=f"{PEER_WAIT:g}",
     ),
     Setting(
         "max_open_per_job",
@@ -177,7 +184,7 @@ SETTINGS: tuple[Setting, ...] = (
         "a retryable root cause with the same signature on this many attempts of a job in a row is marked "
         "podmortem.io/PermanentFailure (reason RepeatedFailure) and stops the job; 0: off. A job's "
         "annotation podmortem.io/repeat-limit overrides it",
-        default="2",
+        default=str(DEFAULT_LIMIT),
     ),
     Setting(
         "auth",

@@ -52,6 +52,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
+from podmortem.aggregator.config import PEER_WAIT
 from podmortem.aggregator.deciding import Decide, Deciding, Reused
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
@@ -77,9 +78,6 @@ OnRepeat = Callable[[Incident, PodCondition, repeats.Attempt], Coroutine[Any, An
 LOOKUP_TIMEOUT = 5.0
 # Seconds of the sidecar's hold kept for the write after the decision.
 WRITE_MARGIN = 1.0
-# Of the peers' first evidence, the most a member that failed on its own waits for (seconds, aggregator
-# flag --peer-wait); the root usually ends a second or more before its victims.
-PEER_WAIT = 5.0
 # A waiting decision looks again at most this often, however many events wake it (each look reads every
 # member of the job).
 MIN_RECHECK = 0.1
