@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podmortem.core.categories import Category
+
+if TYPE_CHECKING:  # flightrecorder builds on Frame: imported for the annotation only, never at run time
+    from podmortem.core.flightrecorder import FRSummary
 
 # Below this confidence a verdict is worded as "likely" and names its runner-up (report, annotations).
 LOW_CONFIDENCE = 0.7
@@ -74,6 +77,44 @@ class Condition:
     last_transition_time: float | None = None
 
 
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a Python stack: where a worker was (file as the stack printed it)."""
+
+    file: str
+    line: int | None
+    function: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "function": self.function}
+
+    def where(self) -> str:
+        """`train.py:211 in load_batch` (the file's base name: what a person greps for)."""
+        base = self.file.replace("\\", "/").rsplit("/", 1)[-1]
+        at = f"{base}:{self.line}" if self.line is not None else base
+        return f"{at} in {self.function}" if self.function else at
+
+
+@dataclass(frozen=True)
+class WorkerCapture:
+    """What was captured from one worker process while it hung or as it was torn down.
+
+    `path` says how: `control_plane` (torch's worker socket), `py_spy`, `fr_file` (a Flight Recorder dump
+    file), or `sigterm_stack` (a faulthandler dump the engine found in the member's log tail). The stack
+    is text as the tool printed it (bounded by whoever captured it); the Flight Recorder state is the
+    compact summary of `podmortem.core.flightrecorder`, never the dump itself.
+    """
+
+    path: str
+    local_rank: int | None = None
+    global_rank: int | None = None
+    stack: str = ""
+    flight_recorder: FRSummary | None = None
+    note: str = ""  # e.g. "timed out after 2 s", "cut at 64 KiB", "refused: pickle names os.system"
+    trigger: str = ""  # stall | first_timeout | teardown
+    captured_at: float | None = None  # reference clock
+
+
 def evolve(member: Member, **changes: Any) -> Member:
     """`dataclasses.replace` for a Member, without re-running `__init__` over its ~25 fields.
 
@@ -116,6 +157,8 @@ class Member:
     # aggregator/reference clock = pod clock + clock_offset; None when never measured.
     clock_offset: float | None = None
     clock_round_trip: float | None = None
+    # Stacks and Flight Recorder state captured from its workers (stall, first timeout, teardown).
+    captures: tuple[WorkerCapture, ...] = ()
 
     def condition(self, type_: str) -> Condition | None:
         for c in self.conditions:
@@ -132,6 +175,41 @@ class Incident:
     attempt: str = ""
     incident_id: str = ""
     opened_at: float | None = None
+    # Decided while the pods still run (a stall): nothing has failed yet, the verdict is provisional.
+    provisional: bool = False
+
+
+@dataclass(frozen=True)
+class HangFinding:
+    """What the cross-rank matcher (`podmortem.core.hangs`) found in the captured evidence of a hang.
+
+    `finding` is `behind` (ranks never entered the collective the others wait in), `mismatch` (ranks in the
+    same collective with different operations, sizes or dtypes) or `all_in` (every rank inside the same
+    collective, none behind: the collective itself is stuck). Ranks are global ranks.
+    """
+
+    finding: str
+    stuck_ranks: tuple[int, ...]
+    stuck_pods: tuple[str, ...]
+    process_group: str
+    seq: int | None
+    op: str
+    frame: Frame | None
+    path: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "finding": self.finding,
+            "stuck_ranks": list(self.stuck_ranks),
+            "stuck_pods": list(self.stuck_pods),
+            "process_group": self.process_group,
+            "seq": self.seq,
+            "op": self.op,
+            "frame": self.frame.to_dict() if self.frame is not None else None,
+            "path": self.path,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -168,6 +246,8 @@ class Verdict:
     # The next most likely root, named when the verdict is not certain (confidence below LOW_CONFIDENCE).
     runner_up_pod: str | None = None
     runner_up_category: Category | None = None
+    # What the captured stacks and Flight Recorder state of a hang say (None without such evidence).
+    hang: HangFinding | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -180,6 +260,7 @@ class Verdict:
         d = {name: getattr(self, name) for name in _VERDICT_FIELDS}
         d["evidence"] = list(self.evidence)
         d["secondary"] = [{"pod": s.pod, "reason": s.reason} for s in self.secondary]
+        d["hang"] = self.hang.to_dict() if self.hang is not None else None
         return d
 
     def root_cause(self) -> dict[str, Any]:

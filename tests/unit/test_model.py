@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from podmortem.core.model import Secondary, Verdict
+from podmortem.core.model import Frame, HangFinding, Secondary, Verdict
 
 
 def test_verdict_to_dict_is_asdict_with_lists() -> None:
@@ -30,3 +30,33 @@ def test_verdict_to_dict_is_asdict_with_lists() -> None:
     assert got == expected
     assert json.dumps(got) == json.dumps(expected)  # same keys in the same order
     assert isinstance(got["secondary"][0], dict)
+
+
+def test_verdict_dict_carries_the_hang_finding() -> None:
+
+    plain = Verdict(pod="p", category="hang", retryable=True, summary="s")
+    assert plain.to_dict()["hang"] is None
+    hang = HangFinding(
+        finding="behind",
+        stuck_ranks=(5,),
+        stuck_pods=("llm-worker-1",),
+        process_group="0",
+        seq=4812,
+        op="all_reduce",
+        frame=Frame("/app/train.py", 211, "load_batch"),
+        path="control_plane",
+        detail="rank 5 never entered all_reduce #4812",
+    )
+    d = json.loads(json.dumps(dataclasses.replace(plain, hang=hang).to_dict()))
+    assert d["hang"] == {
+        "finding": "behind",
+        "stuck_ranks": [5],
+        "stuck_pods": ["llm-worker-1"],
+        "process_group": "0",
+        "seq": 4812,
+        "op": "all_reduce",
+        "frame": {"file": "/app/train.py", "line": 211, "function": "load_batch"},
+        "path": "control_plane",
+        "detail": "rank 5 never entered all_reduce #4812",
+    }
+    assert hang.frame is not None and hang.frame.where() == "train.py:211 in load_batch"
