@@ -42,6 +42,7 @@ from podmortem.aggregator.kube.client import Kube, KubeSettings, add_kube_argume
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import Fence, JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
+from podmortem.aggregator.stalls import StallDesk
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.core import engine, rules
 from podmortem.core.model import Incident, Verdict
@@ -145,6 +146,8 @@ class Aggregator:
                 may_act=self._may_act,
                 verified=self.book.is_verified,  # the pod watch's members and streams verified against the API
             )
+        # Capture requests to the sidecars of a stalled job, or at a job's first timeout; a provisional verdict.
+        self.stalls = StallDesk(self.book, self.metrics, rules=ruleset)
         authenticator = None
         self._review_kube: Kube | None = None
         self.membership: MembershipVerifier | None = None
@@ -167,6 +170,7 @@ class Aggregator:
             store=self.store,
             membership=self.membership.verify if self.membership is not None else None,
             holds=self.holds,
+            stalls=self.stalls,
         )
         # "May I act now?" for any writer (the publish queue, pod conditions): `await self.fence()` is the
         # term to write under, or None (do not write). Under leader election it is the elector's

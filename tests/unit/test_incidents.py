@@ -361,7 +361,8 @@ def test_a_stored_log_tail_event_keeps_every_field_but_its_text() -> None:
     from podmortem.aggregator.intake import without_text
 
     assert [f.name for f in pb.Event.DESCRIPTOR.fields] == [
-        "id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail"
+        "id", "wall_time", "monotonic_ns", "error_file", "termination", "condition", "deletion", "log_tail",
+        "activity", "capture",  # payloads of the oneof, like log_tail: a log tail's event has none of them
     ]  # fmt: skip
     assert [f.name for f in pb.LogTail.DESCRIPTOR.fields] == ["text", "truncated"]
     event = make_event(pb.LogTail(text=b"x" * 1000, truncated=False), "id-1", wall=T0 + 0.25, monotonic_ns=7)

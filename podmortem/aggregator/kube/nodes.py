@@ -230,8 +230,8 @@ class NodeFaultPublisher:
 
     async def publish(self, decision: Decision) -> None:
         v = decision.verdict
-        if v.category != "hardware" or not v.pod or not v.node:
-            return
+        if decision.provisional or v.category != "hardware" or not v.pod or not v.node:
+            return  # a provisional verdict (pods still running) records nothing on a node
         if not self.fence():
             log.warning("incident %s: not the leader; node %s not written", decision.incident.incident_id, v.node)
             return
