@@ -109,9 +109,20 @@ class JobSpec:
     # is written at once and the sidecars are stopped only after the verdict (the friendliest order).
     kubelet_order: bool = False
     status_lag: float = 0.5
+    # Hangs. `stall_after`: seconds of silence after which each pod's sidecar says its training container
+    # is quiet (PODMORTEM_STALL_AFTER; 0: stall detection off); keep it below `pg_timeout`. `capture`: how
+    # the sidecars can capture the workers: "cooperative" (the workload serves torch's worker control
+    # plane and registers faulthandler for SIGTERM), "py_spy" (the sidecar runs py-spy; the workload does
+    # nothing), "sitecustomize" (the injected sitecustomize registers faulthandler; the workload does
+    # nothing) or "none" (no capture path at all).
+    stall_after: float = 0.0
+    capture: str = "none"
 
     def failing_pod(self) -> int:
         return self.pods - 1 if self.fail_pod is None else self.fail_pod
+
+
+CAPTURE_MODES = ("cooperative", "py_spy", "sitecustomize", "none")
 
 
 @dataclass
@@ -146,6 +157,16 @@ class JobResult:
     started_at: float
     ended_at: float
     error: str = ""
+    fail_rank: int | None = None  # the global rank of the worker made to fail
+    provisional_doc: dict[str, Any] | None = None  # the first provisional verdict file (a stall), whole
+    provisional_time: float | None = None  # when it was written
+    running_at_provisional: bool = False  # every pod's training container still ran when it was seen
+
+    @property
+    def fault_to_provisional(self) -> float | None:
+        if self.fault_time is None or self.provisional_time is None:
+            return None
+        return self.provisional_time - self.fault_time
 
     @property
     def verdict(self) -> dict[str, Any] | None:
@@ -216,6 +237,8 @@ class LocalJob:
             raise ValueError(f"fail pod {spec.failing_pod()} is not a node rank of a {spec.pods}-pod job")
         if spec.fault == "multi" and spec.pods < 2:
             raise ValueError("the multi fault needs at least two pods")
+        if spec.capture not in CAPTURE_MODES:
+            raise ValueError(f"capture {spec.capture!r} is not one of {', '.join(CAPTURE_MODES)}")
         self.spec = spec
         self.torch = torch_available() if spec.use_torch is None else spec.use_torch
         self.nproc = spec.nproc if self.torch else 1
@@ -236,6 +259,7 @@ class LocalJob:
         self._first_verdict: float | None = None
         self._last_doc: dict[str, Any] | None = None
         self._last_doc_time: float | None = None
+        self._provisional: tuple[dict[str, Any], float, bool] | None = None  # doc, mtime, pods all running
         self.kubelet = Kubelet(
             namespace=spec.namespace,
             job_name=self.job_name,
@@ -249,6 +273,25 @@ class LocalJob:
     def pod_name(self, node_rank: int) -> str:
         """Kubeflow naming with a Master replica: <job>-master-0, then <job>-worker-<node rank - 1>."""
         return f"{self.job_name}-master-0" if node_rank == 0 else f"{self.job_name}-worker-{node_rank - 1}"
+
+    def fail_rank(self) -> int:
+        """The global rank of the worker made to fail (torchrun numbers a pod's workers consecutively)."""
+        s = self.spec
+        return s.failing_pod() * self.nproc + min(s.fail_local_rank, self.nproc - 1)
+
+    def _capture_env(self, pod: Pod) -> dict[str, str]:
+        """What the pod's containers share for captures (the webhook's part in a cluster): the capture dir
+        for sockets and Flight Recorder dumps, and the recorder's settings."""
+        if self.spec.capture == "none":
+            return {}
+        capture_dir = pod.dir / "capture"
+        capture_dir.mkdir(exist_ok=True)
+        return {
+            "PODMORTEM_CAPTURE_DIR": str(capture_dir),
+            "TORCH_FR_BUFFER_SIZE": "2000",
+            "TORCH_FR_DUMP_TEMP_FILE": str(capture_dir / "fr-"),
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(capture_dir / "fr-"),
+        }
 
     def _note(self, text: str) -> None:
         if self._progress is not None:
@@ -397,6 +440,11 @@ class LocalJob:
                 "PODMORTEM_LOG_FILE": str(pod.log_file),
             }
         )
+        env.update(self._capture_env(pod))
+        if self.spec.stall_after > 0:
+            env["PODMORTEM_STALL_AFTER"] = f"{self.spec.stall_after:g}"
+        if self.spec.capture == "py_spy":
+            env["PODMORTEM_PYSPY"] = "1"
         env.update(self.spec.sidecar_extra_env)
         env.update(self._shim_env(pod, env))  # the sidecar shares its node's clock
         pod.sidecar_log = (pod.dir / "sidecar.log").open("wb")
@@ -411,12 +459,11 @@ class LocalJob:
 
     def _workload_args(self) -> list[str]:
         s = self.spec
-        fail_rank = s.failing_pod() * self.nproc + min(s.fail_local_rank, self.nproc - 1)
         args = [
             "--fault",
             s.fault,
             "--fail-rank",
-            str(fail_rank),
+            str(self.fail_rank()),
             "--fail-step",
             str(s.fail_step),
             "--pg-timeout",
@@ -431,6 +478,16 @@ class LocalJob:
             args += ["--second-rank", str(second * self.nproc), "--second-delay", str(s.second_delay)]
         return args
 
+    def _workload_capture_env(self, env: dict[str, str]) -> dict[str, str]:
+        """How the workload takes part in captures (`JobSpec.capture`)."""
+        mode = self.spec.capture
+        out = {"PODMORTEM_WORKLOAD_COOPERATE": "1" if mode == "cooperative" else "0"}
+        if mode == "sitecustomize":
+            inject = str(Path(_package_root()) / "inject")
+            out["PYTHONPATH"] = inject + os.pathsep + env.get("PYTHONPATH", "")
+            out["PODMORTEM_FAULTHANDLER"] = "1"
+        return out
+
     def _start_agent(self, pod: Pod, master_port: int) -> None:
         env = _base_env()
         env.update(
@@ -443,6 +500,8 @@ class LocalJob:
                 "PET_NNODES": str(self.spec.pods),
             }
         )
+        env.update(self._capture_env(pod))
+        env.update(self._workload_capture_env(env))
         env.update(self._shim_env(pod, env))
         if self.torch:
             cmd = [
@@ -562,6 +621,10 @@ class LocalJob:
                 continue
             if not isinstance(doc, dict):
                 continue
+            if doc.get("closed_by") == "stall" and self._provisional is None:
+                running = all(p.running for p in self.pods)
+                self._provisional = (doc, mtime, running)
+                self._note(f"provisional verdict (pods {'still running' if running else 'ending'})")
             if self._first_verdict is None:
                 self._first_verdict = mtime
             root = doc.get("root_cause") or {}
@@ -648,6 +711,10 @@ class LocalJob:
             started_at=started,
             ended_at=time.time(),
             error=error,
+            fail_rank=self.fail_rank(),
+            provisional_doc=copy.deepcopy(self._provisional[0]) if self._provisional else None,
+            provisional_time=self._provisional[1] if self._provisional else None,
+            running_at_provisional=self._provisional[2] if self._provisional else False,
         )
 
 

@@ -136,6 +136,9 @@ def verdict_document(decision: Decision) -> JSON:
         "secondary": [{"pod": s.pod, "reason": cut(s.reason, 200)} for s in v.secondary[:MAX_SECONDARY]],
         "confidence": round(v.confidence, 3),
         "rule": v.rule or None,
+        "globalRank": v.global_rank,
+        # A hang's captured evidence: the stuck ranks, the collective they did not enter, the culprit's frame.
+        "hang": v.hang.to_dict() if v.hang is not None else None,
     }
     if decision.term is not None:  # under leader election: which term published it
         doc["leaseHolder"] = decision.term.holder
