@@ -33,10 +33,10 @@ import json
 import logging
 import ssl
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from podmortem import settings
@@ -44,19 +44,14 @@ from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.errors import KubeError, NotFoundError, TemporaryError, from_response
 from podmortem.k8s.listwatch import Listed, list_watch
 from podmortem.k8s.objects import resource_version
+from podmortem.sidecar import http1
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-
-async def _within(aw: Awaitable[T], seconds: float) -> T:
-    """`asyncio.wait_for` without its Python 3.11 flaw: when the awaited I/O completes in the same
-    loop iteration as a cancellation, wait_for returns the result and drops the cancellation, so a
-    cancelled watch could go on forever (seen as a rare hang of the tests). `asyncio.timeout` does not.
-    """
-    async with asyncio.timeout(seconds):
-        return await aw
+def _bad_response(message: str) -> TemporaryError:
+    """An answer that is not HTTP, or too large, or cut short: temporary (retried like a dropped connection)."""
+    return TemporaryError(0, "BadResponse", message)
 
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -121,17 +116,6 @@ class ApiEndpoint:
             except OSError as exc:
                 log.warning("cannot read the service-account token %s: %s", self.token_file, exc)
         return None
-
-
-@dataclass
-class _Response:
-    status: int
-    headers: dict[str, str]
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 class OwnPod:
@@ -240,74 +224,43 @@ class OwnPod:
                 data = data[cut + 1 :]  # start at a whole line
         return data.decode("utf-8", errors="replace")
 
+    async def last_output(self, container: str) -> float | None:
+        """When the container's log was last written (the timestamp of its last line, as the kubelet
+        recorded it: the node's clock); None when it has no output or the API cannot be read (logged).
+
+        One `tailLines=1&timestamps=true` read: the kubelet seeks back from the end of the log file for it
+        (pkg/kubelet/kuberuntime/logs/logs.go), so it costs the same however long the log is."""
+        query = {"container": container, "tailLines": "1", "timestamps": "true", "limitBytes": "512"}
+        try:
+            data = await self._get_bytes(f"{self._pods_path}/{quote(self.name, safe='')}/log?{urlencode(query)}", 512)
+        except (KubeError, OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+            log.warning("cannot read the log of %s/%s[%s]: %s", self.namespace, self.name, container, exc)
+            return None
+        return rfc3339(data.split(b" ", 1)[0].decode("ascii", "replace")) if data.strip() else None
+
     # -- HTTP --
 
-    async def _open(self, path: str) -> _Response:
-        reader, writer = await _within(
+    async def _open(self, path: str) -> http1.Response:
+        reader, writer = await http1.within(
             asyncio.open_connection(
                 self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None, limit=MAX_LINE
             ),
             self.request_timeout,
         )
-        try:
-            headers = [
-                f"GET {path} HTTP/1.1",
-                f"Host: {self._host}:{self._port}",
-                "Accept: application/json",
-                "User-Agent: podmortem-sidecar",
-                "Connection: close",
-            ]
-            token = self.endpoint.bearer()
-            if token:
-                headers.append(f"Authorization: Bearer {token}")
-            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
-            await writer.drain()
-            status_line = await _within(reader.readline(), self.request_timeout)
-            parts = status_line.decode("latin-1").split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-                raise TemporaryError(0, "BadResponse", f"not an HTTP answer: {status_line[:80]!r}")
-            fields: dict[str, str] = {}
-            while True:
-                line = await _within(reader.readline(), self.request_timeout)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                key, _, value = line.decode("latin-1").partition(":")
-                fields[key.strip().lower()] = value.strip()
-            return _Response(int(parts[1]), fields, reader, writer)
-        except BaseException:
-            writer.close()
-            raise
+        headers = [
+            f"GET {path} HTTP/1.1",
+            f"Host: {self._host}:{self._port}",
+            "Accept: application/json",
+            "User-Agent: podmortem-sidecar",
+            "Connection: close",
+        ]
+        token = self.endpoint.bearer()
+        if token:
+            headers.append(f"Authorization: Bearer {token}")
+        return await http1.send(reader, writer, headers, self.request_timeout, _bad_response)
 
-    async def _chunks(self, response: _Response, wait: float, limit: int) -> AsyncIterator[bytes]:
-        reader, total = response.reader, 0
-        if response.headers.get("transfer-encoding", "").lower() == "chunked":
-            while True:
-                size_line = await _within(reader.readline(), wait)
-                if not size_line:
-                    raise TemporaryError(0, "BadResponse", "connection closed mid-stream")
-                size = int(size_line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    return
-                chunk = await _within(reader.readexactly(size + 2), wait)
-                total += size
-                if total > limit:
-                    raise TemporaryError(0, "BadResponse", f"answer over {limit} bytes")
-                yield chunk[:-2]
-        elif "content-length" in response.headers:
-            length = int(response.headers["content-length"])
-            if length > limit:
-                raise TemporaryError(0, "BadResponse", f"answer over {limit} bytes")
-            yield await _within(reader.readexactly(length), wait)
-        else:
-            while chunk := await _within(reader.read(65536), wait):
-                total += len(chunk)
-                if total > limit:
-                    raise TemporaryError(0, "BadResponse", f"answer over {limit} bytes")
-                yield chunk
-
-    async def _body(self, response: _Response, limit: int) -> bytes:
-        parts = [c async for c in self._chunks(response, self.request_timeout, limit)]
-        return b"".join(parts)
+    async def _body(self, response: http1.Response, limit: int) -> bytes:
+        return await http1.body(response, self.request_timeout, limit, _bad_response)
 
     async def _get_bytes(self, path: str, limit: int = MAX_BODY) -> bytes:
         response = await self._open(path)
@@ -332,7 +285,8 @@ class OwnPod:
             if not 200 <= response.status <= 299:
                 raise from_response(response.status, await self._body(response, 64 << 10))
             pending = b""
-            async for chunk in self._chunks(response, self.watch_timeout + self.request_timeout, 1 << 62):
+            wait = self.watch_timeout + self.request_timeout
+            async for chunk in http1.chunks(response, wait, 1 << 62, _bad_response):
                 pending += chunk
                 if len(pending) > MAX_LINE:
                     raise TemporaryError(0, "BadResponse", f"a watch event over {MAX_LINE} bytes")
@@ -344,3 +298,15 @@ class OwnPod:
                             yield event
         finally:
             response.close()
+
+
+def rfc3339(text: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time as the kubelet writes it ("2026-11-27T06:00:01.123456789Z":
+    Python reads the nanoseconds to the microsecond); None when it is not one, or has no zone."""
+    from datetime import datetime  # only with stall detection on: not in every sidecar's memory
+
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None

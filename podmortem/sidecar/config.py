@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,9 @@ class Settings:
     kubeconfig: str = ""  # one path or several joined by ':' (as KUBECONFIG has them)
     kube_context: str = ""
     force_polling: bool = False
+    capture_dir: Path | None = None
+    stall_after: float = 0.0  # seconds; 0 = no stall detection
+    pyspy: bool = False
 
     @property
     def pod_key(self) -> str:
@@ -222,11 +226,34 @@ _SETTINGS: tuple[Setting, ...] = (
         "kube_context", "--kube-context", "PODMORTEM_KUBE_CONTEXT", "the kubeconfig context to use", shown="current"
     ),
     FORCE_POLLING,
+    Setting(
+        "capture_dir",
+        "--capture-dir",
+        "PODMORTEM_CAPTURE_DIR",
+        "hang evidence: the dir of the workers' control-plane sockets (worker-<RANK>.sock) and Flight "
+        "Recorder dumps (fr-<rank>), shared with the training container",
+        shown="none",
+    ),
+    Setting(
+        "stall_after",
+        "--stall-after",
+        "PODMORTEM_STALL_AFTER",
+        "seconds without log output (or completed collective) after which the training container is "
+        "reported quiet; 0 = off",
+        default="0",
+    ),
+    Setting(
+        "pyspy",
+        "--pyspy",
+        "PODMORTEM_PYSPY",
+        "on a capture request, py-spy dump the worker processes (needs a shared process namespace and SYS_PTRACE)",
+        switch=True,
+    ),
 )
 # What the environment/flag text becomes, per field (str fields need no entry).
 _INT_FIELDS = {"replica_index", "rank", "log_tail_bytes"}
-_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "hold_timeout", "clock_probe_interval"}
-_PATH_FIELDS = {"error_file", "pod_status_file", "log_file", "token_file", "tls_ca"}
+_FLOAT_FIELDS = {"settle_seconds", "flush_timeout", "hold_timeout", "clock_probe_interval", "stall_after"}
+_PATH_FIELDS = {"error_file", "pod_status_file", "log_file", "token_file", "tls_ca", "capture_dir"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -250,12 +277,12 @@ def _convert(name: str, text: str) -> Any:
         return int(text)
     if name in _FLOAT_FIELDS:
         value = float(text)
-        if value < 0:
-            raise ValueError("must not be negative")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError("must be a finite number, not negative")
         return value
     if name in _PATH_FIELDS:
         return Path(text)
-    if name == "force_polling":
+    if name in ("force_polling", "pyspy"):
         return settings.is_true(text)
     return text
 

@@ -63,6 +63,13 @@ def describe(event: pb.Event) -> str:
         what = f"deletion phase {d.phase or '?'} reason {d.reason or '?'}"
     elif kind == "log_tail":
         what = f"log tail {len(event.log_tail.text)} bytes{' (truncated)' if event.log_tail.truncated else ''}"
+    elif kind == "activity":
+        a = event.activity
+        what = f"activity {'quiet' if a.quiet else 'active'} ({a.quiet_seconds:.0f}s)"
+    elif kind == "capture":
+        c = event.capture
+        paths = ", ".join(sorted({w.path for w in c.workers})) or "no path"
+        what = f"capture ({c.trigger}) of {len(c.workers)} worker(s) via {paths}{f': {c.note}' if c.note else ''}"
     else:
         what = kind
     return f"{what} [id {event.id}]"

@@ -23,6 +23,12 @@ so the Job controller sees the condition when it sees the failure. An aggregator
 (older) or does not answer in time lets the pod fall back to Kubernetes' defaults. Then everything is
 cancelled and awaited, and the failure of any task is re-raised. Exit code 0 after a stop (SIGTERM
 included), 2 for a configuration error (bad settings, or INVALID_ARGUMENT from the aggregator).
+
+Hangs: each `capture_request` of the aggregator is answered by `capture.Capturer` in a task of its own
+(the stream keeps reading meanwhile), its `Capture` event put in the outbox. With a stall-after, an
+`activity.ActivityDetector` reports the training container quiet or active. On stop, before the flush,
+the Flight Recorder files the workers left (NCCL writes them on a collective timeout) go out in a capture
+of the sidecar's own (trigger `teardown`), for an aggregator that takes captures.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from podmortem.k8s.workloads import attempt_from, attempt_of, workload_from_labe
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.settings import HelpFormatter
 from podmortem.sidecar import config
+from podmortem.sidecar.activity import ActivityDetector, LastOutput, file_output
+from podmortem.sidecar.capture import Capturer
 from podmortem.sidecar.config import ConfigError, Settings
 from podmortem.sidecar.outbox import Outbox
 from podmortem.sidecar.podsource import PodReporter, PodSource, make_pod_source
@@ -58,6 +66,9 @@ IDENTITY_WAIT = 10.0  # seconds to read our own pod for the job's identity at st
 DEFAULT_GRACE = 30.0
 # Of the grace period the SIGTERM started, what the hold leaves for the rest of the stop path and the exit.
 GRACE_MARGIN = 2.0
+
+# Of the stop path, the most the teardown capture (Flight Recorder files) may take.
+TEARDOWN_CAPTURE = 5.0
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -109,6 +120,7 @@ def build_register(settings: Settings, session_id: str) -> pb.Register:
         sidecar_version=podmortem.__version__,
         pod_ip=settings.pod_ip,
         holds=settings.hold_timeout > 0,
+        captures=True,
     )
     if settings.replica_index is not None:
         register.replica_index = settings.replica_index
@@ -201,6 +213,7 @@ async def serve(
                 "the container restarted (run %d): job attempt %r -> %r", snap.restart_count, settings.attempt, attempt
             )
             await _flush(outbox, streamer, settings.flush_timeout)
+            capturer.new_attempt()
             run = snap.restart_count
             assert reporter is not None
             reporter.min_run = run
@@ -223,9 +236,38 @@ async def serve(
     def start(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return asyncio.create_task(coro, name=name)
 
+    capturer = Capturer(settings.capture_dir, settings.pod_key, pyspy=settings.pyspy)
+    capturing: set[asyncio.Task[None]] = set()
+
+    async def answer(request: pb.CaptureRequest) -> None:
+        try:
+            event = await capturer.answer(request)
+        except Exception:  # a bug in one capture must not stop the sidecar: the request goes unanswered
+            logger.exception("capture %s failed", request.request_id)
+            return
+        if event is not None:
+            outbox.put(event)
+
+    def on_capture_request(request: pb.CaptureRequest) -> None:
+        task = start(answer(request), f"podmortem-capture-{request.request_id}")
+        capturing.add(task)
+        task.add_done_callback(capturing.discard)
+
+    client.on_capture_request = on_capture_request
+
     observers = [start(watcher.run(), "podmortem-error-file-watcher")]
     if reporter is not None:
         observers.append(start(reporter.run(), "podmortem-pod-reporter"))
+    if settings.stall_after > 0:
+        detector = ActivityDetector(
+            settings.stall_after,
+            outbox.put,
+            last_output=_last_output(settings, source, reporter),
+            completed=capturer.completed if settings.capture_dir is not None else None,
+            ended=lambda: reporter is not None and _pod_ended(reporter),
+            pod_key=settings.pod_key,
+        )
+        observers.append(start(detector.run(), "podmortem-activity"))
     streamer = start(client.run(), "podmortem-stream")
     stopper = start(_wait(stop), "podmortem-stop")
     everything = [*observers, streamer, stopper]
@@ -240,6 +282,8 @@ async def serve(
                 await reporter.refresh()
                 await _await_end(reporter, pod_changed, settings.flush_timeout)
                 watcher.check(force=True, final=True)
+            if client.aggregator_captures:
+                await _teardown_capture(capturer, outbox)
             if will_hold(settings, reporter, client):
                 # A held pod waits for the aggregator at most until its hold deadline, the flush included.
                 grace = reporter.grace_seconds if reporter is not None else None
@@ -248,8 +292,9 @@ async def serve(
             if not streamer.done():
                 await _hold(client, reporter, settings, stopped_at)
     finally:
-        for task in everything:
+        for task in [*everything, *capturing]:
             task.cancel()
+        await asyncio.gather(*capturing, return_exceptions=True)
         results = await asyncio.gather(*everything, return_exceptions=True)
         for sig in signals:
             loop.remove_signal_handler(sig)
@@ -260,6 +305,36 @@ async def serve(
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
     return EXIT_OK
+
+
+def _last_output(settings: Settings, source: PodSource | None, reporter: PodReporter | None) -> LastOutput | None:
+    """How the activity detector learns of the training container's last output: the local log file, or
+    the API's log of the container (`OwnPod.last_output`), once the pod (and so the container) is known."""
+    if settings.log_file is not None:
+        return file_output(settings.log_file)
+    probe = getattr(source, "last_output", None)
+    if probe is None or reporter is None:
+        return None
+
+    async def last() -> float | None:
+        snap = reporter.previous
+        return await probe(snap.container) if snap is not None and snap.container else None
+
+    return last
+
+
+async def _teardown_capture(capturer: Capturer, outbox: Outbox) -> None:
+    """The Flight Recorder files the workers left, in a capture of the sidecar's own (at most
+    TEARDOWN_CAPTURE seconds)."""
+    try:
+        async with asyncio.timeout(TEARDOWN_CAPTURE):
+            event = await capturer.teardown()
+    except TimeoutError:
+        logger.warning("the teardown capture took over %gs: left out", TEARDOWN_CAPTURE)
+        return
+    if event is not None:
+        logger.info("found %d Flight Recorder dump file(s): sending their summaries", len(event.capture.workers))
+        outbox.put(event)
 
 
 async def _identity_from_pod(

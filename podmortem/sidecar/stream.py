@@ -25,6 +25,11 @@ aggregator to confirm this pod's condition (proto `Hold` / `HoldReply`). Asked o
 said it answers (`Registered.holds`); sent after every event still unacknowledged on its stream, and sent
 again after a reconnect. `hold` returns the reply, or None when this aggregator does not hold (an older
 one) or the caller's timeout passes first.
+
+Captures: the sidecar registers with `captures` (it answers every `capture_request`); each request the
+aggregator sends goes to `on_capture_request`, whose answer (a `Capture` event) travels through the outbox
+like every event. A request that is not valid (`wire.check_capture_request`) is logged and dropped.
+`aggregator_captures` says whether the aggregator registered with takes captures at all.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import grpc
 import grpc.aio
 
 from podmortem.k8s.backoff import Backoff
+from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 from podmortem.sidecar.outbox import Outbox, describe
@@ -177,6 +183,8 @@ class StreamClient:
         self._ever_sent: set[str] = set()  # ids sent on some stream (to log resends as such)
         self.aggregator_id: str | None = None  # of the aggregator incarnation last registered with
         self.aggregator_holds: bool | None = None  # the last aggregator registered with answers `hold`
+        self.aggregator_captures: bool | None = None  # ... and may send `capture_request`
+        self.on_capture_request: Callable[[pb.CaptureRequest], object] | None = None
         self._hold: pb.Hold | None = None  # asked and not answered yet
         self._hold_reply: asyncio.Future[pb.HoldReply | None] | None = None
         self._control: _Control | None = None  # of the registered stream, for a hold asked meanwhile
@@ -274,6 +282,7 @@ class StreamClient:
                         )
                     self.aggregator_id = new_id
                     self.aggregator_holds = msg.registered.holds
+                    self.aggregator_captures = msg.registered.captures
                     self._control = control
                     self.registered.set()
                     logger.info(
@@ -294,6 +303,8 @@ class StreamClient:
                 elif kind == "hold_reply":
                     if self._hold is not None and msg.hold_reply.seq == self._hold.seq:
                         self._answer(msg.hold_reply)
+                elif kind == "capture_request":
+                    self._on_capture_request(msg.capture_request)
                 elif kind == "ack":
                     for event in self.outbox.ack(msg.ack.event_ids):
                         logger.info("acked %s", describe(event))
@@ -317,6 +328,16 @@ class StreamClient:
             if isinstance(result, Exception) and not _is_stream_failure(result):
                 raise result  # a bug in the writer, not a broken stream
         return code, details, was_registered
+
+    def _on_capture_request(self, request: pb.CaptureRequest) -> None:
+        try:
+            wire.check_capture_request(request)
+        except wire.WireError as exc:
+            logger.warning("ignoring a capture request from the aggregator: %s", exc)
+            return
+        logger.info("the aggregator asks for a capture (%s, request %s)", request.trigger, request.request_id)
+        if self.on_capture_request is not None:
+            self.on_capture_request(request)
 
     def may_hold(self) -> bool:
         """False once the aggregator registered with says it does not answer `hold` (an older one)."""
