@@ -124,7 +124,7 @@ class StallDesk:
         if kind == "activity":
             self._activity(key.job)
         elif kind == "capture":
-            self._answered(key, event.capture.request_id)
+            self._answered(key, event.capture)
         elif is_failure(event):
             self._failure(key)
 
@@ -233,7 +233,19 @@ class StallDesk:
         loop = asyncio.get_running_loop()
         round_.timer = loop.call_later(self.capture_wait, self._timed_out, job, request_id)
 
-    def _answered(self, key: MemberKey, request_id: str) -> None:
+    def _answered(self, key: MemberKey, capture: pb.Capture) -> None:
+        request_id = capture.request_id
+        stacks = sorted({w.global_rank for w in capture.workers if w.stack and w.HasField("global_rank")})
+        log.info(
+            "incident %s: capture %s (%s) from %s: %d worker(s), stacks of rank(s) %s%s",
+            self.book.incident_id(key.job),
+            request_id or "-",
+            capture.trigger,
+            key.pod,
+            len(capture.workers),
+            stacks,
+            f"; {capture.note}" if capture.note else "",
+        )
         watch = self._watches.get(key.job)
         if watch is None or watch.round is None or watch.round.request_id != request_id:
             return  # the sidecar's own capture, or a late answer: kept on the member all the same
