@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         req = f"{row['request_p50']:.3f} / {row['request_max']:.3f}" if row["request_p50"] is not None else "-"
         named = "yes" if row["named_culprit"] else f"no (global_rank {row['global_rank']})"
-        print(f"{row['members']:<5} {str(row['captures']):<9} {req:<21} {row['verdict_seconds']:<30.3f} {named}")
+        print(f"{row['members']:<5} {row['captures']!s:<9} {req:<21} {row['verdict_seconds']:<30.3f} {named}")
     ok = all(row["named_culprit"] for row in rows if row["captures"])
     return 0 if ok else 1
 
