@@ -299,7 +299,7 @@ class CollectorService(pb_grpc.CollectorServicer):
                 aggregator_id=self.aggregator_id, holds=self.holds is not None, captures=self.stalls is not None
             )
             yield pb.AggregatorMessage(registered=registered)
-            if self.stalls is not None and duplex is not None:
+            if duplex is not None and self.stalls is not None:
                 self.stalls.opened(key, duplex.push)
             bucket = _TokenBucket(self.event_rate, self.event_burst)
             messages = duplex.messages() if duplex is not None else request_iterator

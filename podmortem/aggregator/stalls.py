@@ -22,8 +22,8 @@ before that, in two moments:
 Requests are bounded per job attempt (`max_rounds`), and only sidecars that said they answer them
 (`Register.captures`) get one. Answers are ordinary events: the book keeps them on their members
 (`Member.captures`), the state file stores them, and the engine reads them. This module keeps only
-in-memory round state: after an aggregator restart a stall is detected again from the sidecars'
-next Activity.
+in-memory round state: after an aggregator restart, a job the replayed book holds as stalled is asked
+again once its sidecars reconnected.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ RESUME_GRACE = 10.0
 MAX_ROUNDS = 3
 # The first failures of a job attempt looked at for a timeout (each is judged by the engine's assess).
 FIRST_FAILURES = 4
+# Seconds a stalled job's sidecars get to reconnect to a restarted aggregator before they are asked.
+REJOIN_DELAY = 3.0
 # Job attempts watched before those the book has forgotten are let go too.
 MAX_WATCHES = 10_000
 
@@ -80,6 +82,7 @@ class _Watch:
     first_timeout: bool = False  # a first_timeout round was sent
     failures_judged: int = 0
     resume_timer: asyncio.TimerHandle | None = None
+    rejoining: bool = False  # stalled in the book before this desk saw it: looked at after `rejoin_delay`
 
 
 class StallDesk:
@@ -94,7 +97,9 @@ class StallDesk:
         resume_grace: float = RESUME_GRACE,
         max_rounds: int = MAX_ROUNDS,
         first_timeout: bool = True,
+        rejoin_delay: float = REJOIN_DELAY,
     ) -> None:
+        self.rejoin_delay = rejoin_delay
         self.book = book
         self.metrics = metrics
         self.rules = rules
@@ -110,8 +115,18 @@ class StallDesk:
     # -- streams (the server) ------------------------------------------------------------------
 
     def opened(self, key: MemberKey, push: Push) -> None:
-        """A registered stream whose sidecar answers capture requests; the newest one of a member wins."""
+        """A registered stream whose sidecar answers capture requests; the newest one of a member wins. A
+        job the book holds as stalled that this desk has not seen (the state file replayed it after a
+        restart) is looked at once its sidecars had `rejoin_delay` to reconnect."""
         self._streams[key] = push
+        watch = self._watch(key.job)
+        if not watch.stalled and not watch.rejoining and self.book.stalled(key.job):
+            watch.rejoining = True
+            asyncio.get_running_loop().call_later(self.rejoin_delay, self._rejoined, key.job)
+
+    def _rejoined(self, job: JobKey) -> None:
+        self._watch(job).rejoining = False
+        self._activity(job)
 
     def closed(self, key: MemberKey, push: Push) -> None:
         if self._streams.get(key) is push:
