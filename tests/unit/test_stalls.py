@@ -250,7 +250,7 @@ async def test_a_capture_outside_the_proto_bounds_is_kept_as_a_refusal_note() ->
 @pytest.mark.looptime
 async def test_a_stall_replayed_after_a_restart_is_asked_again_once_the_sidecars_are_back() -> None:
     d = Desk(pods=2, capturing=0, rejoin_delay=3.0)
-    for i, key in enumerate(d.keys):  # the state file replayed into the book: quiet members, no streams yet
+    for key in d.keys:  # the state file replayed into the book: quiet members, no streams yet
         d.book.ingest(key, make_event(activity_to_pb(True, 30.0), wall=T0), from_sidecar=True)
     assert d.book.stalled(d.keys[0].job)
     for i, key in enumerate(d.keys):
