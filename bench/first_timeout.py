@@ -92,8 +92,6 @@ async def member(stub: Any, job: str, pod: int, world: int, captures: bool, go_a
         event = make_event(capture_to_pb(request.request_id, request.trigger, [worker]), f"{key}/c")
         await call.write(pb.SidecarMessage(event=event))
         await call.read()
-    elif pod != 0:
-        await asyncio.sleep(0.2)  # the cascade: the others time out a moment later
     events = [] if pod == 0 else [error]
     events.append(
         make_event(termination_to_pb(Termination(exit_code=1, reason="Error", finished_at=T0 + 1)), f"{key}/t")
