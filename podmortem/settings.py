@@ -122,6 +122,9 @@ PLATFORM: dict[str, str] = {
     "WORLD_SIZE": "torchrun, in each worker: the number of workers (demo workload)",
     "LOCAL_WORLD_SIZE": "torchrun, in each worker: the workers of this node (demo workload)",
     "TORCHELASTIC_ERROR_FILE": "torchrun, in each worker: where the worker's error goes (demo workload)",
+    "PODMORTEM_CAPTURE_DIR": "the podmortem webhook or harness, in the training container: where the sidecar "
+    "looks for workers' control-plane sockets and Flight Recorder dumps (demo workload)",
+    "TORCH_WORKER_SERVER_SOCKET": "the user or the demo workload: torch's worker control-plane socket",
     "PODMORTEM_HARNESS_TORCH": "tests: 0 runs the local harness without torch",
     "PODMORTEM_WORKLOAD_FALLBACK": "tests: 1 makes the demo workload fall back as it does without torch",
 }

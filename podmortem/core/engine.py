@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from podmortem.core.assess import TIE_SECONDS, Finding, assess, excerpt, log_text
+from podmortem.core.captured import find_hang, has_captures
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
-from podmortem.core.model import LOW_CONFIDENCE, Incident, Member, Secondary, Verdict
+from podmortem.core.model import LOW_CONFIDENCE, HangFinding, Incident, Member, Secondary, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
 # A device fault (ECC, Xid, a lost GPU) is reported at the next synchronisation with the device, so its report can
@@ -460,19 +461,130 @@ def _summary(root: _Root, confidence: float, missing_line: str = "") -> str:
     where = ", ".join(p for p in (f"node rank {m.rank}" if m.rank is not None else "", m.node and f"on {m.node}") if p)
     who = f"{m.pod} ({where})" if where else m.pod
     line1 = f"{who} failed first: {root.headline.rstrip('.')}."
+    if root.rule_id.startswith("hang."):  # decided from captures: the line names the rank, its pod and where
+        line1 = f"{who} hung: {root.headline.rstrip('.')}."
     if confidence < LOW_CONFIDENCE:
         line1 = f"Likely (confidence {confidence:.2f}): {line1}"
         if root.runner_up is not None:
             other = root.runner_up
             line1 += f" Runner-up: {other.member.pod} ({other.category or other.secondary or 'cause unknown'})."
     advice = ""
-    if root.finding.rule is not None and root.finding.rule.advice and root.category == root.finding.category:
+    if root.rule_id in ("hang.behind", "hang.behind-stacks") and "; it was at " in root.headline:
+        advice = HANG_WHERE_ADVICE
+    elif root.finding.rule is not None and root.finding.rule.advice and root.category == root.finding.category:
         advice = root.finding.rule.advice
     elif root.category is not None:
         advice = ADVICE[root.category]
     else:
         advice = "Its own cause was not recorded: read its log (kubectl logs --previous) and the node's events."
     return f"{line1}\n{advice}" + (f"\n{missing_line}" if missing_line else "")
+
+
+# --------------------------------------------------------------------------------------------------
+# A hang decided from captured evidence (stacks, Flight Recorder state): `podmortem.core.captured`.
+
+CONF_CAPTURED = 0.9  # one culprit named by the captures (its rank behind, mismatched, or alone outside a collective)
+CONF_CAPTURED_WHERE = 0.95  # ...by the Flight Recorder state, and its own stack says where it stopped
+CONF_CAPTURED_SEVERAL = 0.7  # several ranks named together
+CONF_ALL_IN = 0.6  # every rank inside one collective: the collective is stuck, no rank is to blame
+_HANG_CATEGORY: dict[str, Category] = {"behind": "hang", "mismatch": "user_code", "all_in": "network"}
+HANG_WHERE_ADVICE = (
+    "Its peers waited for it in the collective while it was at that line: fix what blocks there (a lock, a read, "
+    "a queue, a data loader); a retry may stop the same way."
+)
+
+
+def _hang_evidence(findings: Sequence[Finding]) -> HangFinding | None:
+    if not has_captures([f.member for f in findings]):
+        return None
+    return find_hang(findings, _rank_owners(findings))
+
+
+def _decided_by_captures(
+    hang: HangFinding | None, root: _Root | None, findings: Sequence[Finding], incident: Incident
+) -> tuple[_Root, HangFinding | None]:
+    """The root as the captures decide it, when they do (callers ask only when no member failed on its own)."""
+    if hang is None or (not hang.stuck_ranks and root is None):
+        assert root is not None, "a verdict without a failure is decided before"
+        return root, None
+    if not hang.stuck_ranks:  # all in, none behind: keep the member the timing points at, say what is stuck
+        assert root is not None
+        return (
+            dataclasses.replace(
+                root,
+                category=_HANG_CATEGORY[hang.finding],
+                retryable=RETRYABLE[_HANG_CATEGORY[hang.finding]],
+                rule_id="hang.all-in",
+                decided_by="captured evidence: all in",
+                confidence=min(root.confidence, CONF_ALL_IN),
+                headline=hang.detail,
+                evidence=(*root.evidence, f"{hang.path}: {hang.detail}"),
+            ),
+            hang,
+        )
+    pod = hang.stuck_pods[0] if hang.stuck_pods else ""
+    culprit = next((f for f in findings if f.member.pod == pod), None)
+    if culprit is None:
+        if not pod:  # a rank whose pod nobody can name: the evidence, on the member the timing points at
+            assert root is not None, "a stall whose captures name no pod is decided before"
+            return dataclasses.replace(root, evidence=(*root.evidence, f"{hang.path}: {hang.detail}")), None
+        namespace = incident.members[0].namespace if incident.members else ""
+        culprit = Finding(Member(pod=pod, namespace=namespace), "unknown", source=_NEVER_REPORTED)
+    category = _HANG_CATEGORY[hang.finding]
+    confidence = CONF_CAPTURED if len(hang.stuck_ranks) == 1 else CONF_CAPTURED_SEVERAL
+    from_fr = hang.finding != "behind" or hang.seq is not None
+    if from_fr and hang.frame is not None and len(hang.stuck_ranks) == 1:
+        confidence = CONF_CAPTURED_WHERE
+    source = "flight recorder" if from_fr else "stacks"
+    line = hang_line(hang)
+    evidence = [f"{hang.path or 'capture'}: {hang.detail}"]
+    if hang.frame is not None:
+        evidence.append(
+            f"rank {hang.stuck_ranks[0]} was at {hang.frame.file}:{hang.frame.line} in {hang.frame.function}"
+        )
+    others = [f for f in findings if f.member.pod != culprit.member.pod and f.failed]
+    # The verdict's message and first evidence are the hang's, not the culprit pod's own (often a sibling's timeout).
+    culprit = dataclasses.replace(culprit, text=line, exception_type="", evidence=(*evidence, *culprit.evidence))
+    evidence = list(root.evidence) if root is not None else []
+    return (
+        _Root(
+            culprit,
+            category,
+            RETRYABLE[category],
+            f"hang.{hang.finding}" + ("" if from_fr else "-stacks"),
+            f"captured evidence: {source} ({hang.path})" if hang.path else f"captured evidence: {source}",
+            confidence,
+            line,
+            tuple(evidence),
+            root.finding if root is not None and root.finding.member.pod != pod else (others[0] if others else None),
+        ),
+        hang,
+    )
+
+
+def hang_line(hang: HangFinding) -> str:
+    """One line for people: "rank 5 (pod llm-worker-1) never entered all_reduce #4812; it was at train.py:211 in
+    load_batch"."""
+    ranks = hang.stuck_ranks
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks[:6])
+    if hang.stuck_pods:
+        who += (
+            f" (pod {hang.stuck_pods[0]})" if len(hang.stuck_pods) == 1 else f" (pods {', '.join(hang.stuck_pods[:4])})"
+        )
+    op = f"{hang.op or 'a collective'}" + (f" #{hang.seq}" if hang.seq is not None else "")
+    if hang.finding == "mismatch":
+        text = f"{who} issued a different collective than its peers at {op} (group {hang.process_group})"
+    elif hang.finding == "all_in":
+        return (
+            f"every rank is inside {op} (group {hang.process_group}) and none is behind: the collective itself is stuck"
+        )
+    elif hang.seq is not None:
+        text = f"{who} never entered {op}"
+    else:
+        text = f"{who} was not in a collective while its peers waited in one"
+    if hang.frame is not None:
+        text += f"; it was at {hang.frame.where()}"
+    return text
 
 
 def _own_failures(failed: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -487,13 +599,16 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     ruleset = rules or DEFAULT_RULES
     findings = [assess(m, ruleset) for m in incident.members]
     failed = [f for f in findings if f.failed]
-    if not failed:
+    stalled = _hang_evidence(findings) if not failed else None
+    if not failed and (stalled is None or not stalled.stuck_pods):
         clean = sum(1 for f in findings if f.role == "clean")
         pending = len(findings) - clean
         if findings and pending == 0 and len(findings) >= incident.world_size:
             summary = f"No failure: all {clean} member(s) exited 0."
         else:
             summary = f"No failure observed yet ({clean} exited 0, {pending} without a failure so far)."
+        if stalled is not None:  # the captures of a stall name no pod (all in, or a rank nobody places)
+            summary += f"\nStalled: {hang_line(stalled)}."
         return Verdict(
             pod=None,
             category=None,
@@ -501,6 +616,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             summary=summary,
             confidence=1.0 if not pending else CONF_NO_FAILURE_PENDING,
             evidence=tuple(e for f in findings for e in f.evidence)[:20],
+            hang=stalled,
         )
 
     named = _named(findings, failed)
@@ -546,8 +662,10 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         # Only weak own failures: one that says something of its own (an NCCL system error, a stuck watchdog)
         # before a bare exit code, which any member that died of anything shows.
         root = _choose_primary([f for f in weak if f.source != "termination"] or weak, named)
-    if root is None:
+    if root is None and failed:
         root = _choose_echo(failed, findings, named)
+    hang = stalled if not failed else (_hang_evidence(findings) if root is None or not strong else None)
+    root, hang = _decided_by_captures(hang, root, findings, incident)
 
     r = root.finding
     if stops and r.role == "primary" and r.time is not None and r.time > min(stops) + TIE_SECONDS:
@@ -590,13 +708,14 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         rule=root.rule_id,
         decided_by=root.decided_by,
         source=r.source,
-        global_rank=r.global_rank,
+        global_rank=hang.stuck_ranks[0] if hang is not None and hang.stuck_ranks else r.global_rank,
         failed_at=round(r.time, 3) if r.time is not None else None,
         members_missing=missing,
         missing_ranks=missing_ranks,
         missing_pods=missing_pods,
         runner_up_pod=root.runner_up.member.pod if root.runner_up is not None else None,
         runner_up_category=root.runner_up.category if root.runner_up is not None else None,
+        hang=hang,
     )
 
 

@@ -20,7 +20,9 @@ sigkill     host OOM-killer stand-in: SIGKILL to this pod's torchrun agent and t
             kernel kills every process of a container whose memory cgroup is OOM-killed); the
             harness reports the container as OOMKilled, exit 137
 segfault    a real SIGSEGV (`ctypes.string_at(0)`)
-hang        blocks forever while the peers hit the collective timeout
+hang        blocks forever in `load_batch` (the data step) while the peers hit the collective timeout
+desync      skips one gradient all_reduce and goes on to the step's metrics all_reduce (another process
+            group): each side waits in a collective the other never enters (category user_code)
 preempt     nothing in-process: the marker tells the harness to preempt this pod (SIGTERM to the
             agent plus a DisruptionTarget condition); training goes on until the signal lands
 multi       `ValueError` on the fail rank, and independently `KeyError` on `--second-rank`
@@ -31,6 +33,12 @@ skew        `ValueError` like `exception`; the harness runs the other pods under
             with `--second-rank`, that rank also fails on its own later, like `multi`, but its
             timestamp reads earlier than the root's
 ==========  ==================================================================================
+
+The workload cooperates with podmortem's hang capture: it registers faulthandler for SIGTERM (every
+thread's stack goes to stderr when torchrun tears a worker down), records its collectives in torch's
+Flight Recorder (`TORCH_FR_BUFFER_SIZE`, unless set), and with `PODMORTEM_CAPTURE_DIR` set serves torch's
+worker control plane (`worker_main()`) on `$PODMORTEM_CAPTURE_DIR/worker-<RANK>.sock`
+(`TORCH_WORKER_SERVER_SOCKET`, unless set), where the sidecar asks for stacks and Flight Recorder state.
 
 The collectives run on a gloo device bound to the pod's own address (`--pod-ip`, any 127.0.0.0/8
 address works on loopback), so gloo messages name the pod IPs the way they do in a real cluster.
@@ -44,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import faulthandler
 import json
 import os
 import signal
@@ -51,7 +60,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -196,10 +205,18 @@ def inject(fault: str, rank: int, step: int, kill_agent: bool = False) -> None:
     if fault == "segfault":
         log(rank, "calling into native code ...")
         ctypes.string_at(0)  # SIGSEGV: reading address 0
-    if fault == "hang":
-        log(rank, "waiting on a lock that is never released ...")
+    # hang: load_batch blocks (the training loop calls it); desync: the loop skips a collective; preempt: the harness.
+
+
+def load_batch(step: int, rank: int, stuck: bool) -> tuple[Any, Any]:
+    """The step's batch. With `stuck`, it never arrives: the worker waits here, outside any collective, while its
+    peers wait for it in the next all_reduce (the `hang` fault)."""
+    if stuck:
+        log(rank, "waiting for a batch that never arrives ...")
         threading.Event().wait()
-    # preempt: nothing here.
+    import torch
+
+    return torch.randn(8, 16), torch.randn(8, 4)
 
 
 def _gloo_group_on(address: str, rank: int, world: int, timeout: timedelta) -> Any:
@@ -243,17 +260,22 @@ def train(args: argparse.Namespace) -> int:
         def collective(t: torch.Tensor) -> None:
             dist.all_reduce(t)
 
+    # The step's metrics are summed over ranks in a group of their own (as a logger's group would be).
+    metrics_group = dist.new_group(backend="gloo", timeout=timeout)
     torch.manual_seed(rank)
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     log(rank, f"training: world size {world}, fault {args.fault} on rank {args.fail_rank} at step {args.fail_step}")
     for step in range(args.steps):
-        x, y = torch.randn(8, 16), torch.randn(8, 4)
+        failing = step == args.fail_step and rank == args.fail_rank and args.fault != "none"
+        if failing and args.fault in ("hang", "desync"):
+            write_marker(args.fault_dir, rank, args.fault, step)
+        x, y = load_batch(step, rank, stuck=failing and args.fault == "hang")
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         if step == args.fail_step:
-            if rank == args.fail_rank and args.fault != "none":
+            if failing and args.fault not in ("hang", "desync"):
                 write_marker(args.fault_dir, rank, args.fault, step)
                 inject(args.fault, rank, step, kill_agent=True)
             elif args.fault in ("multi", "skew") and args.second_rank is not None and same_pod(rank, args.second_rank):
@@ -267,10 +289,14 @@ def train(args: argparse.Namespace) -> int:
                     time.sleep(args.second_delay)
                     write_marker(args.fault_dir, rank, "multi-second", step)
                     raise KeyError(f"'labels' missing from batch at step {step}")
-        for p in model.parameters():
+        for i, p in enumerate(model.parameters()):
             assert p.grad is not None
+            if failing and args.fault == "desync" and i == 1:
+                log(rank, "skipping the bias gradient's all_reduce ...")
+                continue
             collective(p.grad)
             p.grad /= world
+        dist.all_reduce(loss.detach(), group=metrics_group)
         opt.step()
         if step % 10 == 0:
             log(rank, f"step {step} loss {loss.item():.4f}")
@@ -280,11 +306,46 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cooperate(rank: str) -> None:
+    """Set up what podmortem's hang capture reads (see the module docstring); before torch starts recording."""
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    capture_dir = settings.platform("PODMORTEM_CAPTURE_DIR")
+    if capture_dir:
+        os.environ.setdefault("TORCH_WORKER_SERVER_SOCKET", str(Path(capture_dir) / f"worker-{rank}.sock"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    cooperate(settings.platform("RANK") or "0")
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    args = parse(argv)
-    return record(train)(args) or 0
+    with contextlib.ExitStack() as stack:
+        if settings.platform("TORCH_WORKER_SERVER_SOCKET"):
+            stack.enter_context(_control_plane())
+        # worker_main's own `record` covers only the call that makes its context manager: the error file of an
+        # exception in training comes from this one.
+        return record(train)(args) or 0
+    return 0
+
+
+@contextlib.contextmanager
+def _control_plane() -> Iterator[None]:
+    """torch's worker control plane (`worker_main`), or a line in the log when it cannot start (a socket path
+    longer than a unix socket takes, a directory that is gone): training runs either way."""
+    from torch.distributed.elastic.control_plane import worker_main
+
+    try:
+        server: Any = worker_main()  # `record` leaves its type to Any
+        server.__enter__()
+    except Exception as exc:  # the control plane is help for podmortem, never a reason to fail training
+        print(f"podmortem workload: no worker control plane: {type(exc).__name__}: {exc}", file=sys.stderr)
+        yield
+        return
+    try:
+        yield
+    finally:
+        server.__exit__(None, None, None)
 
 
 # --- without torch ------------------------------------------------------------------------------
@@ -293,6 +354,10 @@ GLOO_CLOSED = (
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
     "[{ip}]:{port}. This is typically caused by a remote worker crashing. Check the logs of the remote "
     "worker before reporting an error. GLHF! \U0001f3d6\ufe0f"
+)
+GLOO_MISMATCH = (
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 44 vs 4. Received data "
+    "size doesn't match expected size. Is there a distributed collective mismatch in your code?"
 )
 GLOO_TIMEOUT = (
     "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
@@ -373,6 +438,10 @@ def _fallback_loop(args: argparse.Namespace, rank: int, world: int, hb: Path) ->
                 write_marker(args.fault_dir, rank, args.fault, step)
                 if args.fault == "oom":
                     raise OutOfMemoryError(OOM_MESSAGE)
+                if args.fault == "hang":
+                    load_batch(step, rank, stuck=True)
+                if args.fault == "desync":  # what gloo says when a peer's collective does not match (an imitation)
+                    raise RuntimeError(GLOO_MISMATCH)
                 inject(args.fault, rank, step)
             elif args.fault == "multi" and rank == args.second_rank:
                 await_marker(args.fault_dir, args.fail_rank)

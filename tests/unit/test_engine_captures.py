@@ -1,0 +1,139 @@
+"""The engine deciding a hang from captured evidence: who stopped, and where — and nothing else changed.
+
+Members are built by hand with the evidence each test states: sidecar captures (`Member.captures`) and
+log tails holding a worker's faulthandler dump at SIGTERM. Without captures the engine decides as before
+(tests/unit/test_accuracy.py and test_realworld_accuracy.py hold the corpora).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from podmortem.core.engine import decide
+from podmortem.core.flightrecorder import summarize_pickle
+from podmortem.core.model import ErrorRecord, Incident, JobRef, Member, Termination, WorkerCapture
+from podmortem.offline import report
+
+JOB = JobRef("ns", "llm", "PyTorchJob")
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "flightrecorder"
+TIMEOUT = (
+    "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation to complete"
+)
+LOADING = """\
+Current thread 0x00007f69e4431b80 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 327 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+  File "/app/train.py", line 211 in load_batch
+  File "/app/train.py", line 273 in train
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", \
+line 367 in wrapper
+  File "/app/train.py", line 474 in <module>
+"""
+
+
+def _timed_out(pod: str, rank: int, ranks: tuple[int, ...]) -> Member:
+    log = "".join(f"[rank{r}]: {TIMEOUT}\n" for r in ranks)
+    return Member(
+        pod=pod,
+        rank=rank,
+        error=ErrorRecord(TIMEOUT, "RuntimeError", timestamp=1_800_000_010),
+        termination=Termination(exit_code=1, reason="Error", finished_at=1_800_000_011.0),
+        log_tail=log,
+        phase="Failed",
+    )
+
+
+def _stuck_pod_log(silent: int, sibling: int) -> str:
+    """The pod of the stuck rank: its sibling timed out, the agent tore the stuck one down (faulthandler)."""
+    return (
+        f"[rank{silent}] training\n[rank{sibling}] training\n[rank{sibling}]: {TIMEOUT}\n"
+        "W1127 06:30:03.476000 6114 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 6240 "
+        "closing signal SIGTERM\n" + LOADING
+    )
+
+
+def _hang_incident() -> Incident:
+    stuck = dataclasses.replace(_timed_out("llm-worker-0", 1, (3,)), log_tail=_stuck_pod_log(2, 3))
+    return Incident(JOB, 3, (_timed_out("llm-master-0", 0, (0, 1)), stuck, _timed_out("llm-worker-1", 2, (4, 5))))
+
+
+def test_sigterm_stack_in_the_log_names_rank_pod_and_line() -> None:
+    incident = _hang_incident()
+    v = decide(incident)
+    assert (v.pod, v.global_rank, v.category, v.retryable) == ("llm-worker-0", 2, "hang", True)
+    assert v.confidence >= 0.9 and v.rule == "hang.behind-stacks"
+    assert v.decided_by == "captured evidence: stacks (sigterm_stack)"
+    assert v.hang is not None and v.hang.frame is not None
+    assert (v.hang.frame.file, v.hang.frame.line, v.hang.frame.function) == ("/app/train.py", 211, "load_batch")
+    line = (
+        "rank 2 (pod llm-worker-0) was not in a collective while its peers waited in one; "
+        "it was at train.py:211 in load_batch"
+    )
+    assert line in v.summary.splitlines()[0]
+    assert line in report.render(incident, v)
+    assert v.to_dict()["hang"]["stuck_ranks"] == [2]
+
+
+def test_without_the_stack_todays_verdict_stands() -> None:
+    incident = _hang_incident()
+    plain = Incident(
+        JOB,
+        3,
+        tuple(dataclasses.replace(m, log_tail=m.log_tail.replace(LOADING, "")) for m in incident.members),
+    )
+    v = decide(plain)
+    assert v.hang is None and v.rule.startswith("engine.hang") and v.confidence < 0.9
+
+
+def _fr_capture(rank: int, **kw: object) -> WorkerCapture:
+    summary = summarize_pickle((FIXTURES / f"fr-{rank}.pkl").read_bytes(), rank=rank)
+    return WorkerCapture("control_plane", global_rank=rank, flight_recorder=summary, trigger="stall", **kw)  # type: ignore[arg-type]
+
+
+def test_provisional_stall_flight_recorder_mismatch_is_user_code() -> None:
+    # Pods still running, nothing failed; the captures of the stall hold torch's dumps (group 1 mismatched).
+    members = tuple(
+        Member(pod=f"p-{r}", rank=r, running=True, phase="Running", captures=(_fr_capture(r),)) for r in range(3)
+    )
+    v = decide(Incident(JOB, 3, members, provisional=True))
+    assert (v.pod, v.global_rank, v.category, v.retryable) == ("p-1", 1, "user_code", False)
+    assert v.hang is not None and (v.hang.finding, v.hang.seq, v.hang.op) == ("mismatch", 1, "broadcast")
+    assert v.confidence >= 0.9 and v.decided_by == "captured evidence: flight recorder (control_plane)"
+
+
+def test_provisional_stall_behind_with_stack_is_certain() -> None:
+    members = []
+    for r in range(3):
+        s = _fr_capture(r).flight_recorder
+        assert s is not None
+        s = dataclasses.replace(
+            s, entries=tuple(e for e in s.entries if e.pg_id == "0"), pg_status={"0": s.pg_status["0"]}
+        )
+        caps = (WorkerCapture("control_plane", global_rank=r, flight_recorder=s, stack=LOADING if r == 2 else ""),)
+        members.append(Member(pod=f"p-{r}", rank=r, running=True, phase="Running", captures=caps))
+    v = decide(Incident(JOB, 3, tuple(members), provisional=True))
+    assert (v.pod, v.global_rank, v.category) == ("p-2", 2, "hang")
+    assert v.confidence == 0.95
+    assert v.summary.splitlines()[0].endswith(
+        "rank 2 (pod p-2) never entered all_reduce #4; it was at train.py:211 in load_batch."
+    )
+
+
+def test_an_own_failure_is_not_overruled_by_captures() -> None:
+    incident = _hang_incident()
+    boom = Member(
+        pod="llm-master-0",
+        rank=0,
+        error=ErrorRecord("ValueError: bad label", "ValueError", timestamp=1_800_000_005),
+        termination=Termination(exit_code=1, reason="Error", finished_at=1_800_000_006.0),
+        phase="Failed",
+    )
+    v = decide(dataclasses.replace(incident, members=(boom, *incident.members[1:])))
+    assert v.pod == "llm-master-0" and v.category == "user_code" and v.hang is None
+
+
+def test_a_stall_the_captures_cannot_place_says_so_without_blaming() -> None:
+    members = tuple(Member(pod=f"p-{r}", rank=r, running=True, phase="Running") for r in range(2))
+    v = decide(Incident(JOB, 2, members, provisional=True))
+    assert v.pod is None and v.hang is None
