@@ -39,6 +39,8 @@ thread's stack goes to stderr when torchrun tears a worker down), records its co
 Flight Recorder (`TORCH_FR_BUFFER_SIZE`, unless set), and with `PODMORTEM_CAPTURE_DIR` set serves torch's
 worker control plane (`worker_main()`) on `$PODMORTEM_CAPTURE_DIR/worker-<RANK>.sock`
 (`TORCH_WORKER_SERVER_SOCKET`, unless set), where the sidecar asks for stacks and Flight Recorder state.
+With `PODMORTEM_WORKLOAD_COOPERATE=0` it does none of this: a script that does not cooperate (the local
+harness then runs the other capture paths, py-spy or the injected sitecustomize, or none).
 
 The collectives run on a gloo device bound to the pod's own address (`--pod-ip`, any 127.0.0.0/8
 address works on loopback), so gloo messages name the pod IPs the way they do in a real cluster.
@@ -317,11 +319,13 @@ def cooperate(rank: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    cooperate(settings.platform("RANK") or "0")
+    cooperating = settings.platform("PODMORTEM_WORKLOAD_COOPERATE") != "0"
+    if cooperating:
+        cooperate(settings.platform("RANK") or "0")
     from torch.distributed.elastic.multiprocessing.errors import record
 
     with contextlib.ExitStack() as stack:
-        if settings.platform("TORCH_WORKER_SERVER_SOCKET"):
+        if cooperating and settings.platform("TORCH_WORKER_SERVER_SOCKET"):
             stack.enter_context(_control_plane())
         # worker_main's own `record` covers only the call that makes its context manager: the error file of an
         # exception in training comes from this one.
