@@ -12,7 +12,9 @@ before that, in two moments:
   condition is written, only annotations (`final: false`), an Event, the verdict file and a metric.
   If a member then makes progress again and the job has not failed within `resume_grace` (its first
   log lines after a stall may be the timeout's own), the stall was a false alarm: the provisional
-  verdict is withdrawn and `podmortem_stall_false_alarms_total` counts it.
+  verdict is withdrawn and `podmortem_stall_false_alarms_total` counts it. A job that moves and stalls
+  again within the grace counts a false alarm too, and is asked again: the earlier stacks are stale (a
+  slow start-up is silent too).
 * **the first timeout** — among the first failures of a job attempt (`FIRST_FAILURES`), one the engine
   judges a hang (a collective or watchdog timeout: `core.assess`, not text matched here) makes the desk
   send a `CaptureRequest` (trigger `first_timeout`) to every member at once, the reporter included (its
@@ -158,10 +160,10 @@ class StallDesk:
         stalled = self.book.stalled(job)
         if stalled and not watch.stalled:
             watch.stalled = True
-            if watch.resume_timer is not None:  # quiet again within the grace: the same stall goes on
+            if watch.resume_timer is not None:  # it moved, and stopped again: the first stall was a false alarm
                 watch.resume_timer.cancel()
                 watch.resume_timer = None
-                return
+                self._false_alarm(job)
             log.warning(
                 "incident %s: every member is quiet (stalled); asking their sidecars for captures",
                 self.book.incident_id(job),
@@ -180,9 +182,7 @@ class StallDesk:
             return  # quiet again, or it failed after all: the stall was real
         if watch.round is not None and watch.round.trigger == "stall":
             self._end_round(job, watch, decide=False)
-        if self.metrics is not None:
-            self.metrics.false_alarms.inc()
-        log.warning("incident %s: progress again after a stall (a false alarm)", self.book.incident_id(job))
+        self._false_alarm(job)
         if watch.published:
             watch.published = False
             self.book.provisional(
@@ -191,6 +191,11 @@ class StallDesk:
                 "the job made progress again after every member had gone quiet: the provisional hang verdict "
                 "is withdrawn (a false alarm of stall detection)",
             )
+
+    def _false_alarm(self, job: JobKey) -> None:
+        if self.metrics is not None:
+            self.metrics.false_alarms.inc()
+        log.warning("incident %s: progress again after a stall (a false alarm)", self.book.incident_id(job))
 
     def _failure(self, key: MemberKey) -> None:
         watch = self._watch(key.job)

@@ -158,7 +158,7 @@ class JobResult:
     ended_at: float
     error: str = ""
     fail_rank: int | None = None  # the global rank of the worker made to fail
-    provisional_doc: dict[str, Any] | None = None  # the first provisional verdict file (a stall), whole
+    provisional_doc: dict[str, Any] | None = None  # the first provisional verdict (a stall) after the fault
     provisional_time: float | None = None  # when it was written
     running_at_provisional: bool = False  # every pod's training container still ran when it was seen
 
@@ -259,7 +259,7 @@ class LocalJob:
         self._first_verdict: float | None = None
         self._last_doc: dict[str, Any] | None = None
         self._last_doc_time: float | None = None
-        self._provisional: tuple[dict[str, Any], float, bool] | None = None  # doc, mtime, pods all running
+        self._provisionals: list[tuple[dict[str, Any], float, bool]] = []  # doc, mtime, pods all running
         self.kubelet = Kubelet(
             namespace=spec.namespace,
             job_name=self.job_name,
@@ -599,6 +599,12 @@ class LocalJob:
             self._controller_fired = True
             self._cleanup_at = time.monotonic() + self.spec.controller_delay
 
+    def _provisional(self) -> tuple[dict[str, Any], float, bool] | None:
+        """The first provisional verdict after the fault (a silent start-up can look like a stall too)."""
+        fault = self._fault_time()
+        after = [p for p in self._provisionals if fault is None or p[1] >= fault]
+        return after[0] if after else None
+
     def _fault_time(self) -> float | None:
         times = []
         for m in self._markers.values():
@@ -621,9 +627,9 @@ class LocalJob:
                 continue
             if not isinstance(doc, dict):
                 continue
-            if doc.get("closed_by") == "stall" and self._provisional is None:
+            if doc.get("closed_by") == "stall":
                 running = all(p.running for p in self.pods)
-                self._provisional = (doc, mtime, running)
+                self._provisionals.append((doc, mtime, running))
                 self._note(f"provisional verdict (pods {'still running' if running else 'ending'})")
             if self._first_verdict is None:
                 self._first_verdict = mtime
@@ -674,6 +680,7 @@ class LocalJob:
         self._scan_verdicts()  # the aggregator may publish once more while stopping
 
     def _result(self, started: float, error: str) -> JobResult:
+        provisional = self._provisional()
         outcomes = []
         for pod in self.pods:
             err: dict[str, Any] | None = None
@@ -712,9 +719,9 @@ class LocalJob:
             ended_at=time.time(),
             error=error,
             fail_rank=self.fail_rank(),
-            provisional_doc=copy.deepcopy(self._provisional[0]) if self._provisional else None,
-            provisional_time=self._provisional[1] if self._provisional else None,
-            running_at_provisional=self._provisional[2] if self._provisional else False,
+            provisional_doc=copy.deepcopy(provisional[0]) if provisional else None,
+            provisional_time=provisional[1] if provisional else None,
+            running_at_provisional=provisional[2] if provisional else False,
         )
 
 

@@ -259,3 +259,23 @@ async def test_a_stall_replayed_after_a_restart_is_asked_again_once_the_sidecars
     assert all(not asked for asked in d.pushed.values())
     await asyncio.sleep(2.5)
     assert [[r.trigger for r in asked] for asked in d.pushed.values()] == [["stall"], ["stall"]]
+
+
+@pytest.mark.looptime
+async def test_a_job_that_moves_and_stalls_again_is_asked_again() -> None:
+    # A silent start-up looks like a stall; the real hang comes after the first steps' output.
+    d = Desk(pods=2, resume_grace=10.0)
+    d.quiet(0)
+    d.quiet(1)
+    for i in range(2):
+        d.answer(i, d.pushed[f"llm-worker-{i}"][0])
+    d.quiet(0, quiet=False, at=T0 + 50)
+    await asyncio.sleep(3)
+    d.quiet(0, at=T0 + 60)
+    assert [[r.request_id for r in asked] for asked in d.pushed.values()] == [
+        ["ml:llm:0/stall/1", "ml:llm:0/stall/2"]
+    ] * 2
+    for i in range(2):
+        d.answer(i, d.pushed[f"llm-worker-{i}"][1])
+    assert [x.closed_by for x in d.decisions] == ["stall", "stall"]
+    assert d.sample("podmortem_stall_false_alarms_total") == 1
