@@ -86,6 +86,7 @@ class ActivityDetector:
         self.quiet_poll = quiet_poll
         self.progress = clock()  # the sidecar's start counts as progress: nothing is quiet before S
         self.quiet = False
+        self._quiet_progress = self.progress  # the progress reported quiet (when `quiet`)
         self.sent = 0
         self.looks = 0
         self._sample: object | None = None  # the collectives' last sample during this silence
@@ -118,7 +119,13 @@ class ActivityDetector:
                 self._sample, self._sampled_at = sample, now
         silent = now - self.progress
         quiet = silent >= self.stall_after
+        if self.quiet and self.progress != self._quiet_progress:
+            # It moved since it was reported quiet, and may be silent again already (a quiet look comes only
+            # every `quiet_poll`): say both, so that a stall after a silent start-up is a new stall.
+            self.quiet = False
+            self._send(False, 0.0)
         if quiet != self.quiet:
+            self._quiet_progress = self.progress
             self.quiet = quiet
             self._send(quiet, silent if quiet else 0.0)
         if quiet:
