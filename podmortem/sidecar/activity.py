@@ -21,8 +21,10 @@ Progress is:
 Cost: the detector sleeps until the earliest moment the container could become quiet, the last progress
 + S (+ S/2 for the collective sample), and looks again then: one look per S while the job prints at least
 once per S (one log read of the API per pod per S in a cluster: with S = 5 min and 1,000 pods, 3.3 reads a
-second for the whole cluster), and one every `QUIET_POLL` while quiet, to see it resume. Quiet is sent
-within S + `QUIET_POLL` of the last progress at most (`bench/capture_cost.py` measures the idle CPU).
+second for the whole cluster), and one every `QUIET_POLL` (or S, when shorter) while quiet, to see it
+resume: any progress since the report, however long ago, is reported (`quiet=false`), and quiet again at
+the next look if it has been silent for S since. Quiet is sent within S (+ the look's own time) of the
+last progress (`bench/capture_cost.py` measures the idle CPU).
 The detector stops once the training container has ended (its termination says the rest).
 """
 
@@ -83,10 +85,9 @@ class ActivityDetector:
         self._completed = completed
         self._ended = ended
         self._clock = clock
-        self.quiet_poll = quiet_poll
+        self.quiet_poll = min(quiet_poll, stall_after)
         self.progress = clock()  # the sidecar's start counts as progress: nothing is quiet before S
         self.quiet = False
-        self._quiet_progress = self.progress  # the progress reported quiet (when `quiet`)
         self.sent = 0
         self.looks = 0
         self._sample: object | None = None  # the collectives' last sample during this silence
@@ -103,11 +104,13 @@ class ActivityDetector:
     async def step(self) -> float:
         """One look: update the progress, send a change; the time of the next look (this clock)."""
         self.looks += 1
+        moved = False
         if self._last_output is not None:
             out = await self._last_output()
             if out is not None and out > self.progress:
                 self.progress = min(out, self._clock())  # a file's mtime may lie in the future
                 self._sample, self._sampled_at = None, None
+                moved = True
         now = self._clock()
         half = self.stall_after / 2
         if self._completed is not None and now - self.progress >= half:
@@ -116,16 +119,14 @@ class ActivityDetector:
             if sample is not None:
                 if self._sample is not None and sample != self._sample:
                     self.progress = now  # a collective completed while the log was silent
+                    moved = True
                 self._sample, self._sampled_at = sample, now
         silent = now - self.progress
-        quiet = silent >= self.stall_after
-        if self.quiet and self.progress != self._quiet_progress:
-            # It moved since it was reported quiet, and may be silent again already (a quiet look comes only
-            # every `quiet_poll`): say both, so that a stall after a silent start-up is a new stall.
+        if self.quiet and moved:  # it moved since it was reported quiet, however long ago: say so
             self.quiet = False
             self._send(False, 0.0)
+        quiet = silent >= self.stall_after
         if quiet != self.quiet:
-            self._quiet_progress = self.progress
             self.quiet = quiet
             self._send(quiet, silent if quiet else 0.0)
         if quiet:

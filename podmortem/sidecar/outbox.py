@@ -67,9 +67,10 @@ def describe(event: pb.Event) -> str:
         a = event.activity
         what = f"activity {'quiet' if a.quiet else 'active'} ({a.quiet_seconds:.0f}s)"
     elif kind == "capture":
-        c = event.capture
-        paths = ", ".join(sorted({w.path for w in c.workers})) or "no path"
-        what = f"capture ({c.trigger}) of {len(c.workers)} worker(s) via {paths}{f': {c.note}' if c.note else ''}"
+        cap = event.capture
+        paths = ", ".join(sorted({w.path for w in cap.workers})) or "no path"
+        note = f": {cap.note}" if cap.note else ""
+        what = f"capture ({cap.trigger}) of {len(cap.workers)} worker(s) via {paths}{note}"
     else:
         what = kind
     return f"{what} [id {event.id}]"

@@ -28,7 +28,8 @@ Hangs: each `capture_request` of the aggregator is answered by `capture.Capturer
 (the stream keeps reading meanwhile), its `Capture` event put in the outbox. With a stall-after, an
 `activity.ActivityDetector` reports the training container quiet or active. On stop, before the flush,
 the Flight Recorder files the workers left (NCCL writes them on a collective timeout) go out in a capture
-of the sidecar's own (trigger `teardown`), for an aggregator that takes captures.
+of the sidecar's own (trigger `teardown`), unless the aggregator said it takes none (an aggregator from
+before captures that is not registered yet gets it, and ignores it).
 """
 
 from __future__ import annotations
@@ -282,7 +283,7 @@ async def serve(
                 await reporter.refresh()
                 await _await_end(reporter, pod_changed, settings.flush_timeout)
                 watcher.check(force=True, final=True)
-            if client.aggregator_captures:
+            if client.aggregator_captures is not False:  # unknown yet (not registered): it may be
                 await _teardown_capture(capturer, outbox)
             if will_hold(settings, reporter, client):
                 # A held pod waits for the aggregator at most until its hold deadline, the flush included.

@@ -186,3 +186,15 @@ async def test_after_a_restart_the_failed_runs_log_is_read_from_the_api(kube_api
     assert [e.WhichOneof("payload") for e in events] == ["log_tail", "termination"]
     assert events[0].log_tail.text == b"[rank1]: ValueError: bad label 7 (the failed run)\n"
     assert any("/log?" in path and "previous=true" in path for _, path in kube_api.requests())
+
+
+async def test_last_output_is_the_time_of_the_logs_last_line(kube_api: EmulatorHandle) -> None:
+    """The activity detector's probe: one `tailLines=1&timestamps=true` read, whatever the log's length."""
+    seed_pytorchjob(kube_api)
+    kube_api.set_log(NS, POD, "pytorch", "".join(f"step {i}\n" for i in range(10_000)), at=1_795_760_000.123456789)
+    assert await own_pod(kube_api).last_output("pytorch") == pytest.approx(1_795_760_000.123456, abs=1e-6)
+    (asked,) = [p for _, p in kube_api.requests() if "/log?" in p]
+    assert "tailLines=1" in asked and "timestamps=true" in asked and "limitBytes=512" in asked
+    kube_api.set_log(NS, POD, "pytorch", "")
+    assert await own_pod(kube_api).last_output("pytorch") is None  # no output yet
+    assert await own_pod(kube_api).last_output("sidecar") is None  # no such container: None, logged

@@ -21,7 +21,6 @@ def stuck_in_user_code() -> None:
         time.sleep(3600)
 
 
-@worker_main()
 def main() -> None:
     dist.init_process_group("gloo")
     t = torch.ones(4)
@@ -32,4 +31,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with worker_main():  # type: ignore[union-attr]  # torch types its `record` wrapper as maybe None
+        main()

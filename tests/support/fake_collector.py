@@ -2,8 +2,9 @@
 
 It registers, acks (or holds its acks), answers clock probes on a clock it can skew, rejects bad
 registrations with INVALID_ARGUMENT, answers `hold` when asked to (`holds`: else it is an aggregator of
-before the hold, which ignores the message), and can be stopped and restarted on the same port — the parts of
-an aggregator a sidecar test needs, without the aggregator's incident logic.
+before the hold, which ignores the message), sends `capture_request`s on every open stream
+(`request_capture`, with `captures`), and can be stopped and restarted on the same port — the parts of an
+aggregator a sidecar test needs, without the aggregator's incident logic.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ class FakeCollector(pb_grpc.CollectorServicer):
         reject: str = "",
         holds: bool = False,
         hold_reply: pb.HoldReply | None = None,
+        captures: bool = False,
     ) -> None:
+        self.captures = captures  # says Registered.captures
+        self._streams: list[asyncio.Queue[pb.AggregatorMessage]] = []  # each open stream's extra messages
         self.holds = holds  # says Registered.holds and answers `hold` (with `hold_reply`; None: never)
         self.hold_reply = hold_reply
         self.break_on_hold = 0  # end this many streams (UNAVAILABLE) when a hold arrives on them
@@ -54,7 +58,54 @@ class FakeCollector(pb_grpc.CollectorServicer):
     def event_ids(self) -> list[str]:
         return [e.id for e in self.events]
 
+    def request_capture(self, request_id: str, trigger: str = "stall", timeout_seconds: float = 0.0) -> int:
+        """Send a `capture_request` on every open stream; how many streams it went to."""
+        msg = pb.AggregatorMessage(
+            capture_request=pb.CaptureRequest(request_id=request_id, trigger=trigger, timeout_seconds=timeout_seconds)
+        )
+        for queue in self._streams:
+            queue.put_nowait(msg)
+        return len(self._streams)
+
+    @property
+    def captures_received(self) -> list[pb.Capture]:
+        return [e.capture for e in self.events if e.WhichOneof("payload") == "capture"]
+
     async def Report(
+        self, request_iterator: AsyncIterator[pb.SidecarMessage], context: Any
+    ) -> AsyncIterator[pb.AggregatorMessage]:
+        """The answers to the sidecar's messages, and whatever `request_capture` adds, on one stream."""
+        out: asyncio.Queue[pb.AggregatorMessage | BaseException | None] = asyncio.Queue()
+        extra: asyncio.Queue[pb.AggregatorMessage] = asyncio.Queue()
+
+        async def answer() -> None:
+            try:
+                async for reply in self._answers(request_iterator, context):
+                    if reply.WhichOneof("body") == "registered" and extra not in self._streams:
+                        self._streams.append(extra)
+                    out.put_nowait(reply)
+                out.put_nowait(None)
+            except BaseException as exc:  # an abort: raised again where gRPC sees it
+                out.put_nowait(exc)
+
+        async def forward() -> None:
+            while True:
+                out.put_nowait(await extra.get())
+
+        tasks = [asyncio.create_task(answer()), asyncio.create_task(forward())]
+        try:
+            while (item := await out.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if extra in self._streams:
+                self._streams.remove(extra)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _answers(
         self, request_iterator: AsyncIterator[pb.SidecarMessage], context: Any
     ) -> AsyncIterator[pb.AggregatorMessage]:
         first = True
@@ -73,7 +124,9 @@ class FakeCollector(pb_grpc.CollectorServicer):
                 self.registers.append(msg.register)
                 if self.reject or not msg.register.pod:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.reject or "pod is required")
-                yield pb.AggregatorMessage(registered=pb.Registered(aggregator_id="fake", holds=self.holds))
+                yield pb.AggregatorMessage(
+                    registered=pb.Registered(aggregator_id="fake", holds=self.holds, captures=self.captures)
+                )
             elif kind == "hold":
                 self.hold_requests.append((msg.hold, len(self.events)))
                 if self.break_on_hold > 0:

@@ -22,8 +22,10 @@ start, answers PUT with 404, and its discovery and lists are not what kubectl ac
    (strategic merge is treated as a merge patch: lists are replaced).
 5. The `status` subresource is kept apart, as the apiserver does for resources that declare it: writes
    to the main resource leave `.status` alone, writes to `/status` change only `.status`.
-6. `pods/<name>/log` serves text set with `set_log()`, honouring `container`, `previous`, `tailLines`
-   and `limitBytes` (which, as in the apiserver, keeps the *first* bytes of the selected lines);
+6. `pods/<name>/log` serves text set with `set_log()`, honouring `container`, `previous`, `tailLines`,
+   `timestamps` (each line prefixed with the RFC 3339 time, nanoseconds, of the `set_log` that wrote it,
+   as the kubelet prefixes the time its runtime recorded) and `limitBytes` (which, as in the apiserver,
+   keeps the *first* bytes of the selected lines);
    `hold_logs()` keeps the answers back, so that a test can count the reads in flight.
 7. Bearer-token authentication when a token is configured (401 otherwise).
 8. Fault injection: `fail(status, times, ...)` answers the next matching requests with that status
@@ -62,6 +64,7 @@ import json
 import random
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -186,6 +189,7 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
     token: str | None = None
     logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
     previous_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict)
+    log_times: dict[tuple[str, str, str], float] = attrs.field(factory=dict)  # when each log was last written
     logs_held: bool = False  # while True, log reads wait (`hold_logs`): readers in flight can be counted
     log_readers: int = 0  # log reads being answered now
     rng: random.Random = attrs.field(factory=lambda: random.Random(1))
@@ -478,6 +482,12 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
             n = int(request.params["tailLines"])
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-n:] if n else [])
+        if request.params.get("timestamps") == "true":
+            key = (request.namespace or "", request.name, container)
+            written = self.log_times.get(key, 0.0)
+            whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(written))
+            stamp = f"{whole}.{round((written % 1) * 1e9):09d}Z "
+            text = "".join(stamp + line for line in text.splitlines(keepends=True))
         data = text.encode()
         if "limitBytes" in request.params:
             data = data[: int(request.params["limitBytes"])]
@@ -699,10 +709,15 @@ class EmulatorHandle:
 
         self.call(switch)
 
-    def set_log(self, namespace: str, pod: str, container: str, text: str, previous: bool = False) -> None:
-        """The container's log (`previous`: its run before the last restart, read with previous=true)."""
+    def set_log(
+        self, namespace: str, pod: str, container: str, text: str, previous: bool = False, at: float | None = None
+    ) -> None:
+        """The container's log (`previous`: its run before the last restart, read with previous=true), last
+        written `at` (seconds since the epoch; now by default: what `timestamps=true` shows)."""
         logs = self.emulator.previous_logs if previous else self.emulator.logs
         logs[(namespace, pod, container)] = text
+        if not previous:
+            self.emulator.log_times[(namespace, pod, container)] = time.time() if at is None else at
 
     def requests(self) -> builtins.list[tuple[str, str]]:
         return list(self.emulator.seen)

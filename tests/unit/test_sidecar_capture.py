@@ -192,6 +192,7 @@ async def _serve(path: Path, answer: bytes | None) -> asyncio.Server:
         await reader.readuntil(b"\r\n\r\n")
         if answer is None:
             await asyncio.sleep(3600)
+            return
         writer.write(answer)
         await writer.drain()
         writer.close()
