@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest
 # nvidia-* packages), so PyTorch's CPU wheel index is added as an extra index (its `+cpu` build is then
 # the newest candidate) when it answers. Where only the default index is reachable, torch comes from it
 # (some machines hold the CPU build there). Override: TORCH_INDEX= (default index only) or another
-# index; TORCH_SPEC picks the version.
+# index; TORCH_SPEC picks the version. numpy beside it: torch warns in every worker's log without it.
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # The chart's image. It is not published: build it (`make image`) and push it to a registry of yours.
@@ -23,7 +23,7 @@ CONTAINER ?= docker
 # the real Helm engine of the dev extra (scripts/render_chart.py). CHART_ARGS: more --set/-f arguments.
 CHART_ARGS ?=
 
-.PHONY: setup demo test check lint unit e2e proto bench wheel image push chart clean
+.PHONY: setup demo test check lint unit e2e properties proto bench wheel image push chart clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 	else \
 	  echo "torch: $(TORCH_SPEC) from the default index ($(if $(TORCH_INDEX),$(TORCH_INDEX) does not answer,TORCH_INDEX is empty))"; \
 	fi; \
-	$(PY) -m pip install -q $$extra '$(TORCH_SPEC)'
+	$(PY) -m pip install -q $$extra '$(TORCH_SPEC)' numpy
 	@$(PY) -c 'import torch; cuda = torch.version.cuda; print(f"torch {torch.__version__}" + (f": a CUDA {cuda} build (set TORCH_INDEX to a CPU index for the CPU one)" if cuda else ", CPU build"))' 2>/dev/null || true
 	$(PY) -m pip install -q -e '.[dev]'
 	# A real Prometheus checks our metrics in the tests (Debian package; not started as a service).
@@ -63,6 +63,11 @@ unit: $(STAMP)
 
 e2e: $(STAMP)
 	$(PYTEST) tests/integration tests/e2e
+
+# The property tests with fresh random draws and ten times their budget (tests/support/properties.py);
+# `make test` draws the same examples every run, so that no red run depends on the draw.
+properties: $(STAMP)
+	HYPOTHESIS_PROFILE=wide $(PYTEST) tests/unit
 
 proto: $(STAMP)
 	$(PY) scripts/gen_protos.py

@@ -22,6 +22,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -93,6 +94,7 @@ def run_once(pods: int, tail_kib: int, generators: int, server: str, state: bool
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -80,6 +81,7 @@ def run_shape(jobs: int, world: int, tail_kib: int, generators: int) -> dict[str
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -240,6 +240,8 @@ async def main_async(args: argparse.Namespace) -> int:
                 problems.append(problem)
     finally:
         agg.stop()
+        if not problems:  # a wrong cycle keeps the aggregator's log and state to look at
+            shutil.rmtree(workdir, ignore_errors=True)
     right = args.cycles - len(problems)
     how = "at a random moment (timer)" if args.mid_stream else "between reports"
     print(f"cycles: {args.cycles} (W={args.pods}, one SIGKILL each, {how}), {time.monotonic() - started:.1f} s")

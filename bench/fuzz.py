@@ -27,6 +27,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,9 @@ def _timed(fn: Any, data: bytes) -> None:
         print(f"slow input ({took * 1000:.0f} ms, kept as {kept}): {data[:200]!r}", file=sys.stderr, flush=True)
     if STATE["runs"] == STATE["total"]:
         _report()  # libFuzzer exits the process after the last run: no atexit
+        # Nothing to look at again: the scratch goes (a crash exits before this, and keeps its input there).
+        if not STATE["slow"]:
+            shutil.rmtree(STATE["slow_dir"], ignore_errors=True)
 
 
 # -- targets --------------------------------------------------------------------------------------
@@ -190,7 +194,7 @@ def fuzz_engine(data: bytes) -> None:
     _check(Incident(job=JobRef("ns", "job"), world_size=fdp.ConsumeIntInRange(0, 10), members=members))
 
 
-BUNDLE_DIR = Path(tempfile.mkdtemp(prefix="podmortem-fuzz-"))
+BUNDLE_DIR = Path()  # the bundle target's files: `bundle/` in the run's scratch directory (run_target)
 BUNDLE_FILES = ("pod.json", "log.txt", "error.json")
 SPLIT = b"\n--8<--\n"  # between the files of one bundle input (in the dictionary too)
 INCIDENT_JSON = json.dumps({"job": {"namespace": "ns", "name": "job", "kind": "PyTorchJob"}, "world_size": 1})
@@ -289,6 +293,9 @@ def run_target(target: str, runs: int) -> int:
     _dictionary(work / "words.dict")
     STATE["target"], STATE["total"] = target, runs
     STATE["slow_dir"] = work
+    global BUNDLE_DIR
+    BUNDLE_DIR = work / "bundle"
+    BUNDLE_DIR.mkdir()
     fn = TARGETS[target]
     engine.decide(Incident(JobRef("ns", "warm-up"), 1, (Member(pod="p", log_tail=SEED_LINES[0]),)))  # compiles rules
     atheris.Setup(

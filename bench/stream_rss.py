@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -91,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             cmd = echo_command(ready)
         else:
             cmd = aggregator_command(ready, work / "verdicts")
-        base, per_stream = measure(cmd, ready, n)
+        try:
+            base, per_stream = measure(cmd, ready, n)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         print(f"{name:<10} RSS {base:6.1f} MiB before, {per_stream:6.1f} KiB per open stream", flush=True)
     return 0
 

@@ -184,7 +184,8 @@ class Kubectl:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise PluginError(f"cannot run {self.binary}: {exc}") from exc
         if done.returncode != 0:
-            raise PluginError(done.stderr.strip() or f"{' '.join(cmd)} failed")
+            # kubectl's own message starts with "error: ", as ours do: say it once.
+            raise PluginError(done.stderr.strip().removeprefix("error: ") or f"{' '.join(cmd)} failed")
         obj = json.loads(done.stdout)
         if not isinstance(obj, dict) or obj.get("kind", "").endswith("List"):
             raise PluginError(f"{target}: name one object, as <kind>/<name>")
@@ -219,6 +220,22 @@ POD_LABELS = {
     "TrainJob": "jobset.sigs.k8s.io/jobset-name",  # a TrainJob's JobSet has its name
 }
 LOG_LINES = 300
+# What each command takes, as kubectl's resource names (singular; a plural or `kind.group` names the same).
+JOB_RESOURCES = ("pytorchjob", "job", "jobset", "trainjob")
+EXPLAIN_RESOURCES = (*JOB_RESOURCES, "pod", "po")
+
+
+def target_problem(command: str, target: str) -> str | None:
+    """Why `target` is not something `command` works on, before any cluster is asked; None when it is."""
+    kind, sep, name = target.partition("/")
+    if not sep or not kind or not name:
+        return "name the object as <kind>/<name>, e.g. pytorchjob/my-job"
+    resource = kind.lower().partition(".")[0]
+    takes = EXPLAIN_RESOURCES if command == "explain" else JOB_RESOURCES
+    if resource not in takes and not (resource.endswith("s") and resource[:-1] in takes):
+        what = "a job or a pod" if command == "explain" else "a job"
+        return f"{target}: {command} takes {what} ({', '.join(r for r in takes if r != 'po')}), not a {kind}"
+    return None
 
 
 def _training_container(pod: dict[str, Any]) -> str:
@@ -238,6 +255,17 @@ def _error_file_path(pod: dict[str, Any], container: str) -> str:
     return ""
 
 
+def directory_problem(directory: Path) -> str | None:
+    """Why a bundle cannot be written to `directory`: only a new or empty one takes a bundle, since pods of
+    another job left there would be read as members of this one. None when it can."""
+    try:
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            return f"{directory}: not an empty directory; name a new one (nothing was written)"
+    except OSError as exc:
+        return f"{directory}: {exc.strerror or exc}"
+    return None
+
+
 def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
     """Write the incident bundle of a job (`podmortem analyze DIR` reads it: podmortem/offline/bundle.py):
     `incident.json`, and per pod `pod.json`, `log.txt` (the training container's last LOG_LINES lines, of
@@ -254,6 +282,8 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
     pods = [p for p in (json.loads(listed).get("items") or []) if isinstance(p, dict)] if listed else []
     if not pods:
         raise PluginError(f"{target}: no pods labelled {label}={meta.get('name')} (gone already?)")
+    if (problem := directory_problem(directory)) is not None:
+        raise PluginError(problem)
     directory.mkdir(parents=True, exist_ok=True)
     ref = {
         "namespace": meta.get("namespace", ""),
@@ -303,8 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if "/" not in args.target:
-        print("error: name the object as <kind>/<name>, e.g. pytorchjob/my-job", file=sys.stderr)
+    problem = target_problem(args.command, args.target)
+    if problem is None and args.command == "bundle":
+        problem = directory_problem(Path(args.directory))
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     flags = [f"--{name}={value}" for name in ("namespace", "kubeconfig", "context") if (value := getattr(args, name))]
     kubectl = Kubectl(settings.read(SETTINGS, None, args)["kubectl"] or "kubectl", flags)

@@ -27,6 +27,7 @@ Standard library only: the sidecar imports this in every training pod.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -109,6 +110,12 @@ def read(
 def is_true(text: str | None) -> bool:
     """A switch's text: 1, true, yes or on (any case)."""
     return (text or "").strip().lower() in TRUE
+
+
+def log_level(text: str | None) -> str | None:
+    """A logging level's name, upper case ('' means INFO); None when `text` names no level."""
+    level = (text or "INFO").strip().upper()
+    return level if isinstance(logging.getLevelName(level), int) else None
 
 
 # Environment variables read that are no one's setting: facts the platform sets, and who sets them.

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from support import properties
 from support.kube_emulator import EmulatorHandle, running_emulator
+
+properties.load()  # the same draws on every run; `make properties` searches wider (tests/support/properties.py)
 
 
 @pytest.fixture

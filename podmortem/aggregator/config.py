@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from podmortem import settings
 from podmortem.settings import Setting
 
+MAX_PORT = 65535
 # Without --kube nothing listens beyond loopback unless asked.
 LOOPBACK_LISTEN, LOOPBACK_METRICS = "127.0.0.1:50051", "127.0.0.1:9090"
 CLUSTER_LISTEN, CLUSTER_METRICS = "0.0.0.0:50051", "0.0.0.0:9090"
@@ -128,7 +131,7 @@ SETTINGS: tuple[Setting, ...] = (
         "permanent_confidence",
         "--permanent-confidence",
         "PODMORTEM_PERMANENT_CONFIDENCE",
-        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0-1); below it "
+        "podmortem.io/PermanentFailure on a pod only at this verdict confidence (0.01-1); below it "
         "RetryableFailure or none: never give up on a guess",
         default="0.9",
     ),
@@ -327,6 +330,11 @@ def _plain(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
+def setting_name(dest: str) -> str:
+    """How an aggregator setting is named in an error: its flag and its variable."""
+    return _name(SETTINGS, dest)
+
+
 def _name(table: tuple[Setting, ...], dest: str) -> str:
     return next(s for s in table if s.dest == dest).name
 
@@ -350,6 +358,9 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
     mode = raw["verdict_file_mode"]
     if mode not in VERDICT_FILE_MODES and f"0{mode}" not in VERDICT_FILE_MODES:
         raise ConfigError(f"{name('verdict_file_mode')} = {mode!r} is not one of {', '.join(VERDICT_FILE_MODES)}")
+    level = settings.log_level(raw["log_level"])
+    if level is None:
+        raise ConfigError(f"{name('log_level')} = {raw['log_level']!r} is not a logging level")
     world = raw.get("world_size")
     return AggregatorConfig(
         auth=auth,
@@ -368,7 +379,7 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         rules=raw.get("rules", ""),
         ready_file=raw.get("ready_file", ""),
         shutdown_grace=_positive(name("shutdown_grace"), raw["shutdown_grace"]),
-        log_level=raw["log_level"].upper() or "INFO",
+        log_level=level,
         state_dir=raw.get("state_dir", ""),
         permanent_confidence=_number(name("permanent_confidence"), raw["permanent_confidence"], float, 0.01, 1.0),
         peer_wait=_number(name("peer_wait"), raw["peer_wait"], float, 0.0, 3600.0),
@@ -442,6 +453,21 @@ def duration(name: str, text: str) -> float:
     return value
 
 
+def writable_directory(name: str, path: str) -> None:
+    """Refuse, at start-up, a directory the aggregator could not write later (a plain file in its place, a
+    read-only mount, no permission): creates it when missing and writes a probe file into it. Raises
+    ConfigError naming the setting, so that nothing is lost after a start that looked fine."""
+    where = Path(path)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except FileExistsError:
+        raise ConfigError(f"{name} = {path!r} is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{name} = {path!r} cannot be written: {exc.strerror or exc}") from None
+
+
 def in_cluster() -> bool:
     """Is this process in a pod (the kubelet sets KUBERNETES_SERVICE_HOST)?"""
     return bool(settings.platform("KUBERNETES_SERVICE_HOST"))
@@ -453,6 +479,8 @@ def _address(name: str, value: str, allow_empty: bool = False) -> str:
     _, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(f"{name}: expected host:port, got {value!r}")
+    if not 0 <= int(port) <= MAX_PORT:
+        raise ConfigError(f"{name}: port {port} is not between 0 and {MAX_PORT} (0 = any free port)")
     return value
 
 

@@ -473,6 +473,9 @@ def run(ns: argparse.Namespace) -> int:
         for path in (config.tls_cert, config.tls_key):
             if path and not Path(path).is_file():
                 raise ValueError(f"{path}: no such TLS file")
+        for dest in ("verdict_dir", "state_dir"):
+            if getattr(config, dest):
+                config_mod.writable_directory(config_mod.setting_name(dest), getattr(config, dest))
     except (ValueError, rules.RulesError) as exc:
         print(f"podmortem aggregator: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from podmortem.core.assess import Finding, log_text
+from podmortem.core.assess import Finding, assess, log_text
 from podmortem.core.hangs import RankCapture, match
 from podmortem.core.model import HangFinding, Member, WorkerCapture
 from podmortem.core.stacks import dumps_in_log
@@ -30,8 +30,10 @@ def sigterm_captures(member: Member, finding: Finding | None = None) -> tuple[Wo
     dumps = dumps_in_log(text)[-MAX_LOG_DUMPS:]
     if not dumps:
         return ()
-    own = sorted(finding.own_ranks) if finding is not None else []
-    silent = list(finding.silent_ranks) if finding is not None else []
+    if finding is None or not finding.own_ranks:  # its log read in full only now (a torn-down member's is not)
+        finding = assess(member, full_log=True)
+    own = sorted(finding.own_ranks)
+    silent = list(finding.silent_ranks)
     unplaced = [d for d in dumps if d.rank is None]
     guess: int | None = None
     if len(own) == 1:

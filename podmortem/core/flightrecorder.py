@@ -323,6 +323,11 @@ class FRSummary:
             raise FlightRecorderError(f"summary is not JSON: {e}") from None
         return _summary_from_doc(doc)
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> FRSummary:
+        """A summary from its parsed JSON (a bundle's captures.json holds it as an object); validated."""
+        return _summary_from_doc(doc)
+
 
 def _no_constant(name: str) -> Any:
     raise FlightRecorderError(f"summary holds {name}: not a number JSON allows")

@@ -214,15 +214,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
+def _import_root() -> str | None:
+    """The source tree that holds the `podmortem` package this process runs; None when it is installed (the
+    children's interpreter finds it in site-packages as this one did)."""
+    root = Path(__file__).resolve().parents[2]
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
 def _base_env() -> dict[str, str]:
+    """Every child's environment. Children start as `python -m ...`, and `-m` puts the current directory
+    (the user's, for the aggregator) first on `sys.path`: PYTHONSAFEPATH keeps it off, so that a folder
+    named `podmortem` where the user stands (the clone itself, seen from its parent) is never imported in
+    place of the package; PYTHONPATH names the source tree this process runs from, if any."""
     env = settings.environment()
     env.pop(TOKEN_ENV, None)
-    root = _package_root()
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    root = _import_root()
+    if root is not None:
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONSAFEPATH"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -246,7 +255,8 @@ class LocalJob:
         self.job_uid = str(uuid.uuid4())
         self._progress = progress
         self._tmp: str | None = None
-        self.workdir = Path(spec.workdir) if spec.workdir else Path()
+        # Resolved once, here: every child runs in its own pod's directory and is handed absolute paths.
+        self.workdir = Path(spec.workdir).resolve() if spec.workdir else Path()
         self.pods: list[Pod] = []
         self.aggregator: subprocess.Popen[bytes] | None = None
         self._aggregator_log: IO[bytes] | None = None
@@ -473,8 +483,8 @@ class LocalJob:
             "--fault-dir",
             str(self.workdir / "faults"),
         ]
-        if s.fault == "multi" or (s.fault == "skew" and s.second_pod is not None):
-            second = (s.failing_pod() - 1) % s.pods if s.second_pod is None else s.second_pod
+        second = self._second_pod()
+        if second is not None:
             args += ["--second-rank", str(second * self.nproc), "--second-delay", str(s.second_delay)]
         return args
 
@@ -483,7 +493,7 @@ class LocalJob:
         mode = self.spec.capture
         out = {"PODMORTEM_WORKLOAD_COOPERATE": "1" if mode == "cooperative" else "0"}
         if mode == "sitecustomize":
-            inject = str(Path(_package_root()) / "inject")
+            inject = str(Path(__file__).resolve().parent.parent / "inject")  # podmortem/inject
             out["PYTHONPATH"] = inject + os.pathsep + env.get("PYTHONPATH", "")
             out["PODMORTEM_FAULTHANDLER"] = "1"
         return out
@@ -584,11 +594,19 @@ class LocalJob:
                     self.kubelet.preempt(pod)
 
     def _second_pending(self) -> bool:
-        """The scenario has a second, independent error (multi, skew with a second pod) not yet raised:
-        the job controller's cleanup waits for it, or a loaded machine lets the deletion win the race."""
+        """The scenario has a second, independent error (multi, skew with a second pod) whose pod has not
+        failed of it yet: the job controller's cleanup waits until that pod's agent has exited with it (its
+        error file written), or a loaded machine lets the deletion win the race. The overall deadline
+        bounds the wait."""
+        second = self._second_pod()
+        return second is not None and self.pods[second].running and self.pods[second].deleted_at is None
+
+    def _second_pod(self) -> int | None:
+        """The node rank of the pod with the scenario's second, independent error; None without one."""
         s = self.spec
-        expects = s.fault == "multi" or (s.fault == "skew" and s.second_pod is not None)
-        return expects and not any(m.get("fault") == "multi-second" for m in self._markers.values())
+        if s.fault == "multi" or (s.fault == "skew" and s.second_pod is not None):
+            return (s.failing_pod() - 1) % s.pods if s.second_pod is None else s.second_pod
+        return None
 
     def _on_agent_exit(self, pod: Pod, rc: int) -> None:
         oom_killed = any(

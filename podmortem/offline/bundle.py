@@ -6,6 +6,9 @@ A bundle is a directory::
     pods/<pod>/pod.json             `kubectl get pod <pod> -o json`
     pods/<pod>/error.json           the TORCHELASTIC_ERROR_FILE (optional)
     pods/<pod>/log.txt              `kubectl logs <pod> --tail=300` (optional)
+    pods/<pod>/captures.json        stacks and Flight Recorder summaries of its workers (optional; a list of
+                                    {"path", "global_rank", "local_rank", "stack", "flight_recorder", "note",
+                                    "trigger", "captured_at"}: docs/engine.md, "Captured evidence")
 
 Every member is built through the same fold the aggregator uses for live events — pod JSON →
 `podstatus.snapshot` → `wire.member_from_snapshot` → `wire.apply_event` over the snapshot's events,
@@ -31,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core import errorfile, podstatus
-from podmortem.core.model import Incident, JobRef, Member, evolve
+from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
+from podmortem.core.model import Incident, JobRef, Member, WorkerCapture, evolve
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -165,8 +169,69 @@ def _load_member(pod_dir: str | Path) -> Member:
         events.append(wire.make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
     for event in events:
         member = wire.apply_event(member, event)
+    captures = _read_captures(os.path.join(pod_dir, "captures.json"))
     # No sidecar watched this pod: the fold stamped "observed" with the time we read the files.
-    return evolve(member, error_observed_at=None, termination_observed_at=None)
+    return evolve(member, error_observed_at=None, termination_observed_at=None, captures=captures)
+
+
+MAX_CAPTURES = 256  # per pod: a pod runs a handful of workers, each captured a few times
+MAX_STACK_CHARS = 32 * 1024  # a stack's tail is kept, as the sidecar keeps it
+_CAPTURE_PATHS = frozenset({"control_plane", "py_spy", "fr_file", "sigterm_stack"})
+
+
+def _read_captures(path: str) -> tuple[WorkerCapture, ...]:
+    """pods/<pod>/captures.json, validated: BundleError naming the entry that is not a capture."""
+    if not os.path.lexists(path):
+        return ()
+    doc = _read_json(path, "captures.json")
+    if not isinstance(doc, list):
+        raise BundleError(f"{path}: captures.json must be a list of captures")
+    if len(doc) > MAX_CAPTURES:
+        raise BundleError(f"{path}: {len(doc)} captures, more than the {MAX_CAPTURES} a pod may have")
+    return tuple(_capture(item, f"{path}: capture {i}") for i, item in enumerate(doc))
+
+
+def _capture(item: Any, where: str) -> WorkerCapture:
+    if not isinstance(item, dict):
+        raise BundleError(f"{where} is not an object")
+    kind = item.get("path")
+    if kind not in _CAPTURE_PATHS:
+        raise BundleError(f"{where}: path {kind!r} is not one of {', '.join(sorted(_CAPTURE_PATHS))}")
+
+    def rank(key: str) -> int | None:
+        v = item.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 31:
+            raise BundleError(f"{where}: {key} must be a rank (an integer >= 0)")
+        return v
+
+    def text(key: str) -> str:
+        v = item.get(key, "")
+        if not isinstance(v, str):
+            raise BundleError(f"{where}: {key} must be a string")
+        return v
+
+    summary = None
+    fr = item.get("flight_recorder")
+    if fr not in (None, ""):
+        try:
+            summary = FRSummary.from_json(fr) if isinstance(fr, str) else FRSummary.from_dict(fr)
+        except FlightRecorderError as exc:
+            raise BundleError(f"{where}: flight_recorder: {exc}") from None
+    at = item.get("captured_at")
+    if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
+        raise BundleError(f"{where}: captured_at must be a number (seconds since the epoch)")
+    return WorkerCapture(
+        path=kind,
+        local_rank=rank("local_rank"),
+        global_rank=rank("global_rank"),
+        stack=text("stack")[-MAX_STACK_CHARS:],
+        flight_recorder=summary,
+        note=text("note")[:1000],
+        trigger=text("trigger")[:32],
+        captured_at=float(at) if at is not None else None,
+    )
 
 
 def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
@@ -219,9 +284,13 @@ def _load_members(pod_dirs: Sequence[str], workers: int | None = None) -> list[M
 def load_bundle(path: str | Path) -> Incident:
     """Read a bundle directory into an Incident; raises BundleError (one line) when it is not one."""
     root = Path(path)
-    if not root.exists():
-        raise BundleError(f"{root}: no such directory")
-    if not root.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(root.stat().st_mode)
+    except FileNotFoundError:
+        raise BundleError(f"{root}: no such directory") from None
+    except OSError as exc:  # a symbolic link loop, a name too long, no permission
+        raise BundleError(f"{root}: cannot be read: {exc.strerror or exc}") from None
+    if not is_dir:
         raise BundleError(f"{root}: not a directory (expected an incident bundle)")
     meta_path = root / "incident.json"
     meta = _read_json(meta_path, "incident.json")

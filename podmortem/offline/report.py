@@ -18,6 +18,34 @@ def _retry_word(retryable: bool | None) -> str:
     return "yes" if retryable else "no"
 
 
+def _hang_lines(verdict: Verdict) -> list[str]:
+    """What the captured stacks and Flight Recorder state said (the summary's first line says it in words)."""
+    h = verdict.hang
+    if h is None:
+        return []
+    collective = " ".join(
+        p
+        for p in (
+            h.op,
+            f"#{h.seq}" if h.seq is not None else "",
+            f"(group {h.process_group})" if h.process_group else "",
+        )
+        if p
+    )
+    ranks = ", ".join(str(r) for r in h.stuck_ranks)
+    out = [
+        f"  hang         {h.finding}"
+        + (f": rank(s) {ranks}" if ranks else "")
+        + (f", {collective}" if collective else "")
+    ]
+    if h.frame is not None:
+        line = f":{h.frame.line}" if h.frame.line is not None else ""
+        out.append(f"  stopped at   {h.frame.file}{line} in {h.frame.function}")
+    if h.path:
+        out.append(f"  captured by  {h.path}")
+    return out
+
+
 def render(incident: Incident, verdict: Verdict) -> str:
     """The human report for one incident."""
     job = incident.job.key if incident.job.namespace else incident.job.name
@@ -42,6 +70,7 @@ def render(incident: Incident, verdict: Verdict) -> str:
         detail.append(f"  exception    {verdict.exception_type}")
     if verdict.message:
         detail.append(f"  message      {verdict.message}")
+    detail.extend(_hang_lines(verdict))
     hedge = "   LOW: read as likely, not certain" if verdict.uncertain else ""
     detail.append(f"  confidence   {verdict.confidence:.2f}   (rule {verdict.rule or '-'}){hedge}")
     if verdict.uncertain and verdict.runner_up_pod:

@@ -25,7 +25,6 @@ Linux, no watches left) the sidecar polls on its own and says so in its log.
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -303,10 +302,10 @@ def from_env_and_args(env: Mapping[str, str] | None = None, ns: argparse.Namespa
             values[s.dest] = _convert(s.dest, raw)
         except ValueError as exc:
             problems.append(f"{s.name} = {raw!r} is not valid: {exc}")
-    level = str(values.get("log_level", "INFO")).upper()
-    if not isinstance(logging.getLevelName(level), int):
-        problems.append(f"PODMORTEM_LOG_LEVEL (or --log-level) = {level!r} is not a logging level")
-    values["log_level"] = level
+    level = settings.log_level(str(values.get("log_level", "INFO")))
+    if level is None:
+        problems.append(f"PODMORTEM_LOG_LEVEL (or --log-level) = {values.get('log_level')!r} is not a logging level")
+    values["log_level"] = level or "INFO"
     if not 0 <= values.get("log_tail_bytes", 0) <= MAX_LOG_TAIL_BYTES:
         problems.append(f"PODMORTEM_LOG_TAIL_BYTES (or --log-tail-bytes) must be between 0 and {MAX_LOG_TAIL_BYTES}")
     source = str(values.get("pod_source", "auto")).lower()

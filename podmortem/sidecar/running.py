@@ -448,8 +448,8 @@ async def _hold(client: StreamClient, reporter: PodReporter | None, settings: Se
     """Wait for the aggregator to confirm this pod's condition (see the module docstring)."""
     if settings.hold_timeout <= 0:
         return
-    if not client.may_hold():
-        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+    if why := client.hold_refusal():
+        logger.info("not holding the pod: %s; Kubernetes' defaults apply", why)
         return
     if why := hold_skipped(reporter):
         logger.info("not holding the pod: %s", why)
@@ -464,8 +464,8 @@ async def _hold(client: StreamClient, reporter: PodReporter | None, settings: Se
     started = loop.time()
     reply = await client.hold(budget)
     waited = loop.time() - started
-    if reply is None and not client.may_hold():
-        logger.info("the aggregator does not hold pods (an older version): Kubernetes' defaults apply")
+    if reply is None and (why := client.hold_refusal()):
+        logger.info("not holding the pod: %s; Kubernetes' defaults apply", why)
     elif reply is None:
         logger.warning("no confirmation within %.1fs: exiting; Kubernetes' defaults apply to this pod", budget)
     elif reply.outcome == pb.HoldReply.WRITTEN:

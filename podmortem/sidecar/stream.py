@@ -340,8 +340,18 @@ class StreamClient:
             self.on_capture_request(request)
 
     def may_hold(self) -> bool:
-        """False once the aggregator registered with says it does not answer `hold` (an older one)."""
-        return self.aggregator_holds is not False
+        """Can a `hold` be answered? Only once an aggregator that answers it has registered this sidecar: one
+        that was never reached has nothing of this pod to decide on, so holding the pod for it only delays
+        Kubernetes' defaults."""
+        return not self.hold_refusal()
+
+    def hold_refusal(self) -> str:
+        """Why a `hold` cannot be answered ("" when it can)."""
+        if self.aggregator_holds is None:
+            return "no aggregator was reached"
+        if self.aggregator_holds is False:
+            return "the aggregator writes no pod conditions (it runs without --kube, or is an older version)"
+        return ""
 
     async def hold(self, timeout_seconds: float) -> pb.HoldReply | None:
         """Ask the aggregator to confirm this pod's condition; its reply, or None (an aggregator that does

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -225,9 +224,9 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) ->
                 raise ValueError
         except ValueError:
             problems.append(f"{name('shutdown_grace')} = {raw['shutdown_grace']!r} is not a number >= 0")
-    level = (raw.get("log_level") or "INFO").upper()
-    if not isinstance(logging.getLevelName(level), int):
-        problems.append(f"{name('log_level')} = {level!r} is not a logging level")
+    level = settings.log_level(raw.get("log_level"))
+    if level is None:
+        problems.append(f"{name('log_level')} = {raw.get('log_level')!r} is not a logging level")
 
     defaults = Injection(image=f"ghcr.io/podmortem/podmortem:{_version()}", version=_version())
     inj: dict[str, object] = {f.name: getattr(defaults, f.name) for f in fields(Injection)}
@@ -274,7 +273,7 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) ->
         listen=listen,
         metrics_listen=metrics_listen,
         shutdown_grace=grace,
-        log_level=level,
+        log_level=level or "INFO",
         injection=Injection(**inj),  # type: ignore[arg-type]
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,10 +41,13 @@ REPO = Path(__file__).resolve().parents[2]
         ("ingest_speed", ["--pods", "16", "--tail-kib", "4", "--repeat", "1", "--profile"], "ingest W=16"),
     ],
 )
-def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str) -> None:
+def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str, tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"  # the benchmark's temporary files: it leaves none behind
+    scratch.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", f"bench.{script}", *args],
         cwd=REPO,
+        env=dict(os.environ, TMPDIR=str(scratch)),
         capture_output=True,
         text=True,
         timeout=600,
@@ -51,3 +55,4 @@ def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], exp
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expect in done.stdout
+    assert not list(scratch.iterdir()), f"left behind: {sorted(p.name for p in scratch.iterdir())}"

@@ -16,14 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from podmortem.local.faults import EXPECTED_CATEGORY
 
-def _demo(*args: str, torch: bool) -> tuple[int, str]:
+README = Path(__file__).resolve().parents[2] / "README.md"
+# The installed entry point, as the README calls it (`.venv/bin/podmortem`).
+ENTRY_POINT = Path(sys.executable).parent / "podmortem"
+
+
+def _demo(*args: str, torch: bool, cwd: Path | None = None, command: list[str] | None = None) -> tuple[int, str]:
     env = dict(os.environ)
     if not torch:
         env["PODMORTEM_HARNESS_TORCH"] = "0"
     proc = subprocess.run(
-        [sys.executable, "-m", "podmortem.cli", "demo", *args],
+        [*(command or [sys.executable, "-m", "podmortem.cli"]), "demo", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=240,
@@ -73,3 +80,40 @@ def test_demo_keep_leaves_a_bundle_that_analyze_decides_alike(tmp_path: Path) ->
     again, output = _demo("--keep", str(kept), torch=False)  # not an empty directory: refused, nothing lost
     assert again == 2 and "not an empty directory" in output
     assert (kept / "incident.json").exists()
+
+
+def _readme_demo_example() -> list[str]:
+    """The demo command the README prints, word for word (`.venv/bin/podmortem demo --fault ...`)."""
+    text = " ".join(README.read_text().split())  # the README wraps it over two lines
+    found = re.search(r"`(\.venv/bin/podmortem demo [^`]+)`", text)
+    assert found, "the README no longer shows a demo example"
+    return found.group(1).split()
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_readme_demo_example_works_as_printed(tmp_path: Path) -> None:
+    """Run from a directory of the user's, with the README's relative `--keep ./demo-bundle`."""
+    words = _readme_demo_example()
+    assert words[:2] == [".venv/bin/podmortem", "demo"], words
+    keep = words[words.index("--keep") + 1]
+    assert not Path(keep).is_absolute(), "the example is meant to show a relative --keep"
+    code, output = _demo(*words[2:], torch=True, cwd=tmp_path, command=[str(ENTRY_POINT)])
+    assert code == 0, output
+    fault = words[words.index("--fault") + 1]
+    _assert_names_the_failed_pod(output, EXPECTED_CATEGORY[fault][0])
+    bundle = tmp_path / keep
+    assert (bundle / "incident.json").is_file(), output
+    pods = int(words[words.index("--pods") + 1])
+    assert len(list((bundle / "pods").iterdir())) == pods, output
+    for log in (bundle / "pods").glob("*/log.txt"):  # the set-up installs what torch warns about
+        assert "Failed to initialize NumPy" not in log.read_text(), log
+
+
+def test_demo_runs_beside_a_folder_named_podmortem(tmp_path: Path) -> None:
+    """The directory that holds the clone (`podmortem/`) is no package: the demo's children never import it."""
+    (tmp_path / "podmortem").mkdir()
+    (tmp_path / "podmortem" / "README.md").write_text("a clone of podmortem, not the package\n")
+    code, output = _demo("--fault", "exception", "--pods", "2", torch=False, cwd=tmp_path, command=[str(ENTRY_POINT)])
+    assert code == 0, output
+    _assert_names_the_failed_pod(output, "user_code")

@@ -163,7 +163,10 @@ async def test_a_pod_without_a_verdict_leads_to_its_job(published: Path) -> None
 async def test_errors_and_no_verdict(published: Path, kube_api: EmulatorHandle) -> None:
     base = [sys.executable, "-m", "podmortem.kubectl_plugin", "explain"]
     missing = run([*base, "pytorchjob/nope", "--kubeconfig", str(published), "-n", NS])
-    assert missing.returncode == 2 and "error:" in missing.stderr
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "Not Found" in missing.stderr
+    no_config = run([*base, "pytorchjob/x", "--kubeconfig", str(published.parent / "absent")])
+    assert no_config.returncode == 2 and "no such file or directory" in no_config.stderr  # kubectl: "error: stat ..."
+    assert no_config.stderr.startswith("error: stat ") and "error: error:" not in no_config.stderr  # said once
     assert run([*base, "mixtral-cpt", "--kubeconfig", str(published)]).returncode == 2
     kube_api.put("v1/pods", {"metadata": {"name": "lonely", "namespace": NS}})
     none = run([*base, "pod/lonely", "--kubeconfig", str(published), "-n", NS])
@@ -256,3 +259,20 @@ async def test_kubectl_podmortem_bundle_collects_what_podmortem_analyze_reads(
     analyzed = run([sys.executable, "-m", "podmortem.cli", "analyze", str(bundle), "--json"])
     assert analyzed.returncode == 0, analyzed.stderr
     assert json.loads(analyzed.stdout)["root_cause"]["pod"] == pods[1]
+
+
+async def test_bundle_refuses_a_directory_that_holds_anything(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    """Another job's pods left in DIR would be read as members of this one: only a new or empty DIR is taken."""
+    seed_pytorchjob(kube_api, workers=1)
+    kube_api.emulator.token = None  # kubectl (client-go) sends no bearer token over plain http
+    env = plugin_on_path(tmp_path) | {"KUBECONFIG": str(kube_api.kubeconfig(tmp_path / "config", NS))}
+    taken = tmp_path / "b"
+    (taken / "pods" / "other-job-worker-0").mkdir(parents=True)
+    (taken / "incident.json").write_text('{"job": {"namespace": "x", "name": "y"}, "world_size": 3}\n')
+    out = run(["kubectl", "podmortem", "bundle", f"pytorchjob/{JOB}", str(taken), "-n", NS], env=env)
+    assert out.returncode == 2 and "not an empty directory" in out.stderr, out.stderr
+    assert [p.name for p in (taken / "pods").iterdir()] == ["other-job-worker-0"]  # nothing written, nothing lost
+    assert json.loads((taken / "incident.json").read_text())["job"]["name"] == "y"
+    (empty := tmp_path / "empty").mkdir()
+    out = run(["kubectl", "podmortem", "bundle", f"pytorchjob/{JOB}", str(empty), "-n", NS], env=env)
+    assert out.returncode == 0, out.stderr

@@ -401,3 +401,20 @@ def test_the_hold_never_outlasts_the_pods_grace() -> None:
     assert running.hold_budget(settings, 10.0, stopped_at=100.0, now=101.0) == 10.0 - running.GRACE_MARGIN - 1.0
     assert running.hold_budget(settings, 1.0, stopped_at=100.0, now=101.0) == 0.0
     assert running.hold_budget(settings, None, stopped_at=100.0, now=120.0) == 0.0
+
+
+async def test_no_hold_when_no_aggregator_was_ever_reached(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Nothing of this pod reached an aggregator, so none can answer a hold: the pod is not kept for one.
+    caplog.set_level(logging.INFO, logger="podmortem.sidecar")
+    settings = settings_for(
+        tmp_path, "127.0.0.1:1", PODMORTEM_HOLD_TIMEOUT="3600", PODMORTEM_FLUSH_TIMEOUT="0.2"
+    )  # port 1: nothing listens
+    assert settings.pod_status_file is not None
+    settings.pod_status_file.write_text(json.dumps(POD))
+    async with serve_task(settings, Outbox()) as (stop, task):
+        await asyncio.sleep(0.3)  # the pod's end is read; the stream keeps failing to connect
+        stop.set()
+        code = await asyncio.wait_for(task, HANG_GUARD)
+    assert code == 0
+    assert "not holding the pod: no aggregator was reached" in caplog.text
+    assert "holding the pod until" not in caplog.text

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +75,55 @@ def test_node_action_settings() -> None:
                 {"PODMORTEM_SUSPECT_NODE_WINDOW": "0d"}, {"PODMORTEM_SUSPECT_NODE_THRESHOLD": "0"}):  # fmt: skip
         with pytest.raises(ValueError):
             load_kube_settings(argparse.Namespace(), bad)
+
+
+def test_a_port_out_of_range_is_refused_not_replaced() -> None:
+    for flag in ("--listen", "--metrics-listen"):
+        with pytest.raises(config.ConfigError, match=r"port 99999 is not between 0 and 65535"):
+            config.load(_ns(flag, "127.0.0.1:99999"), env={})
+    assert config.load(_ns("--listen", "127.0.0.1:65535"), env={}).listen == "127.0.0.1:65535"
+
+
+def test_an_unknown_log_level_is_a_setting_error() -> None:
+    with pytest.raises(config.ConfigError, match=r"--log-level.*'LOUD' is not a logging level"):
+        config.load(_ns("--log-level", "LOUD"), env={})
+    assert config.load(_ns(), env={"PODMORTEM_LOG_LEVEL": "debug"}).log_level == "DEBUG"
+
+
+def test_a_directory_that_cannot_be_written_is_refused_at_start(tmp_path: Path) -> None:
+    plain = tmp_path / "a-file"
+    plain.write_text("not a directory\n")
+    with pytest.raises(config.ConfigError, match=r"--verdict-dir.*is not a directory"):
+        config.writable_directory(config.setting_name("verdict_dir"), str(plain))
+    with pytest.raises(config.ConfigError, match=r"--state-dir.*cannot be written"):
+        config.writable_directory(config.setting_name("state_dir"), str(plain / "below"))
+    config.writable_directory(config.setting_name("state_dir"), str(tmp_path / "new" / "state"))  # created
+    assert (tmp_path / "new" / "state").is_dir() and not any((tmp_path / "new" / "state").iterdir())
+
+
+@pytest.mark.parametrize("flag", ["--verdict-dir", "--state-dir"])
+def test_the_aggregator_refuses_an_unwritable_directory_before_serving(tmp_path: Path, flag: str) -> None:
+    plain = tmp_path / "a-file"
+    plain.write_text("not a directory\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podmortem.cli",
+            "aggregator",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            flag,
+            str(plain),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{flag}" in done.stderr and "is not a directory" in done.stderr
+    assert "starting empty" not in done.stderr and "Traceback" not in done.stderr
+    assert plain.read_text() == "not a directory\n"  # nothing lost, nothing moved aside

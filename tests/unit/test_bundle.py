@@ -123,6 +123,7 @@ def test_no_bundle_of_the_labelled_corpus_has_its_truth_read() -> None:
     [
         ("no-dir", "no such directory"),
         ("file", "not a directory"),
+        ("symlink-loop", "cannot be read: Too many levels of symbolic links"),
         ("no-incident", "incident.json not found"),
         ("bad-incident-json", "incident.json is not valid JSON"),
         ("incident-not-object", "must be a JSON object"),
@@ -142,6 +143,10 @@ def test_broken_bundles_raise_one_clear_line(tmp_path: Path, breakage: str, expe
         target = tmp_path / "absent"
     elif breakage == "file":
         target = b / "incident.json"
+    elif breakage == "symlink-loop":
+        target = tmp_path / "loop-a"
+        target.symlink_to(tmp_path / "loop-b")
+        (tmp_path / "loop-b").symlink_to(target)
     elif breakage == "no-incident":
         (b / "incident.json").unlink()
     elif breakage == "bad-incident-json":
@@ -215,3 +220,70 @@ def test_a_large_bundle_is_read_in_parallel_into_the_same_incident(
         bundle._load_members(dirs, workers=2)  # read by this process: the first in order still wins
     with pytest.raises(BundleError, match=r"job-worker-1/pod\.json: not a Pod object"):
         bundle._load_members(dirs, workers=3)
+
+
+FR_FIXTURES = Path(__file__).parents[1] / "fixtures" / "flightrecorder" / "workload-hang"
+
+
+def _captures_bundle(tmp_path: Path, captures: Any) -> Path:
+    from podmortem.core.flightrecorder import summarize_json
+
+    pods = {f"job-worker-{r}": pod_json(f"job-worker-{r}", index=r, ip=f"10.0.0.{r + 1}") for r in range(3)}
+    timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation"
+    b = make_bundle(tmp_path / "b", pods, errors={p: error_json(timeout, TS) for p in pods})
+    if captures == "workload":
+        for r in range(3):
+            summary = summarize_json((FR_FIXTURES / f"fr_trace_json-{r}.txt").read_bytes(), rank=r)
+            doc = [
+                {
+                    "path": "control_plane",
+                    "global_rank": r,
+                    "local_rank": 0,
+                    "trigger": "stall",
+                    "stack": (FR_FIXTURES / f"dump_traceback-{r}.txt").read_text(),
+                    # as an object here, as the wire's JSON text for rank 2: both are read
+                    "flight_recorder": summary.to_json() if r == 2 else summary.to_dict(),
+                    "captured_at": 1795273080.5,
+                }
+            ]
+            (b / "pods" / f"job-worker-{r}" / "captures.json").write_text(json.dumps(doc))
+    else:
+        (b / "pods" / "job-worker-1" / "captures.json").write_text(
+            captures if isinstance(captures, str) else json.dumps(captures)
+        )
+    return b
+
+
+def test_captures_in_a_bundle_decide_the_hang(tmp_path: Path) -> None:
+    from podmortem.core.engine import decide
+
+    incident = load_bundle(_captures_bundle(tmp_path, "workload"))
+    member = next(m for m in incident.members if m.pod == "job-worker-1")
+    assert len(member.captures) == 1 and member.captures[0].flight_recorder is not None
+    v = decide(incident)
+    assert (v.pod, v.global_rank, v.category, v.confidence) == ("job-worker-1", 1, "hang", 0.95)
+    assert v.hang is not None and v.hang.frame is not None and v.hang.frame.function == "load_batch"
+
+
+@pytest.mark.parametrize(
+    ("captures", "expected"),
+    [
+        ({"path": "py_spy"}, "must be a list"),
+        (["x"], "capture 0 is not an object"),
+        ([{"path": "gdb"}], "path 'gdb' is not one of"),
+        ([{"path": "py_spy", "global_rank": -1}], "global_rank must be a rank"),
+        ([{"path": "py_spy", "global_rank": True}], "global_rank must be a rank"),
+        ([{"path": "py_spy", "stack": 3}], "stack must be a string"),
+        (
+            [{"path": "fr_file", "flight_recorder": {"version": 9, "source": "json"}}],
+            "flight_recorder: summary version 9",
+        ),
+        ([{"path": "fr_file", "flight_recorder": "{"}], "flight_recorder: summary is not JSON"),
+        ([{"path": "py_spy", "captured_at": "yesterday"}], "captured_at must be a number"),
+        ('[{"path": "py_spy", "captured_at": NaN}]', "NaN"),
+        ([{"path": "py_spy"}] * 300, "more than the 256"),
+    ],
+)
+def test_bad_captures_are_one_clear_line(tmp_path: Path, captures: Any, expected: str) -> None:
+    with pytest.raises(BundleError, match=expected):
+        load_bundle(_captures_bundle(tmp_path, captures))

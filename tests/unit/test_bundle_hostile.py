@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.bundles import error_json, make_bundle, pod_json
+from support.properties import examples
 
 from podmortem.core.engine import decide
 from podmortem.offline import analyze
@@ -106,7 +107,7 @@ JSON = st.recursive(
 TERMINATED_KEYS = st.sampled_from(["exitCode", "signal", "reason", "message", "startedAt", "finishedAt"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     status=st.dictionaries(st.sampled_from(["phase", "podIP", "conditions", "reason", "containerStatuses"]), JSON),
     terminated=st.dictionaries(TERMINATED_KEYS, JSON),

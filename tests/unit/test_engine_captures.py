@@ -137,3 +137,21 @@ def test_a_stall_the_captures_cannot_place_says_so_without_blaming() -> None:
     members = tuple(Member(pod=f"p-{r}", rank=r, running=True, phase="Running") for r in range(2))
     v = decide(Incident(JOB, 2, members, provisional=True))
     assert v.pod is None and v.hang is None
+
+
+def test_one_worker_per_pod_the_torn_down_pods_stack_is_placed_by_its_log() -> None:
+    # 4 pods x 1 worker: the stuck pod times out nowhere; the job controller deletes it and its agent passes
+    # SIGTERM on (error file: the agent's SignalException, an echo the engine reads no further).
+    sigterm = "SignalException: Process 26140 got signal: 15"
+    stuck = Member(
+        pod="llm-worker-1",
+        rank=2,
+        error=ErrorRecord(sigterm, "SignalException", timestamp=1_800_000_012),
+        termination=Termination(exit_code=1, reason="Error", finished_at=1_800_000_013.0),
+        log_tail="2026-11-27 06:36:50 [rank2] training: world size 4\n" + LOADING,
+        phase="Failed",
+    )
+    others = [_timed_out(p, n, (n,)) for p, n in (("llm-master-0", 0), ("llm-worker-0", 1), ("llm-worker-2", 3))]
+    v = decide(Incident(JOB, 4, (others[0], others[1], stuck, others[2])))
+    assert (v.pod, v.global_rank, v.category) == ("llm-worker-1", 2, "hang")
+    assert v.confidence >= 0.9 and v.hang is not None and v.hang.path == "sigterm_stack"

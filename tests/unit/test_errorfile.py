@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from podmortem.core import errorfile
 from podmortem.core.errorfile import (
@@ -222,7 +223,7 @@ def test_file_just_over_the_limit_with_valid_json_is_salvaged(tmp_path: Path) ->
     assert rec.truncated
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_parse_without_raising(data: bytes) -> None:
     rec = errorfile.parse_bytes(data)

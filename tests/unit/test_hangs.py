@@ -212,3 +212,37 @@ def test_nothing_decisive() -> None:
     assert match([_stack(2, LOADING)]) is None  # one stack, nobody known to wait
     done = [_fr(r, _nccl(r, {"0": (5, 5, 5)}, [_e(0, 5, state="completed")], PGS)) for r in range(4)]
     assert match(done) is None  # every collective completed: not a hang the recorder shows
+
+
+def _workload(fault: str) -> list[RankCapture]:
+    """What torch's worker control plane answered, mid-hang, in the demo workload (3 ranks, rank 1 failing):
+    `fr_trace_json` and `dump_traceback`, as the sidecar asks them (tests/e2e/test_hang_capture_torch.py)."""
+    from podmortem.core.flightrecorder import summarize_json
+
+    root = FIXTURES / f"workload-{fault}"
+    caps = []
+    for r in range(3):
+        summary = summarize_json((root / f"fr_trace_json-{r}.txt").read_bytes(), rank=r)
+        stack = (root / f"dump_traceback-{r}.txt").read_text()
+        caps.append(
+            RankCapture(
+                r, f"pod-{r}", WorkerCapture("control_plane", global_rank=r, flight_recorder=summary, stack=stack)
+            )
+        )
+    return caps
+
+
+def test_demo_workload_hang_through_the_control_plane() -> None:
+    found = match(_workload("hang"))
+    assert found is not None and (found.finding, found.stuck_ranks, found.op) == ("behind", (1,), "all_reduce")
+    assert found.frame is not None and (found.frame.file.rsplit("/", 1)[-1], found.frame.function) == (
+        "workload.py",
+        "load_batch",
+    )
+
+
+def test_demo_workload_desync_through_the_control_plane() -> None:
+    found = match(_workload("desync"))
+    assert found is not None and (found.finding, found.stuck_ranks) == ("mismatch", (1,))
+    # It waits in the metrics all_reduce (its own group) that the others never entered.
+    assert found.frame is not None and found.frame.function == "train"

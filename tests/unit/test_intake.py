@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from podmortem.aggregator.intake import HEAD_LINE_BYTES, first_log_line, retained_text
 
@@ -21,7 +22,7 @@ LINES = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.sampled_from(LINES), max_size=80), st.sampled_from([2048, 4096, 16 << 10]))
 @example([b"\x80" * 100 + b"\n"] * 40, 2048)  # cut, and the kept part grows past `keep` when decoded
 @example([b"\x80" * 100 + b"\n"] * 15, 2048)  # within `keep` as bytes, not once decoded

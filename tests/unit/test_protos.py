@@ -7,6 +7,7 @@ from typing import Any
 
 import hypothesis
 from hypothesis import strategies as st
+from support.properties import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,7 @@ def test_a_log_tail_is_folded_compactly() -> None:
     assert compact_text("错误: 显存不足 │ ok") == "错误: 显存不足 │ ok"
 
 
-@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.settings(max_examples=examples(500), deadline=None)
 @hypothesis.given(
     st.text(
         st.one_of(
@@ -67,7 +68,7 @@ def test_compact_text_is_the_character_rule(text: str) -> None:
     assert compact_text(text) == expected
 
 
-@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.settings(max_examples=examples(500), deadline=None)
 @hypothesis.given(
     st.text(
         st.one_of(
@@ -87,7 +88,7 @@ def test_a_log_tails_bytes_are_folded_by_the_same_rule(text: str) -> None:
     assert utf8(data) is data
 
 
-@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.settings(max_examples=examples(300), deadline=None)
 @hypothesis.given(st.binary(max_size=64))
 def test_a_log_tail_that_is_not_utf8_is_read_without_error(data: bytes) -> None:
     """Bytes that are not UTF-8 (a broken or hostile sender) are read, not refused: `utf8` makes them

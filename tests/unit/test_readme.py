@@ -138,3 +138,17 @@ def section_of(title: str) -> str:
     match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, flags=re.M | re.S)
     assert match, title
     return match.group(1)
+
+
+def test_the_metrics_list_is_what_the_aggregator_exposes() -> None:
+    """Both ways: every metric the README lists is registered, and every one registered is listed."""
+    from prometheus_client import CollectorRegistry
+
+    from podmortem.aggregator.metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    exposed = {m.name + ("_total" if m.type == "counter" else "") for m in registry.collect()}
+    listed = set(re.findall(r"`(podmortem_[a-z_]+)", section("Aggregator")))
+    assert not listed - exposed, f"the README lists metrics that do not exist: {sorted(listed - exposed)}"
+    assert not exposed - listed, f"the README's metrics list lacks: {sorted(exposed - listed)}"

@@ -1,0 +1,69 @@
+"""`kubectl podmortem`'s arguments: what each command takes is refused or accepted before any cluster is
+asked (the commands themselves run against the emulator with the real kubectl: tests/e2e/test_kube_kubectl.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from podmortem import kubectl_plugin
+
+
+@pytest.fixture
+def kubectl_that_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `kubectl` that only records that it ran: a refused target must never reach it."""
+    called = tmp_path / "kubectl-was-called"
+    script = tmp_path / "kubectl"
+    script.write_text(f'#!/bin/sh\necho "$@" > "{called}"\nexit 1\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("KUBECTL", str(script))
+    return called
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["explain", "deployment/x"], "explain takes a job or a pod"),
+        (["explain", "node/gpu-1"], "explain takes a job or a pod"),
+        (["bundle", "pod/x", "DIR"], "bundle takes a job"),
+        (["bundle", "statefulsets.apps/x", "DIR"], "bundle takes a job"),
+        (["explain", "x"], "name the object as <kind>/<name>"),
+        (["explain", "job/"], "name the object as <kind>/<name>"),
+    ],
+)
+def test_a_target_the_command_does_not_take_is_refused_before_kubectl_runs(
+    argv: list[str], said: str, kubectl_that_records: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = [str(tmp_path / "bundle") if a == "DIR" else a for a in argv]
+    assert kubectl_plugin.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and "error: error:" not in err
+    assert not kubectl_that_records.exists()
+    assert not (tmp_path / "bundle").exists()
+
+
+@pytest.mark.parametrize(
+    "target", ["pytorchjob/x", "pytorchjobs.kubeflow.org/x", "job/x", "jobs.batch/x", "JobSet/x", "trainjob/x"]
+)
+def test_job_kinds_in_any_of_kubectls_spellings_are_taken(target: str) -> None:
+    assert kubectl_plugin.target_problem("bundle", target) is None
+    assert kubectl_plugin.target_problem("explain", target) is None
+
+
+def test_pods_are_explained_but_not_bundled() -> None:
+    assert kubectl_plugin.target_problem("explain", "pod/x") is None
+    assert kubectl_plugin.target_problem("explain", "po/x") is None
+    assert kubectl_plugin.target_problem("bundle", "pod/x") is not None
+
+
+def test_bundle_refuses_a_directory_that_holds_anything_before_kubectl_runs(
+    kubectl_that_records: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "incident.json").write_text("{}\n")
+    assert kubectl_plugin.main(["bundle", "job/x", str(taken)]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+    assert not kubectl_that_records.exists()
+    assert [p.name for p in taken.iterdir()] == ["incident.json"]
