@@ -55,8 +55,9 @@ CAPTURE_WAIT = 8.0
 # Seconds after a member moved again in which a failure still makes the stall a real one (the timeout's
 # own log lines are the first output after a stall), before it counts as a false alarm.
 RESUME_GRACE = 10.0
-# Capture rounds per job attempt: a stall, a first timeout, and one more stall after a false alarm.
-MAX_ROUNDS = 3
+# Capture rounds per job attempt: the stall, the first timeout, and a few stalls that were false alarms
+# (a silent start-up); within the sidecar's own limit (`sidecar.capture.MAX_CAPTURES`, 8).
+MAX_ROUNDS = 6
 # The first failures of a job attempt looked at for a timeout (each is judged by the engine's assess).
 FIRST_FAILURES = 4
 # Seconds a stalled job's sidecars get to reconnect to a restarted aggregator before they are asked.

@@ -255,6 +255,7 @@ class LocalJob:
         self.job_uid = str(uuid.uuid4())
         self._progress = progress
         self._tmp: str | None = None
+        self._capture_root: str | None = None  # the pods' capture dirs (sockets, Flight Recorder dumps)
         # Resolved once, here: every child runs in its own pod's directory and is handed absolute paths.
         self.workdir = Path(spec.workdir).resolve() if spec.workdir else Path()
         self.pods: list[Pod] = []
@@ -294,7 +295,10 @@ class LocalJob:
         for sockets and Flight Recorder dumps, and the recorder's settings."""
         if self.spec.capture == "none":
             return {}
-        capture_dir = pod.dir / "capture"
+        if self._capture_root is None:
+            # Short: a unix socket's path is at most 107 bytes, and a run's workdir (pytest's tmp_path) is long.
+            self._capture_root = tempfile.mkdtemp(prefix="pm-")
+        capture_dir = Path(self._capture_root) / str(pod.index)
         capture_dir.mkdir(exist_ok=True)
         return {
             "PODMORTEM_CAPTURE_DIR": str(capture_dir),
@@ -329,6 +333,8 @@ class LocalJob:
         finally:
             self._stop_everything()
         result = self._result(started, error)
+        if self._capture_root is not None:
+            shutil.rmtree(self._capture_root, ignore_errors=True)
         if self._tmp and not self.spec.keep_workdir:
             shutil.rmtree(self._tmp, ignore_errors=True)
         return result

@@ -117,6 +117,10 @@ def test_stall_with_py_spy_names_a_workload_that_does_not_cooperate(tmp_path: Pa
     assert hang["path"] == "py_spy"
 
 
+@pytest.mark.skipif(
+    not (Path(__file__).resolve().parents[2] / "podmortem" / "inject" / "sitecustomize.py").is_file(),
+    reason="no injected sitecustomize",
+)
 def test_the_sigterm_stack_at_teardown_names_the_line_without_stall_detection(tmp_path: Path) -> None:
     # No stall detection, a workload that does nothing itself: the injected sitecustomize registers
     # faulthandler for SIGTERM, and the stuck rank's stack reaches the log tail when its agent tears it down.
