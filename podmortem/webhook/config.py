@@ -20,6 +20,7 @@ from pathlib import Path
 
 from podmortem import settings
 from podmortem.settings import Setting
+from podmortem.webhook import mutation
 from podmortem.webhook.mutation import Injection
 
 
@@ -169,6 +170,28 @@ _INJECTION: tuple[Setting, ...] = (
         shown='""',
     ),
     Setting(
+        "stall_after",
+        "--sidecar-stall-after",
+        "PODMORTEM_SIDECAR_STALL_AFTER",
+        "a sidecar's stall-after (300, 90s, 5m, 1h) when the pod has no podmortem.io/stall-after; '' = off",
+        shown='""',
+    ),
+    Setting(
+        "python_hook",
+        "--sidecar-python-hook",
+        "PODMORTEM_SIDECAR_PYTHON_HOOK",
+        "true: put podmortem's start-up hook (sitecustomize) on the training container's PYTHONPATH "
+        "(a pod's podmortem.io/python-hook annotation overrides)",
+        shown="false",
+    ),
+    Setting(
+        "pyspy",
+        "--sidecar-pyspy",
+        "PODMORTEM_SIDECAR_PYSPY",
+        "true: shareProcessNamespace and a root sidecar with SYS_PTRACE, for py-spy dumps of hung workers",
+        shown="false",
+    ),
+    Setting(
         "token_expiration_seconds",
         "--token-expiration",
         "PODMORTEM_TOKEN_EXPIRATION",
@@ -234,10 +257,15 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) ->
         if s.dest not in raw:
             continue
         value = raw[s.dest]
-        if s.dest == "native_sidecars":
+        if s.dest in ("native_sidecars", "python_hook", "pyspy"):
             if value.lower() not in ("true", "false"):
                 problems.append(f"{name(s.dest)} = {value!r} is not true or false")
             inj[s.dest] = value.lower() == "true"
+        elif s.dest == "stall_after":
+            seconds = mutation.stall_seconds(value) if value else ""
+            if seconds is None:
+                problems.append(f"{name(s.dest)} = {value!r} is not a duration (300, 90s, 5m, 1h)")
+            inj[s.dest] = seconds or ""
         elif s.dest in ("token_expiration_seconds", "run_as_user", "jobset_max_restarts"):
             low = {"token_expiration_seconds": 600, "run_as_user": 1, "jobset_max_restarts": 0}[s.dest]
             if not value.isdigit() or int(value) < low:

@@ -19,6 +19,19 @@ hand-indexed. What an injected pod gets:
   rank and size copied from the training container when the operator set them literally;
 - resources, a locked-down securityContext, and a projected ServiceAccount token for podmortem's
   audience (`podmortem-token`), for the aggregator to authenticate sidecars by;
+- hang evidence (docs/kubernetes.md, "Hangs"): the capture dir is the error file's directory on
+  podmortem's own volume, in both containers (none when the error file is on a volume of the user's, which
+  every pod of the job may share). `PODMORTEM_CAPTURE_DIR` points both there; `TORCH_FR_DUMP_TEMP_FILE` and its old name
+  `TORCH_NCCL_DEBUG_INFO_TEMP_FILE` (where NCCL writes Flight Recorder dumps on a timeout) point the
+  training container to `<dir>/fr-`, unless the user set either. The sidecar's stall-after
+  (`PODMORTEM_STALL_AFTER`, seconds) is the pod's `podmortem.io/stall-after` annotation (`300`, `90s`,
+  `5m`, `1h`; `0` off), else the webhook's default. Opt-in: the start-up hook (`python_hook`, or the
+  annotation `podmortem.io/python-hook: "true"`/`"false"`): an init container `podmortem-python` copies
+  podmortem/inject/sitecustomize.py into `<dir>/python`, which goes first on the training container's
+  `PYTHONPATH` (before a value the pod sets; an image's own `ENV PYTHONPATH` is replaced, as any pod value
+  replaces it); only on podmortem's own volume, and not when `PYTHONPATH` comes from a reference.
+  Opt-in: py-spy (`pyspy`): `shareProcessNamespace: true` and a sidecar that runs as root with
+  `SYS_PTRACE` as its only capability (not when the pod sets `shareProcessNamespace: false`);
 - the annotation `podmortem.io/injected: "<version>"`.
 
 Never breaks a pod: anything it does not understand (no training labels, no containers, an error
@@ -52,6 +65,13 @@ INJECT_ANNOTATION = "podmortem.io/inject"
 INJECTED_ANNOTATION = "podmortem.io/injected"
 CONTAINER_ANNOTATION = "podmortem.io/container"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+STALL_ANNOTATION = "podmortem.io/stall-after"
+PYTHON_HOOK_ANNOTATION = "podmortem.io/python-hook"
+PYTHON_HOOK_NAME = "podmortem-python"
+FR_DUMP_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+# The shared volume holds the error file and the workers' Flight Recorder dumps (a few MiB each with
+# torch's default ring of 2,000 entries); the kubelet evicts the pod past its sizeLimit.
+ERRORS_VOLUME_SIZE = "256Mi"
 # The container the Kubeflow training operator requires in a PyTorchJob.
 KUBEFLOW_CONTAINER = "pytorch"
 
@@ -101,6 +121,11 @@ class Injection:
     # The sidecar's --hold-timeout, injected as PODMORTEM_HOLD_TIMEOUT ("" = the sidecar's own default):
     # how long a failed pod stays non-terminal waiting for its podmortem.io condition (docs/retries.md).
     hold_timeout: str = ""
+    # Hangs: the sidecar's stall-after in seconds when the pod has no podmortem.io/stall-after ("" = off),
+    # the opt-in start-up hook (sitecustomize) and the opt-in py-spy path.
+    stall_after: str = ""
+    python_hook: bool = False
+    pyspy: bool = False
 
 
 @dataclass(frozen=True)
@@ -221,6 +246,32 @@ def _resources(settings: Injection) -> JSON:
     return out
 
 
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def stall_seconds(text: str) -> str | None:
+    """A stall-after ("300", "90s", "5m", "1.5h"; "0" off) as seconds for PODMORTEM_STALL_AFTER; None when
+    it is not one (the annotation is then ignored: the webhook never fails a pod)."""
+    value = text.strip().lower()
+    unit = value[-1:] if value[-1:] in ("s", "m", "h") else ""
+    try:
+        number = float(value[: len(value) - len(unit)])
+    except ValueError:
+        return None
+    if not 0 <= number < 1e7:  # refuses NaN and infinities too
+        return None
+    return f"{number * _UNITS[unit]:g}"
+
+
+def _env_value(container: JSON, name: str) -> tuple[bool, str | None]:
+    """(set at all, its literal value or None when it comes from a reference)."""
+    for item in container.get("env") or []:
+        if item.get("name") == name:
+            value = item.get("value")
+            return True, value if "valueFrom" not in item and isinstance(value, str) else None
+    return False, None
+
+
 def _has_name(items: list[JSON] | None, name: str) -> bool:
     return any(i.get("name") == name for i in items or [])
 
@@ -271,11 +322,20 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
             posixpath.normpath(str(m.get("mountPath", ""))) == error_dir for m in training.get("volumeMounts") or []
         ):
             raise Unsupported(f"{error_dir} is already a mount point in container {training.get('name')!r}")
-        volumes.append({"name": ERRORS_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}})
+        volumes.append({"name": ERRORS_VOLUME, "emptyDir": {"sizeLimit": ERRORS_VOLUME_SIZE}})
         training.setdefault("volumeMounts", []).append({"name": ERRORS_VOLUME, "mountPath": error_dir})
         sidecar_mounts.append({"name": ERRORS_VOLUME, "mountPath": error_dir, "readOnly": True})
     if not user_set:
         training.setdefault("env", []).append({"name": ERROR_FILE_ENV, "value": error_file})
+    # The capture dir is on podmortem's own emptyDir only: a user's volume may be shared by every pod of
+    # the job (a checkpoint PVC), where one pod's sidecar would read the others' sockets and dumps.
+    capture_dir = posixpath.dirname(error_file) if user_mount is None else None
+    training_env = training.setdefault("env", [])
+    if capture_dir is not None and not _env_value(training, "PODMORTEM_CAPTURE_DIR")[0]:
+        training_env.append({"name": "PODMORTEM_CAPTURE_DIR", "value": capture_dir})
+    if capture_dir is not None and not any(_env_value(training, name)[0] for name in FR_DUMP_ENVS):
+        training_env.extend({"name": name, "value": posixpath.join(capture_dir, "fr-")} for name in FR_DUMP_ENVS)
+    hook = _python_hook(training, annotations, settings, capture_dir)
 
     volumes.append(
         {
@@ -310,6 +370,15 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         env.append({"name": "PODMORTEM_TLS_CA_PEM", "value": settings.tls_ca_pem})
     if settings.hold_timeout:
         env.append({"name": "PODMORTEM_HOLD_TIMEOUT", "value": settings.hold_timeout})
+    if capture_dir is not None:
+        env.append({"name": "PODMORTEM_CAPTURE_DIR", "value": capture_dir})
+    stall = stall_seconds(str(annotations[STALL_ANNOTATION])) if STALL_ANNOTATION in annotations else None
+    stall = stall if stall is not None else settings.stall_after
+    if stall and stall != "0":
+        env.append({"name": "PODMORTEM_STALL_AFTER", "value": stall})
+    pyspy = settings.pyspy and spec.get("shareProcessNamespace") is not False
+    if pyspy:
+        env.append({"name": "PODMORTEM_PYSPY", "value": "1"})
     have = {e["name"] for e in env}
     env.extend(e for e in _copied_env(training) if e["name"] not in have)
     if spec.get("automountServiceAccountToken") is False:
@@ -317,6 +386,15 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         # (the aggregator's pod watch still sees the pod's status).
         env.append({"name": "PODMORTEM_POD_SOURCE", "value": "none"})
 
+    locked_down: JSON = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": settings.run_as_user,
+        "runAsGroup": settings.run_as_user,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     sidecar: JSON = {
         "name": SIDECAR_NAME,
         "image": settings.image,
@@ -324,18 +402,33 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         "args": ["sidecar"],
         "env": env,
         "resources": _resources(settings),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": settings.run_as_user,
-            "runAsGroup": settings.run_as_user,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": copy.deepcopy(locked_down),
         "volumeMounts": sidecar_mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    if pyspy:
+        # py-spy reads another process's memory (ptrace): root with SYS_PTRACE as its only capability, in a
+        # process namespace shared with the training container (docs/kubernetes.md says what that grants).
+        spec["shareProcessNamespace"] = True
+        sidecar["securityContext"].update(
+            runAsUser=0, runAsGroup=0, runAsNonRoot=False, capabilities={"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+        )
+    if hook is not None:
+        training_env[:] = [e for e in training_env if e.get("name") != "PYTHONPATH"]
+        training_env.append({"name": "PYTHONPATH", "value": hook})
+        assert capture_dir is not None  # `_python_hook` gives none without it
+        hook_dir = posixpath.join(capture_dir, "python")
+        spec.setdefault("initContainers", []).append(
+            {
+                "name": PYTHON_HOOK_NAME,
+                "image": settings.image,
+                "imagePullPolicy": settings.image_pull_policy,
+                "command": ["python", "-m", "podmortem.inject", hook_dir],
+                "resources": _resources(settings),
+                "securityContext": locked_down,
+                "volumeMounts": [{"name": ERRORS_VOLUME, "mountPath": capture_dir}],
+            }
+        )
     if settings.native_sidecars:
         # Appended last: it starts after the pod's own init containers, just before the training container.
         spec.setdefault("initContainers", []).append({**sidecar, "restartPolicy": "Always"})
@@ -344,6 +437,21 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
     meta = pod.setdefault("metadata", {})
     meta.setdefault("annotations", {})[INJECTED_ANNOTATION] = settings.version
     return pod
+
+
+def _python_hook(
+    training: JSON, annotations: Mapping[str, str], settings: Injection, own_dir: str | None
+) -> str | None:
+    """The training container's PYTHONPATH with the start-up hook's directory (in `own_dir`, on podmortem's
+    own volume) first, when the hook is asked for and can be had; None otherwise."""
+    asked = str(annotations.get(PYTHON_HOOK_ANNOTATION, "")).strip().lower()
+    if not (asked == "true" or (settings.python_hook and asked != "false")) or own_dir is None:
+        return None
+    present, value = _env_value(training, "PYTHONPATH")
+    if present and value is None:
+        return None  # from a reference: what it holds is not known at admission
+    hook_dir = posixpath.join(own_dir, "python")
+    return f"{hook_dir}:{value}" if value else hook_dir
 
 
 def review(admission_review: Mapping[str, Any], settings: Injection) -> tuple[JSON, Result]:

@@ -492,7 +492,7 @@ def check_webhook(
     sidecar_container = next(c for c in containers if c["name"] == mutation.SIDECAR_NAME)
     assert sidecar_container["args"] == ["sidecar"]
     for name in env_of(sidecar_container):
-        assert re.search(rf"\[env {name}\]", cli_help("sidecar")), f"sidecar: {name} is not in --help"
+        assert re.search(rf"\[env {name}(=1)?\]", cli_help("sidecar")), f"sidecar: {name} is not in --help"
 
 
 def test_native_sidecars_follow_the_cluster_version() -> None:
@@ -527,3 +527,24 @@ def test_the_sidecars_hold_timeout_reaches_the_webhook() -> None:
     env = env_of(one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0])
     cfg = webhook_config.load(None, {**env, "PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"})
     assert cfg.injection.hold_timeout == "8"
+
+
+@pytest.mark.parametrize(
+    ("capture", "expected"),
+    [
+        ({}, ("", False, False)),
+        ({"stallAfter": "5m", "pythonHook": True, "pyspy": True}, ("300", True, True)),
+        ({"stallAfter": 90}, ("90", False, False)),
+    ],
+)
+def test_the_capture_values_reach_the_webhook(capture: dict[str, Any], expected: tuple[str, bool, bool]) -> None:
+    docs = render({"sidecar": {"capture": capture}})
+    env = env_of(one(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0])
+    cfg = webhook_config.load(None, {**env, "PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k"})
+    assert (cfg.injection.stall_after, cfg.injection.python_hook, cfg.injection.pyspy) == expected
+
+
+@pytest.mark.parametrize("bad", [{"stallAfter": "soon"}, {"stallAfter": -1}, {"pyspy": "yes"}, {"gdb": True}])
+def test_the_schema_refuses_bad_capture_values(bad: dict[str, Any]) -> None:
+    with pytest.raises(helm_python.HelmValuesError):
+        render({"sidecar": {"capture": bad}})

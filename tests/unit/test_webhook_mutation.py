@@ -16,6 +16,7 @@ import pytest
 import trustme
 
 from podmortem.sidecar import config as sidecar_config
+from podmortem.webhook import config as webhook_config
 from podmortem.webhook import mutation
 from podmortem.webhook.mutation import Injection, mutate, review
 
@@ -79,7 +80,7 @@ def test_pytorchjob_pod_gets_a_native_sidecar_and_an_error_file() -> None:
     # Untouched: the user's own volumes, mounts and env, in order.
     original = pod_of("pytorchjob-worker")
     assert pod["spec"]["volumes"][: len(original["spec"]["volumes"])] == original["spec"]["volumes"]
-    assert training["env"][:-1] == original["spec"]["containers"][0]["env"]
+    assert training["env"][:-4] == original["spec"]["containers"][0]["env"]  # + error file, capture dir, FR x2
 
 
 def test_every_sidecar_env_name_is_a_sidecar_setting() -> None:
@@ -283,3 +284,144 @@ def test_the_hold_timeout_is_handed_to_the_sidecar_only_when_set() -> None:
     )
     plain, _ = applied(pod_of("pytorchjob-worker"))
     assert "PODMORTEM_HOLD_TIMEOUT" not in env_of(sidecar_of(plain))
+
+
+# The hang additions: the capture dir, Flight Recorder dumps, stall-after, the start-up hook, py-spy.
+
+
+def training_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return dict(pod["spec"]["containers"][0])
+
+
+def test_the_capture_dir_is_the_shared_volume_and_fr_dumps_go_there() -> None:
+    pod, _ = applied(pod_of("pytorchjob-worker"))
+    train, side = env_of(training_of(pod)), env_of(sidecar_of(pod))
+    assert train["PODMORTEM_CAPTURE_DIR"] == side["PODMORTEM_CAPTURE_DIR"] == "/var/run/podmortem"
+    assert train["TORCH_FR_DUMP_TEMP_FILE"] == train["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/var/run/podmortem/fr-"
+    assert "PODMORTEM_STALL_AFTER" not in side and "PODMORTEM_PYSPY" not in side  # both off by default
+    assert "PYTHONPATH" not in train and len(pod["spec"]["initContainers"]) == 1  # no hook by default
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["podmortem-errors"]["emptyDir"] == {"sizeLimit": "256Mi"}
+    assert "shareProcessNamespace" not in pod["spec"]
+
+
+@pytest.mark.parametrize("name", ["TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"])
+def test_a_dump_location_the_user_set_is_kept(name: str) -> None:
+    pod = pod_of("pytorchjob-worker")
+    pod["spec"]["containers"][0]["env"].append({"name": name, "value": "/scratch/dump-"})
+    out, _ = applied(pod)
+    train = env_of(training_of(out))
+    assert train[name] == "/scratch/dump-"
+    assert not {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} - {name} & set(train)
+
+
+def test_no_capture_dir_on_a_users_volume() -> None:
+    """A user's volume may be shared by every pod of the job: no pod may read another's sockets and dumps."""
+    pod, _ = applied(pod_of("indexed-job"))
+    assert "PODMORTEM_CAPTURE_DIR" not in env_of(sidecar_of(pod))
+    assert pod["spec"]["containers"][0] == pod_of("indexed-job")["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "default", "expected"),
+    [
+        ("5m", "", "300"),
+        ("90s", "", "90"),
+        ("1.5h", "", "5400"),
+        ("120", "600", "120"),
+        ("0", "600", None),  # off for this pod
+        ("soon", "600", "600"),  # not a duration: the default, and the pod is still injected
+        (None, "600", "600"),
+        (None, "", None),
+    ],
+)
+def test_stall_after_comes_from_the_annotation_else_the_default(
+    annotation: str | None, default: str, expected: str | None
+) -> None:
+    pod = pod_of("pytorchjob-worker")
+    if annotation is not None:
+        pod["metadata"].setdefault("annotations", {})["podmortem.io/stall-after"] = annotation
+    out, result = applied(pod, dataclasses.replace(SETTINGS, stall_after=default))
+    assert result.outcome == mutation.INJECTED
+    assert env_of(sidecar_of(out)).get("PODMORTEM_STALL_AFTER") == expected
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-5m", "1e9h", ""])
+def test_stall_seconds_refuses_what_is_not_a_duration(text: str) -> None:
+    assert mutation.stall_seconds(text) is None
+
+
+def test_the_python_hook_goes_first_on_pythonpath_from_an_init_container() -> None:
+    pod = pod_of("pytorchjob-worker")
+    pod["spec"]["containers"][0]["env"].append({"name": "PYTHONPATH", "value": "/app/src"})
+    out, _ = applied(pod, dataclasses.replace(SETTINGS, python_hook=True))
+    train = training_of(out)
+    assert env_of(train)["PYTHONPATH"] == "/var/run/podmortem/python:/app/src"
+    assert [e["name"] for e in train["env"]].count("PYTHONPATH") == 1
+    hook, side = out["spec"]["initContainers"]
+    assert side["name"] == "podmortem-sidecar"
+    assert hook["name"] == "podmortem-python" and "restartPolicy" not in hook  # runs to completion first
+    assert hook["command"] == ["python", "-m", "podmortem.inject", "/var/run/podmortem/python"]
+    assert hook["volumeMounts"] == [{"name": "podmortem-errors", "mountPath": "/var/run/podmortem"}]
+    assert hook["securityContext"]["runAsNonRoot"] is True and hook["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("default", "annotation", "env", "hooked"),
+    [
+        (False, "true", None, True),
+        (True, "false", None, False),
+        (True, None, {"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}, False),
+    ],
+    ids=["annotation-opts-in", "annotation-opts-out", "pythonpath-from-a-reference"],
+)
+def test_the_python_hook_per_pod(
+    default: bool, annotation: str | None, env: dict[str, Any] | None, hooked: bool
+) -> None:
+    pod = pod_of("pytorchjob-worker")
+    if annotation is not None:
+        pod["metadata"].setdefault("annotations", {})["podmortem.io/python-hook"] = annotation
+    if env is not None:
+        pod["spec"]["containers"][0]["env"].append(env)
+    out, result = applied(pod, dataclasses.replace(SETTINGS, python_hook=default))
+    assert result.outcome == mutation.INJECTED
+    assert ("podmortem-python" in {c["name"] for c in out["spec"]["initContainers"]}) is hooked
+    if env is not None:
+        assert env in training_of(out)["env"]  # the user's reference is left as it is
+
+
+def test_pyspy_shares_the_process_namespace_and_gives_ptrace_to_the_sidecar_alone() -> None:
+    out, _ = applied(pod_of("pytorchjob-worker"), dataclasses.replace(SETTINGS, pyspy=True, python_hook=True))
+    assert out["spec"]["shareProcessNamespace"] is True
+    side = sidecar_of(out)
+    assert env_of(side)["PODMORTEM_PYSPY"] == "1"
+    ctx = side["securityContext"]
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert (ctx["runAsUser"], ctx["runAsNonRoot"], ctx["allowPrivilegeEscalation"]) == (0, False, False)
+    others = [c for c in out["spec"]["initContainers"] + out["spec"]["containers"] if c["name"] != side["name"]]
+    assert len(others) == 2  # the hook's init container and the training container
+    assert all("SYS_PTRACE" not in str(c.get("securityContext")) for c in others)
+    assert training_of(out).get("securityContext") == training_of(pod_of("pytorchjob-worker")).get("securityContext")
+
+
+def test_pyspy_respects_a_pod_that_refuses_to_share_its_process_namespace() -> None:
+    pod = pod_of("pytorchjob-worker")
+    pod["spec"]["shareProcessNamespace"] = False
+    out, _ = applied(pod, dataclasses.replace(SETTINGS, pyspy=True))
+    assert out["spec"]["shareProcessNamespace"] is False
+    assert "PODMORTEM_PYSPY" not in env_of(sidecar_of(out))
+    assert sidecar_of(out)["securityContext"]["runAsNonRoot"] is True
+
+
+def test_the_webhook_settings_for_them() -> None:
+    env = {"PODMORTEM_WEBHOOK_TLS_CERT": "c", "PODMORTEM_WEBHOOK_TLS_KEY": "k", "PODMORTEM_SIDECAR_STALL_AFTER": "5m"}
+    loaded = webhook_config.load(
+        None, {**env, "PODMORTEM_SIDECAR_PYTHON_HOOK": "true", "PODMORTEM_SIDECAR_PYSPY": "false"}
+    )
+    assert (loaded.injection.stall_after, loaded.injection.python_hook, loaded.injection.pyspy) == ("300", True, False)
+    with pytest.raises(webhook_config.ConfigError, match="is not a duration"):
+        webhook_config.load(None, {**env, "PODMORTEM_SIDECAR_STALL_AFTER": "forever"})
+    with pytest.raises(webhook_config.ConfigError, match="is not true or false"):
+        webhook_config.load(None, {**env, "PODMORTEM_SIDECAR_PYSPY": "yes please"})
