@@ -1,6 +1,7 @@
 """The captured evidence of a hang, gathered from an incident and put to the cross-rank matcher.
 
-Captures reach the engine two ways: the sidecars' (`Member.captures`: the worker control plane, py-spy,
+Captures reach the engine two ways (and the tracebacks that ranks print as they time out, a third kind of
+evidence: where each waited, `tracebacks_in_log`): the sidecars' (`Member.captures`: the worker control plane, py-spy,
 Flight Recorder dump files) and the log tails' — a worker whose faulthandler is registered for SIGTERM
 prints every thread's stack when torchrun tears it down, and that text is in its pod's log
 (`sigterm_captures`). Each is placed by global rank and pod, and `podmortem.core.hangs.match` decides.
@@ -17,8 +18,8 @@ from collections.abc import Mapping, Sequence
 
 from podmortem.core.assess import Finding, assess, log_text
 from podmortem.core.hangs import RankCapture, match
-from podmortem.core.model import HangFinding, Member, WorkerCapture
-from podmortem.core.stacks import dumps_in_log
+from podmortem.core.model import Frame, HangFinding, Member, WorkerCapture
+from podmortem.core.stacks import dumps_in_log, in_collective, parse_one, tracebacks_in_log, user_frame
 
 # A log tail's SIGTERM stacks: how many are read per member (a pod runs a handful of workers).
 MAX_LOG_DUMPS = 64
@@ -56,9 +57,19 @@ def sigterm_captures(member: Member, finding: Finding | None = None) -> tuple[Wo
     return tuple(out)
 
 
-def has_captures(members: Sequence[Member]) -> bool:
-    """Any capture to read (the cheap test before the matcher runs)."""
-    return any(m.captures or "(most recent call first)" in log_text(m) for m in members)
+# The timeout tracebacks of at most this many members are compared (each is a parse of its log's tracebacks; a
+# cascade of thousands of timeouts is decided without them: `bench/engine_speed.py`).
+MAX_TRACEBACK_MEMBERS = 512
+_RANK_TRACEBACK = "]: Traceback (most recent call last):"
+
+
+def has_captures(findings: Sequence[Finding]) -> bool:
+    """Any capture to read (the cheap test before the matcher runs): a sidecar's, a stack in a log, or the
+    tracebacks of ranks that timed out."""
+    if any(f.member.captures or "(most recent call first)" in log_text(f.member) for f in findings):
+        return True
+    timeouts = [f for f in findings if f.secondary == "timeout"]
+    return len(timeouts) <= MAX_TRACEBACK_MEMBERS and any(_RANK_TRACEBACK in log_text(f.member) for f in timeouts)
 
 
 def find_hang(findings: Sequence[Finding], owners: Mapping[int, str]) -> HangFinding | None:
@@ -66,16 +77,26 @@ def find_hang(findings: Sequence[Finding], owners: Mapping[int, str]) -> HangFin
     placed: list[RankCapture] = []
     all_ranks: set[int] = set(owners)
     timed_out: set[int] = set()
+    waited_at: dict[int, Frame] = {}
+    compare = sum(1 for f in findings if f.secondary == "timeout") <= MAX_TRACEBACK_MEMBERS
     for f in findings:
         all_ranks.update(f.own_ranks)
         if f.secondary == "timeout":
             timed_out.update(f.own_ranks - set(f.silent_ranks))
+        if f.secondary == "timeout" and compare:
+            for rank, tb in tracebacks_in_log(log_text(f.member)).items():
+                frame = user_frame(tb)
+                if frame is not None and rank in f.own_ranks and rank not in f.silent_ranks:
+                    waited_at[rank] = frame
         for cap in (*sigterm_captures(f.member, f), *f.member.captures):
             if cap.global_rank is not None:
                 placed.append(RankCapture(cap.global_rank, f.member.pod, cap))
                 all_ranks.add(cap.global_rank)
-    if not placed:
+    for c in placed:  # a rank torn down inside a collective before it could time out: its stack says which one
+        dump = parse_one(c.capture.stack) if c.rank not in waited_at and c.capture.stack else None
+        frame = user_frame(dump) if dump is not None and in_collective(dump) else None
+        if frame is not None:
+            waited_at[c.rank] = frame
+    if not placed and len(waited_at) < 3:
         return None
-    captured = {c.rank for c in placed}
-    # A rank that timed out waiting is not also a laggard, unless its own capture says otherwise.
-    return match(placed, all_ranks=all_ranks, timed_out=timed_out - captured, owners=owners)
+    return match(placed, all_ranks=all_ranks, timed_out=timed_out, owners=owners, waited_at=waited_at)

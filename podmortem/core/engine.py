@@ -462,7 +462,8 @@ def _summary(root: _Root, confidence: float, missing_line: str = "") -> str:
     who = f"{m.pod} ({where})" if where else m.pod
     line1 = f"{who} failed first: {root.headline.rstrip('.')}."
     if root.rule_id.startswith("hang."):  # decided from captures: the line names the rank, its pod and where
-        line1 = f"{who} hung: {root.headline.rstrip('.')}."
+        state = "is out of step with its peers" if root.rule_id.startswith("hang.mismatch") else "hung"
+        line1 = f"{who} {state}: {root.headline.rstrip('.')}."
     if confidence < LOW_CONFIDENCE:
         line1 = f"Likely (confidence {confidence:.2f}): {line1}"
         if root.runner_up is not None:
@@ -486,6 +487,7 @@ def _summary(root: _Root, confidence: float, missing_line: str = "") -> str:
 CONF_CAPTURED = 0.9  # one culprit named by the captures (its rank behind, mismatched, or alone outside a collective)
 CONF_CAPTURED_WHERE = 0.95  # ...by the Flight Recorder state, and its own stack says where it stopped
 CONF_CAPTURED_SEVERAL = 0.7  # several ranks named together
+CONF_WAITED_APART = 0.8  # one rank timed out in another collective than all the others (their tracebacks)
 CONF_ALL_IN = 0.6  # every rank inside one collective: the collective is stuck, no rank is to blame
 _HANG_CATEGORY: dict[str, Category] = {"behind": "hang", "mismatch": "user_code", "all_in": "network"}
 HANG_WHERE_ADVICE = (
@@ -495,7 +497,7 @@ HANG_WHERE_ADVICE = (
 
 
 def _hang_evidence(findings: Sequence[Finding]) -> HangFinding | None:
-    if not has_captures([f.member for f in findings]):
+    if not has_captures(findings):
         return None
     return find_hang(findings, _rank_owners(findings))
 
@@ -532,10 +534,12 @@ def _decided_by_captures(
         culprit = Finding(Member(pod=pod, namespace=namespace), "unknown", source=_NEVER_REPORTED)
     category = _HANG_CATEGORY[hang.finding]
     confidence = CONF_CAPTURED if len(hang.stuck_ranks) == 1 else CONF_CAPTURED_SEVERAL
-    from_fr = hang.finding != "behind" or hang.seq is not None
+    from_fr = hang.seq is not None  # the Flight Recorder's findings carry the collective's sequence number
     if from_fr and hang.frame is not None and len(hang.stuck_ranks) == 1:
         confidence = CONF_CAPTURED_WHERE
-    source = "flight recorder" if from_fr else "stacks"
+    source, suffix = ("flight recorder", "") if from_fr else ("stacks", "-stacks")
+    if hang.path == "log":  # where the ranks that timed out were, from their tracebacks
+        source, suffix, confidence = "timeout tracebacks", "-log", min(confidence, CONF_WAITED_APART)
     line = hang_line(hang)
     evidence = [f"{hang.path or 'capture'}: {hang.detail}"]
     if hang.frame is not None:
@@ -551,8 +555,10 @@ def _decided_by_captures(
             culprit,
             category,
             RETRYABLE[category],
-            f"hang.{hang.finding}" + ("" if from_fr else "-stacks"),
-            f"captured evidence: {source} ({hang.path})" if hang.path else f"captured evidence: {source}",
+            f"hang.{hang.finding}{suffix}",
+            f"captured evidence: {source} ({hang.path})"
+            if hang.path not in ("", "log")
+            else f"captured evidence: {source}",
             confidence,
             line,
             tuple(evidence),
@@ -572,7 +578,9 @@ def hang_line(hang: HangFinding) -> str:
             f" (pod {hang.stuck_pods[0]})" if len(hang.stuck_pods) == 1 else f" (pods {', '.join(hang.stuck_pods[:4])})"
         )
     op = f"{hang.op or 'a collective'}" + (f" #{hang.seq}" if hang.seq is not None else "")
-    if hang.finding == "mismatch":
+    if hang.finding == "mismatch" and not hang.process_group:
+        text = f"{who} waited in a different collective than its peers"
+    elif hang.finding == "mismatch":
         text = f"{who} issued a different collective than its peers at {op} (group {hang.process_group})"
     elif hang.finding == "all_in":
         return (

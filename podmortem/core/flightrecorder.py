@@ -281,8 +281,9 @@ class FRSummary:
 
     rank: int | None
     source: str  # pickle | json
-    pg_status: Mapping[str, PGStatus] = field(default_factory=dict)
-    pg_config: Mapping[str, PGConfig] = field(default_factory=dict)
+    # Left out of the hash (a dict has none), so that a Member holding a summary stays hashable like the rest.
+    pg_status: Mapping[str, PGStatus] = field(default_factory=dict, hash=False)
+    pg_config: Mapping[str, PGConfig] = field(default_factory=dict, hash=False)
     entries: tuple[FREntry, ...] = ()
     truncated: bool = False
     note: str = ""

@@ -21,7 +21,10 @@ far each rank got in each process group, and a stack (`podmortem.core.stacks`) s
 3. **Stacks.** Without a decisive Flight Recorder state: the ranks whose program thread is *not* inside a
    collective while the others are (their stack is in torch.distributed or autograd's backward, they share
    one place, or their logs show they timed out waiting) are the culprits.
-4. **All in, none behind.** Every member of a group entered the same collective M, none completed it and
+4. **Waited apart.** Without captures of that kind, the tracebacks of ranks that timed out (their logs): when
+   every one but a single rank timed out at one place and that rank at another, it waited in a collective the
+   others never entered — a mismatch (ranks split into several groups, as pipeline stages are, decide nothing).
+5. **All in, none behind.** Every member of a group entered the same collective M, none completed it and
    none is behind: the collective itself is stuck (network or device), reported with its operation and M.
 
 **Where.** The culprit's own stack (any capture of its rank) gives the frame: the innermost frame of the
@@ -276,22 +279,18 @@ def _from_flight_recorder(
     )
 
 
-def _behind(
-    st: _Stall, culprits: Sequence[int], ranks: Mapping[int, _Rank], owners: Mapping[int, str], missing_dump: bool
+def _who(rs: Sequence[int]) -> str:
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_ranks(rs)}"
+
+
+def _in_stall(
+    finding: str, st: _Stall, culprits: Sequence[int], ranks: Mapping[int, _Rank], owners: Mapping[int, str], why: str
 ) -> HangFinding:
+    """A finding about ranks that never entered the collective `st` waits in (`why` completes its detail)."""
     frame, stack_path = _where(ranks, culprits)
-    op = st.op or "a collective"
-    who = f"rank {culprits[0]}" if len(culprits) == 1 else f"ranks {_ranks(culprits)}"
-    if missing_dump:
-        detail = (
-            f"{who} never entered {op} #{st.seq} of group {st.pg}: the {len(st.waiting)} rank(s) whose state was "
-            "captured all wait in it, and no state of theirs came"
-        )
-    else:
-        detail = f"{who} never entered {op} #{st.seq} of group {st.pg}, where rank(s) {_ranks(st.waiting)} wait"
     waiter = ranks.get(st.waiting[0])
     return HangFinding(
-        finding="behind",
+        finding=finding,
         stuck_ranks=tuple(culprits),
         stuck_pods=_pods(ranks, culprits, owners),
         process_group=st.pg,
@@ -299,8 +298,18 @@ def _behind(
         op=st.op,
         frame=frame,
         path=stack_path or (waiter.summary_path if waiter is not None else ""),
-        detail=detail,
+        detail=f"{_who(culprits)} never entered {st.op or 'a collective'} #{st.seq} of group {st.pg}{why}",
     )
+
+
+def _behind(
+    st: _Stall, culprits: Sequence[int], ranks: Mapping[int, _Rank], owners: Mapping[int, str], missing_dump: bool
+) -> HangFinding:
+    if missing_dump:
+        why = f": the {len(st.waiting)} rank(s) whose state was captured all wait in it, and no state of theirs came"
+    else:
+        why = f", where rank(s) {_ranks(st.waiting)} wait"
+    return _in_stall("behind", st, culprits, ranks, owners, why)
 
 
 def _crossed(
@@ -312,24 +321,11 @@ def _crossed(
     elsewhere = (
         f"{there.op or 'a collective'} #{there.seq} of group {there.pg}" if there is not None else "another group"
     )
-    frame, path = _where(ranks, odd)
-    who = f"rank {odd[0]}" if len(odd) == 1 else f"ranks {_ranks(odd)}"
-    waiter = ranks.get(st.waiting[0])
-    return HangFinding(
-        finding="mismatch",
-        stuck_ranks=tuple(odd),
-        stuck_pods=_pods(ranks, odd, owners),
-        process_group=st.pg,
-        seq=st.seq,
-        op=st.op,
-        frame=frame,
-        path=path or (waiter.summary_path if waiter is not None else ""),
-        detail=(
-            f"{who} never entered {st.op or 'a collective'} #{st.seq} of group {st.pg}, where rank(s) "
-            f"{_ranks(st.waiting)} wait, and waits in {elsewhere}, which they never entered: the ranks issued "
-            "their collectives in a different order"
-        ),
+    why = (
+        f", where rank(s) {_ranks(st.waiting)} wait, and waits in {elsewhere}, which they never entered: the ranks "
+        "issued their collectives in a different order"
     )
+    return _in_stall("mismatch", st, odd, ranks, owners, why)
 
 
 def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangFinding | None:
@@ -348,7 +344,7 @@ def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangF
     if not elsewhere or not (waiting - set(elsewhere)):
         return None
     frame, path = _where(ranks, elsewhere)
-    who = f"rank {elsewhere[0]}" if len(elsewhere) == 1 else f"ranks {_ranks(elsewhere)}"
+    who = _who(elsewhere)
     where = f"; it was at {frame.where()}" if frame is not None else ""
     others = sorted(waiting - set(elsewhere))
     return HangFinding(
@@ -364,6 +360,37 @@ def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangF
     )
 
 
+def _waited_apart(
+    waited_at: Mapping[int, Frame], ranks: Mapping[int, _Rank], owners: Mapping[int, str]
+) -> HangFinding | None:
+    """Every rank timed out, one of them in another collective than all the others, which agree on one: it issued
+    a collective they did not (or skipped one they issued). Ranks split into groups of two or more sizes (pipeline
+    stages) decide nothing."""
+    sites: dict[tuple[str, int | None], list[int]] = {}
+    for r, f in sorted(waited_at.items()):
+        sites.setdefault((f.file, f.line), []).append(r)
+    if len(sites) != 2:
+        return None
+    small, large = sorted(sites.values(), key=len)
+    if len(small) != 1 or len(large) < 2:
+        return None
+    odd, frame, there = small[0], waited_at[small[0]], waited_at[large[0]]
+    return HangFinding(
+        finding="mismatch",
+        stuck_ranks=(odd,),
+        stuck_pods=_pods(ranks, [odd], owners),
+        process_group="",
+        seq=None,
+        op="",
+        frame=frame,
+        path="log",
+        detail=(
+            f"rank {odd} timed out waiting at {frame.where()}, every other rank that timed out ({_ranks(large)}) at "
+            f"{there.where()}: they waited in different collectives"
+        ),
+    )
+
+
 def _place(d: StackDump) -> tuple[str, int | None] | None:
     f = user_frame(d)
     return (f.file, f.line) if f is not None else None
@@ -375,12 +402,14 @@ def match(
     all_ranks: Iterable[int] = (),
     timed_out: Iterable[int] = (),
     owners: Mapping[int, str] | None = None,
+    waited_at: Mapping[int, Frame] | None = None,
 ) -> HangFinding | None:
     """What the captures of a hung job say (see the module docstring), or None when they decide nothing.
 
     `all_ranks`: every global rank the job is known to have (the default group's members when the dumps do
     not list them). `timed_out`: ranks whose own logs show they timed out in a collective. `owners`: the pod
-    of a rank that has no capture of its own (to name the pod of a rank whose dump is missing).
+    of a rank that has no capture of its own (to name the pod of a rank whose dump is missing). `waited_at`: where
+    each rank that timed out was, from the traceback its log shows (the last rule's evidence).
     """
     ranks = _gather(captures)
     summaries = {r: info.summary for r, info in ranks.items() if info.summary is not None}
@@ -391,4 +420,4 @@ def match(
         )
         if found is not None:
             return found
-    return _from_stacks(ranks, frozenset(timed_out))
+    return _from_stacks(ranks, frozenset(timed_out)) or _waited_apart(waited_at or {}, ranks, owned)

@@ -216,6 +216,25 @@ def dumps_in_log(text: str) -> list[StackDump]:
     return out
 
 
+def tracebacks_in_log(text: str) -> dict[int, StackDump]:
+    """The last Python traceback each rank printed with torch's `[rankN]:` prefix (where it was when it raised)."""
+    if "]: Traceback (most recent call last):" not in text:  # the cheap test
+        return {}
+    if len(text) > MAX_STACK_TEXT:
+        text = text[-MAX_STACK_TEXT:]
+    streams: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        key, body = _split_prefix(line)
+        if key is not None and key[0] == "rank":
+            streams.setdefault(key[1], []).append(body)
+    out: dict[int, StackDump] = {}
+    for rank, lines in streams.items():
+        tbs = [d for d in parse_stacks("\n".join(lines)) if d.format == "traceback"]
+        if tbs:
+            out[rank] = StackDump(tbs[-1].threads, "traceback", rank=rank, text=tbs[-1].text)
+    return out
+
+
 # Where is a frame's code from? Its file's path says.
 _LIBRARY = re.compile(
     r"(?:^|/)(?:site-packages|dist-packages)/"  # an installed package: torch, numpy, the launcher's

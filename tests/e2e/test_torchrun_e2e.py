@@ -100,6 +100,18 @@ def test_hang(tmp_path: Path) -> None:
     _check(result)
     # The peers time out first; the hung pod is deleted by the controller afterwards.
     assert _root(result).deleted
+    _check_where(result, rank=0)
+
+
+def _check_where(result: JobResult, rank: int) -> None:
+    """The workload's faulthandler printed the hung worker's stack at its SIGTERM: the verdict names its global
+    rank and the line in load_batch where it waits, from that alone (no other capture runs here)."""
+    verdict = result.verdict or {}
+    hang = verdict.get("hang") or {}
+    assert verdict.get("global_rank") == rank and hang.get("stuck_ranks") == [rank], _diagnose(result)
+    assert (hang.get("frame") or {}).get("function") == "load_batch", hang
+    assert str((hang.get("frame") or {}).get("file")).endswith("podmortem/local/workload.py"), hang
+    assert verdict.get("confidence", 0) >= 0.9 and hang.get("path") == "sigterm_stack", verdict
 
 
 def test_hang_with_a_sibling_that_times_out_too(tmp_path: Path) -> None:
@@ -108,6 +120,18 @@ def test_hang_with_a_sibling_that_times_out_too(tmp_path: Path) -> None:
     result = _run(JobSpec(fault="hang", pods=3, nproc=2, fail_pod=1, pg_timeout=5.0), tmp_path)
     _check(result)
     assert "Timed out waiting" in _message(_root(result))
+    _check_where(result, rank=2)
+
+
+def test_desync(tmp_path: Path) -> None:
+    # Rank 2 skips a gradient all_reduce and waits in the metrics one; every rank then times out, rank 2 in
+    # another collective than all the others (their tracebacks, or rank 2's stack when its agent tore it down first).
+    result = _run(JobSpec(fault="desync", pods=3, nproc=2, fail_pod=1, pg_timeout=5.0), tmp_path)
+    _check(result)
+    verdict = result.verdict or {}
+    hang = verdict.get("hang") or {}
+    assert verdict.get("global_rank") == 2 and hang.get("finding") == "mismatch", _diagnose(result)
+    assert str((hang.get("frame") or {}).get("file")).endswith("podmortem/local/workload.py"), hang
 
 
 def test_preemption(tmp_path: Path) -> None:

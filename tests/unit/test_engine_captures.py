@@ -155,3 +155,41 @@ def test_one_worker_per_pod_the_torn_down_pods_stack_is_placed_by_its_log() -> N
     v = decide(Incident(JOB, 4, (others[0], others[1], stuck, others[2])))
     assert (v.pod, v.global_rank, v.category) == ("llm-worker-1", 2, "hang")
     assert v.confidence >= 0.9 and v.hang is not None and v.hang.path == "sigterm_stack"
+
+
+def _timeout_traceback(rank: int, line: int, function: str) -> str:
+    return "".join(
+        f"[rank{rank}]: {text}\n"
+        for text in (
+            "Traceback (most recent call last):",
+            '  File "/app/train.py", line 474, in <module>',
+            f'  File "/app/train.py", line {line}, in {function}',
+            '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
+            "line 3252, in all_reduce",
+            "    work.wait()",
+            TIMEOUT,
+        )
+    )
+
+
+def test_desync_from_the_timeout_tracebacks_alone() -> None:
+    # Every rank timed out; rank 2 in the metrics all_reduce (line 299), the others in the gradients' (line 257).
+    members = []
+    for pod, node, ranks in (("llm-master-0", 0, (0, 1)), ("llm-worker-0", 1, (2, 3)), ("llm-worker-1", 2, (4, 5))):
+        m = _timed_out(pod, node, ranks)
+        log = "".join(_timeout_traceback(r, 299 if r == 2 else 257, "train" if r == 2 else "collective") for r in ranks)
+        members.append(dataclasses.replace(m, log_tail=log))
+    v = decide(Incident(JOB, 3, tuple(members)))
+    assert (v.pod, v.global_rank, v.category, v.retryable) == ("llm-worker-0", 2, "user_code", False)
+    assert (
+        v.rule == "hang.mismatch-log"
+        and v.confidence == 0.8
+        and v.decided_by == "captured evidence: timeout tracebacks"
+    )
+    assert "out of step" in v.summary.splitlines()[0]
+    # Everyone at the same place: the tracebacks say nothing, today's verdict stands.
+    same = [
+        dataclasses.replace(m, log_tail=m.log_tail.replace("line 299, in train", "line 257, in collective"))
+        for m in members
+    ]
+    assert decide(Incident(JOB, 3, tuple(same))).hang is None

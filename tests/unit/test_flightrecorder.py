@@ -244,3 +244,11 @@ def test_not_a_dump() -> None:
         summarize_json("[1, 2]")
     with pytest.raises(FlightRecorderError, match="not a Flight Recorder dump"):
         summarize_pickle(pickle.dumps({"hello": 1}))
+
+
+def test_a_member_holding_a_summary_stays_hashable() -> None:
+    from podmortem.core.model import Member, WorkerCapture
+
+    s = summarize_pickle(_real(0, "pkl"), rank=0)
+    m = Member(pod="a", captures=(WorkerCapture("fr_file", global_rank=0, flight_recorder=s),))
+    assert hash(m) == hash(Member(pod="a", captures=(WorkerCapture("fr_file", global_rank=0, flight_recorder=s),)))

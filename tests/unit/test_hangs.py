@@ -246,3 +246,13 @@ def test_demo_workload_desync_through_the_control_plane() -> None:
     assert found is not None and (found.finding, found.stuck_ranks) == ("mismatch", (1,))
     # It waits in the metrics all_reduce (its own group) that the others never entered.
     assert found.frame is not None and found.frame.function == "train"
+
+
+def test_waited_apart_one_rank_in_another_collective() -> None:
+    grads, metrics = Frame("/app/train.py", 257, "collective"), Frame("/app/train.py", 299, "train")
+    found = match([], waited_at={0: grads, 1: grads, 2: metrics, 3: grads}, owners={2: "pod-1"})
+    assert found is not None and (found.finding, found.stuck_ranks, found.stuck_pods) == ("mismatch", (2,), ("pod-1",))
+    assert found.frame == metrics and found.path == "log"
+    # Two groups of two (pipeline stages wait at different places by design) and a lone pair decide nothing.
+    assert match([], waited_at={0: grads, 1: grads, 2: metrics, 3: metrics}) is None
+    assert match([], waited_at={0: grads, 1: metrics}) is None

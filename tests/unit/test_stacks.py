@@ -14,6 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from podmortem.core.model import Frame
 from podmortem.core.stacks import (
     MAX_STACK_TEXT,
@@ -129,32 +131,34 @@ def test_py_spy_dump() -> None:
     assert user_frame(dump) == Frame("/app/train.py", 211, "load_batch")
 
 
-def test_dataloader_wait_is_not_a_collective_and_blames_the_users_loop() -> None:
-    site = "/usr/lib/python3/dist-packages"
-    text = f"""Current thread 0x00007f00 (most recent call first):
-  File "/usr/lib/python3.11/selectors.py", line 415 in select
-  File "/usr/lib/python3.11/multiprocessing/queues.py", line 113 in get
-  File "{site}/torch/utils/data/dataloader.py", line 1133 in _try_get_data
-  File "{site}/torch/utils/data/dataloader.py", line 1295 in _next_data
-  File "/app/train.py", line 88 in train_epoch
-  File "/app/train.py", line 120 in <module>
-"""
-    dump = parse_one(text)
-    assert dump is not None and not in_collective(dump)
-    assert user_frame(dump) == Frame("/app/train.py", 88, "train_epoch")
+DIST = "/usr/lib/python3/dist-packages"
+SITE = "/opt/venv/lib/python3.11/site-packages"
+IN_DATALOADER = (
+    ("/usr/lib/python3.11/selectors.py", 415, "select"),
+    ("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"),
+    (f"{DIST}/torch/utils/data/dataloader.py", 1133, "_try_get_data"),
+    (f"{DIST}/torch/utils/data/dataloader.py", 1295, "_next_data"),
+    ("/app/train.py", 88, "train_epoch"),
+)
+IN_ALL_REDUCE = (
+    (f"{SITE}/torch/distributed/distributed_c10d.py", 3252, "all_reduce"),
+    (f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper"),
+    ("/app/train.py", 50, "step"),
+)
 
 
-def test_waiting_in_all_reduce_is_a_collective() -> None:
-    site = "/opt/venv/lib/python3.11/site-packages"
-    text = f"""Current thread 0x00007f00 (most recent call first):
-  File "{site}/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
-  File "{site}/torch/distributed/c10d_logger.py", line 83 in wrapper
-  File "/app/train.py", line 50 in step
-  File "/app/train.py", line 99 in <module>
-"""
-    dump = parse_one(text)
-    assert dump is not None and in_collective(dump)
-    assert user_frame(dump) == Frame("/app/train.py", 50, "step")
+@pytest.mark.parametrize(
+    ("frames", "collective", "user"),
+    [
+        (IN_DATALOADER, False, Frame("/app/train.py", 88, "train_epoch")),  # the user's loop is blamed
+        (IN_ALL_REDUCE, True, Frame("/app/train.py", 50, "step")),
+    ],
+)
+def test_in_a_collective_or_not(frames: tuple[tuple[str, int, str], ...], collective: bool, user: Frame) -> None:
+    body = "".join(f'  File "{f}", line {n} in {fn}\n' for f, n, fn in (*frames, ("/app/train.py", 120, "<module>")))
+    dump = parse_one("Current thread 0x00007f00 (most recent call first):\n" + body)
+    assert dump is not None and in_collective(dump) is collective
+    assert user_frame(dump) == user
 
 
 def test_library_frames() -> None:
