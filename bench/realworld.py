@@ -1,6 +1,6 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
-    python -m bench.realworld [--split train|heldout|both|fresh] [--seeds N] [--misses] [--from-line N] [--cross]
+    python -m bench.realworld [--split train|heldout|both|fresh|fresh2] [--seeds N] [--misses] [--from-line N] [--cross]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
 log tails are victims' messages of the same split; victims end no later than the root and the root's
@@ -20,7 +20,7 @@ from bench.common import REALWORLD_CORPUS
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident
-from podmortem.offline.corpus import Answer, Case, Excerpt, compose, load, score
+from podmortem.offline.corpus import Answer, Case, Excerpt, at_threshold, compose, load, score
 
 
 def engine(incident: Incident) -> Answer:
@@ -61,6 +61,23 @@ def permanent_precision(cases: list[Case]) -> tuple[int, int]:
             n += 1
             right += c.retryable is False
     return right, n
+
+
+def precision_table(cases: list[Case]) -> str:
+    """Coverage at the PermanentFailure threshold, and each rule that reached it with its precision (the CI floor per
+    rule is in tests/unit/test_realworld_accuracy.py)."""
+    n, rows = at_threshold(cases, decide, PERMANENT_CONFIDENCE)
+    at = sum(r.n for r in rows.values())
+    right = sum(r.right for r in rows.values())
+    share = f"{right / at:.3f}" if at else "-"
+    lines = [
+        f"coverage at confidence >= {PERMANENT_CONFIDENCE}: {at}/{n} = {at / n:.2f}, right (pod and category) "
+        f"{right}/{at} = {share}",
+        f"  {'rule at >= 0.9':<34}{'n':>5}{'pod+category':>14}{'retryable':>11}",
+    ]
+    for rule, r in rows.items():
+        lines.append(f"  {rule:<34}{r.n:>5}{r.right / r.n:>14.3f}{r.retryable_right / r.n:>11.3f}")
+    return "\n".join(lines)
 
 
 def reliability(cases: list[Case]) -> str:
@@ -104,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=REALWORLD_CORPUS)
     ap.add_argument(
         "--split",
-        choices=("train", "heldout", "both", "fresh"),
+        choices=("train", "heldout", "both", "fresh", "fresh2"),
         default="train",
-        help="both = train and heldout; fresh = the split started with issue 25, scored once at its end",
+        help="both = train and heldout; fresh = the split started with issue 25, scored once at its end; "
+        "fresh2 = the split started with issue 34, scored once at its end",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
@@ -138,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(cases))
         if ns.calibration:
             print(reliability(cases))
+            print(precision_table(cases))
         if ns.misses and split == "train" and not ns.cross:
             for c in cases:
                 pod, cat, retry = engine(c.incident)

@@ -116,6 +116,7 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
         lines.append("Secondary Failures:")
         width = max(len(str(s.get("pod", ""))) for s in secondary)
         lines += [f"  {s.get('pod', '')!s:<{width}}  {s.get('reason', '')}" for s in secondary]
+    lines += _repeat_lines(doc)
     incident = doc.get("incidentId")
     if incident:
         state = "final" if doc.get("final") else "may still be revised"
@@ -126,6 +127,26 @@ def render(obj: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> str | No
             lines.append(_field("Condition", f"{CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
     lines += pod_lines(pods)
     return "\n".join(lines) + "\n"
+
+
+def _repeat_lines(doc: dict[str, Any]) -> list[str]:
+    """The job's attempts: one line saying whether this failure repeats the attempts before it, then one
+    per attempt (newest first), so that "third time, same error" needs no digging."""
+    history = [a for a in doc.get("attemptHistory") or [] if isinstance(a, dict)]
+    signature, repeats = doc.get("signature"), doc.get("repeats")
+    if not history and not signature:
+        return []
+    if not signature:
+        head = "no root cause to compare with the attempts before"
+    elif isinstance(repeats, int) and repeats > 1:
+        head = f"same failure on {repeats} attempts in a row (signature {signature})"
+    else:
+        head = f"not a repeat of the attempt before (signature {signature})"
+    lines = [_field("Repeats", head), "Attempts:"]
+    for a in history:
+        name = a.get("attempt") or "first run"
+        lines.append(f"  {name!s:<8}  {a.get('category')!s:<10}  {a.get('signature')}  {a.get('decidedAt')}")
+    return lines
 
 
 NODE_FAULTS = "podmortem.io/hardware-faults"

@@ -173,6 +173,21 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str, str, tuple[int, int]]] 
         (8, 8),
     ),
     (
+        "Repeated failures stopped",
+        "Retryable root causes that came back with the same signature on --repeat-limit attempts of a job in a "
+        "row, marked PermanentFailure (reason RepeatedFailure) so the job stopped instead of restarting, by "
+        "category, in the time range (docs/retries.md).",
+        [
+            (
+                "{{category}}",
+                f"sum by (category) (increase(podmortem_repeated_failures_total{{{JOB}}}[$__range]))",
+            )
+        ],
+        "bargauge",
+        "short",
+        (12, 8),
+    ),
+    (
         "Pods the webhook let through unchanged",
         "Admission reviews by outcome; 'unsupported' are training pods the webhook did not understand.",
         [

@@ -65,6 +65,7 @@ class AggregatorConfig:
     state_dir: str = ""  # "": incidents live in memory only
     permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
     peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
+    repeat_limit: int = 2  # podmortem.core.repeats.DEFAULT_LIMIT
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -144,6 +145,15 @@ SETTINGS: tuple[Setting, ...] = (
         default="5",
     ),
     Setting(
+        "repeat_limit",
+        "--repeat-limit",
+        "PODMORTEM_REPEAT_LIMIT",
+        "a retryable root cause with the same signature on this many attempts of a job in a row is marked "
+        "podmortem.io/PermanentFailure (reason RepeatedFailure) and stops the job; 0: off. A job's "
+        "annotation podmortem.io/repeat-limit overrides it",
+        default="2",
+    ),
+    Setting(
         "auth",
         "--auth",
         "PODMORTEM_AUTH",
@@ -154,6 +164,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls_cert", "--tls-cert", "PODMORTEM_TLS_CERT", "serve gRPC over TLS with this PEM certificate (chain)"),
     Setting("tls_key", "--tls-key", "PODMORTEM_TLS_KEY", "the PEM private key of --tls-cert"),
 )
+
+# The largest --repeat-limit (and podmortem.io/repeat-limit): a job's history keeps MAX_ATTEMPTS attempts.
+MAX_REPEAT_LIMIT = 8
 
 # -- Kubernetes ---------------------------------------------------------------------------------
 
@@ -383,6 +396,7 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         state_dir=raw.get("state_dir", ""),
         permanent_confidence=_number(name("permanent_confidence"), raw["permanent_confidence"], float, 0.01, 1.0),
         peer_wait=_number(name("peer_wait"), raw["peer_wait"], float, 0.0, 3600.0),
+        repeat_limit=int(_number(name("repeat_limit"), raw["repeat_limit"], int, 0, MAX_REPEAT_LIMIT)),
     )
 
 

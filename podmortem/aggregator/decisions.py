@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from podmortem.core.model import Incident, Verdict
+from podmortem.core.repeats import Attempt, run_length
 
 # quorum / timeout: the first verdict on a failure; revision: a later one. stall: a provisional verdict
 # on a job whose members all went quiet while the pods still run (`aggregator.stalls`); resumed: that
@@ -40,6 +41,17 @@ class Decision:
     # Members whose job membership was verified against the API (`IncidentBook.is_verified`): only
     # these may be acted on (a pod condition, a node record); the others are evidence only.
     verified: frozenset[str] = frozenset()
+    # This attempt as the job's history keeps it (None: no root cause), and the job's earlier attempts,
+    # newest first (`aggregator.history`). `own_attempt`: the pod watch placed the root in this attempt,
+    # so the entry is the job's own and is kept (state file, annotation).
+    attempt: Attempt | None = None
+    history: tuple[Attempt, ...] = ()
+    own_attempt: bool = False
+
+    @property
+    def repeats(self) -> int:
+        """Attempts in a row, ending with this one, with this one's signature (1: not a repeat)."""
+        return run_length(self.history, self.attempt) if self.attempt is not None else 1
 
     @property
     def provisional(self) -> bool:
@@ -86,6 +98,10 @@ class Decision:
             "decided_at": self.decided_at,
             "latency_seconds": self.latency,
         }
+        if self.attempt is not None:
+            doc["signature"] = self.attempt.signature
+            doc["repeats"] = self.repeats
+        doc["attempt_history"] = [a.to_dict() for a in self.history]
         if self.term is not None:
             doc["lease"] = {"holderIdentity": self.term.holder, "leaseTransitions": self.term.transitions}
         return doc

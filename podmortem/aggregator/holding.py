@@ -22,6 +22,12 @@ A pod whose sidecar could hold it but which became terminal without a decision (
 unreachable, or the sidecar's hold timed out) gets none, ever: a condition written after the Job
 controller acted would say something the retry did not follow.
 
+A failure that repeats (`core.repeats`): a root whose condition is `RetryableFailure` is compared with
+its job's earlier attempts (`aggregator.history`, completed first from the job's own annotation by
+`lookup`, which also gives the job's `podmortem.io/repeat-limit`); the same signature on `repeat_limit`
+attempts in a row makes it `PermanentFailure`/`RepeatedFailure`. Only an attempt the pod watch placed the
+root in is compared (`IncidentBook.is_watched`). Once written, `on_repeat` tells the job (a Warning Event).
+
 Who may write: only for a member whose job membership is verified against the API (`verified`: by
 default, the pod watch placed this pod in this job attempt), and only while this replica may act
 (`may_act`: the leader holding its Lease). Otherwise the answer is NOT_WRITTEN with the reason, and the
@@ -35,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +49,10 @@ from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
 from podmortem.aggregator.metrics import Metrics
-from podmortem.core import conditions
+from podmortem.core import conditions, repeats
 from podmortem.core.assess import assess
-from podmortem.core.conditions import CONDITION_TYPES, VICTIM, PodCondition
-from podmortem.core.model import Incident, Member, Verdict
+from podmortem.core.conditions import CONDITION_TYPES, RETRYABLE, VICTIM, PodCondition
+from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -54,6 +60,11 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 WriteCondition = Callable[[str, str, PodCondition], Awaitable[None]]  # namespace, pod, condition
+# The job's attempts as its own object records them, and its repeat limit override (None: the flag's).
+LookUp = Callable[[JobRef], Awaitable[tuple[tuple[repeats.Attempt, ...], int | None]]]
+OnRepeat = Callable[[Incident, PodCondition, repeats.Attempt], Coroutine[Any, Any, None]]
+# Seconds a job's look-up may take when nothing else bounds it (a pod that cannot be held).
+LOOKUP_TIMEOUT = 5.0
 # Seconds of the sidecar's hold kept for the write after the decision.
 WRITE_MARGIN = 1.0
 # Of the peers' first evidence, the most a member that failed on its own waits for (seconds, aggregator
@@ -151,7 +162,15 @@ class HoldDesk:
         may_act: Callable[[], bool] = lambda: True,
         verified: Callable[[MemberKey], bool] | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        repeat_limit: int = repeats.DEFAULT_LIMIT,
+        lookup: LookUp | None = None,
+        on_repeat: OnRepeat | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.repeat_limit = repeat_limit
+        self._lookup = lookup
+        self._on_repeat = on_repeat
+        self._clock = clock
         self.book = book
         self._timer = timer  # times the engine's decisions (VERDICT_REUSE_PER_DECISION)
         self._decide_verdict = decide
@@ -295,6 +314,8 @@ class HoldDesk:
             permanent_confidence=self.permanent_confidence,
             victims=victims,
         )
+        if condition is not None and condition.type == RETRYABLE and verdict.pod == key.pod:
+            condition = await self._repeated(key, incident, verdict, condition, give_up)
         if condition is not None and condition.type == VICTIM:
             victims.add(key.pod)  # at the decision, not the write: two last echoes must not both pass
         if condition is None:
@@ -326,7 +347,53 @@ class HoldDesk:
         log.info("pod %s: %s (%s) written: %s", key.pod, condition.type, condition.reason, condition.message)
         if self.metrics is not None:
             self.metrics.pod_condition_written(condition.type)
+        if condition.reason == repeats.REPEATED_REASON:
+            self._repeat_written(incident, verdict, condition)
         return state.outcome
+
+    async def _repeated(
+        self, key: MemberKey, incident: Incident, verdict: Verdict, condition: PodCondition, give_up: float | None
+    ) -> PodCondition:
+        """`condition` (the root's RetryableFailure), escalated when its failure repeats (`core.repeats`)."""
+        uid = incident.job.uid
+        current = repeats.entry(incident, verdict, self._clock())
+        if not uid or current is None or not self.book.is_watched(key):
+            return condition
+        limit = self.repeat_limit
+        if self._lookup is not None:
+            loop = asyncio.get_running_loop()
+            budget = LOOKUP_TIMEOUT if give_up is None else max(give_up - WRITE_MARGIN - loop.time(), 0.0)
+            try:
+                async with asyncio.timeout(min(budget, LOOKUP_TIMEOUT)):
+                    found, override = await self._lookup(incident.job)
+            except Exception as exc:  # the history kept here still applies, with the flag's limit
+                log.warning("job %s: its attempt history could not be read: %s", incident.job.key, exc)
+            else:
+                self.book.history.merge(uid, found)
+                limit = override if override is not None else limit
+        history = self.book.history.get(uid)
+        escalated = repeats.escalate(
+            condition, current, history, limit=limit, permanent_confidence=self.permanent_confidence, root=True
+        )
+        if escalated is not condition:
+            log.warning("pod %s: %s", key.pod, escalated.message)
+        return escalated
+
+    def _repeat_written(self, incident: Incident, verdict: Verdict, condition: PodCondition) -> None:
+        if self.metrics is not None:
+            self.metrics.repeated_failures.labels(category=verdict.category or "none").inc()
+        entry = repeats.entry(incident, verdict, self._clock())
+        if self._on_repeat is None or entry is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._on_repeat(incident, condition, entry))
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("job %s: the repeated failure's Event failed: %s", incident.job.key, t.exception())
+
+        task.add_done_callback(done)
 
     def _refusal(self, key: MemberKey) -> str:
         if self._write is None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from podmortem.aggregator.deciding import Decide, Deciding, Pending
 from podmortem.aggregator.decisions import ClosedBy, Decision
+from podmortem.aggregator.history import AttemptHistory
 from podmortem.aggregator.intake import (
     MAX_MEMBER_EVENTS,
     MAX_MEMBERS_PER_JOB,
@@ -46,6 +47,7 @@ from podmortem.aggregator.intake import (
 )
 from podmortem.aggregator.members import MemberState
 from podmortem.aggregator.metrics import Metrics
+from podmortem.core import repeats
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -107,7 +109,11 @@ class IncidentBook:
         max_members: int = MAX_MEMBERS_PER_JOB,
         max_open: int = MAX_OPEN_INCIDENTS,
         max_namespaces: int = MAX_NAMESPACES,
+        history: AttemptHistory | None = None,
     ) -> None:
+        # Each job's attempts, by uid (`aggregator.history`): a decision records its own and carries the
+        # ones before it.
+        self.history = history if history is not None else AttemptHistory()
         self._deciding = Deciding(decide, revise_delay, offload_members)
         self._publish = publish
         self.quorum_timeout = quorum_timeout
@@ -179,9 +185,12 @@ class IncidentBook:
         """A member known from elsewhere than its sidecar (the aggregator's pod watch)."""
         attempt = self._attempt_for(job, attempt, identity.pod)
         state = self._job(job, attempt)
+        if (job.uid and job.uid != state.job.uid) or (job.kind and job.kind != state.job.kind):
+            state.job = JobRef(job.namespace, job.name, job.kind or state.job.kind, job.uid or state.job.uid)
         self._merge_identity(state, identity)
         member = state.members[identity.pod]
         member.verified = True  # the pod watch resolved it from the pod object
+        member.watched = True  # ... in this attempt
         self._recount(state, member)
         return MemberKey(job_key(job, attempt), identity.pod)
 
@@ -192,6 +201,11 @@ class IncidentBook:
         or from a state file written before verification. Only verified members may be acted on."""
         member = self._member(key)
         return member is not None and member.verified
+
+    def is_watched(self, key: MemberKey) -> bool:
+        """Did the pod watch place this member in this job attempt (`MemberState.watched`)?"""
+        member = self._member(key)
+        return member is not None and member.watched
 
     def lacks_log(self, key: MemberKey) -> bool:
         """Is this member without a sidecar now and without any log tail? (so the pod watch reads one)"""
@@ -574,14 +588,28 @@ class IncidentBook:
         verdict = dataclasses.replace(verdict, members_missing=max(incident.world_size - reported, 0))
         state.verdict = verdict
         state.revision += 1
+        decided_at = self._clock()
+        entry = repeats.entry(incident, verdict, decided_at)
+        uid = incident.job.uid
+        root = state.members.get(verdict.pod) if verdict.pod is not None else None
+        # Only an attempt the pod watch saw its root in is the job's own: a stream's invented attempt
+        # never enters the history another attempt is compared with.
+        own = entry is not None and bool(uid) and root is not None and root.watched
+        history = tuple(a for a in self.history.get(uid) if a.attempt != incident.attempt) if uid else ()
+        if own:
+            assert entry is not None
+            self.history.record(uid, entry)
         self._publish(
             Decision(
                 incident=incident,
                 verdict=verdict,
-                decided_at=self._clock(),
+                decided_at=decided_at,
                 revision=state.revision,
                 closed_by=closed_by,
                 reported=reported,
                 verified=frozenset(pod for pod, m in state.members.items() if m.verified),
+                attempt=entry,
+                history=history,
+                own_attempt=own,
             )
         )

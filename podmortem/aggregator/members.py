@@ -44,6 +44,9 @@ class MemberState:
     # Its job membership was verified against the API: seen by the pod watch, or registered by a
     # stream whose token and pod object were checked (aggregator.kube.membership). Never unset.
     verified: bool = False
+    # The pod watch placed this pod in this job attempt (the attempt as the API shows it, not as a stream
+    # claims it): only such a root's attempt enters the job's history (`aggregator.history`).
+    watched: bool = False
     # The newest log tail's text, kept once as a compact str: its event in `events` is stored without
     # it, so a tail is not held twice, in the protobuf event and in the folded member (the aggregator's
     # peak RSS under a burst: bench/burst.py, docs/benchmarks.md).

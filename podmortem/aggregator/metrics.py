@@ -225,8 +225,18 @@ class Metrics:
         )
         for trigger in CAPTURE_TRIGGERS:
             self.capture_requests.labels(trigger=trigger)
+        self.repeated_failures = Counter(
+            "podmortem_repeated_failures_total",
+            "Root causes that repeated the job's previous attempts (the same signature, `--repeat-limit` "
+            "attempts in a row) and were marked podmortem.io/PermanentFailure with reason RepeatedFailure "
+            "instead of being retried, by category.",
+            ["category"],
+            registry=self.registry,
+        )
         for condition_type in CONDITION_TYPES:
             self.pod_conditions.labels(type=condition_label(condition_type))
+        for repeated in CATEGORIES:
+            self.repeated_failures.labels(category=repeated)
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")
         self._node_label = _Bounded(MAX_NODES, "unknown")
         self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()

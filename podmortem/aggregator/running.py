@@ -130,11 +130,15 @@ class Aggregator:
         self._elector: LeaderElector | None = None
         if self._kube is not None and self.kube_settings is not None and "pod-conditions" in self.kube_settings.publish:
             from podmortem.aggregator.kube.podconditions import PodConditionWriter, condition_client
+            from podmortem.aggregator.kube.repeats import JobHistoryReader, RepeatEventWriter
 
             # A client of their own (rate limit, threads): a large job's conditions never hold up the
             # verdict's publishers or the pod watch on the shared client.
             self._condition_kube = condition_client(self.kube_settings)
             self.condition_writer = PodConditionWriter(self._condition_kube, clock)
+            # A repeated failure is looked up and told on the conditions' client: within the hold.
+            self.job_history = JobHistoryReader(self._condition_kube)
+            self.repeat_events = RepeatEventWriter(self._condition_kube, self.kube_settings.reporting_instance)
             self.holds = HoldDesk(
                 self.book,
                 decide,
@@ -142,6 +146,11 @@ class Aggregator:
                 rules=ruleset,
                 permanent_confidence=config.permanent_confidence,
                 peer_wait=config.peer_wait,
+                repeat_limit=config.repeat_limit,
+                lookup=self.job_history.read,
+                # The Event only where Events are published (and so allowed by the chart's RBAC).
+                on_repeat=self.repeat_events.post if "events" in self.kube_settings.publish else None,
+                clock=clock,
                 metrics=self.metrics,
                 may_act=self._may_act,
                 verified=self.book.is_verified,  # the pod watch's members and streams verified against the API

@@ -14,6 +14,11 @@ seconds are dropped at start-up, so the file stays bounded. Journal mode WAL wit
 `synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) — the case this is
 for — though not necessarily a power loss of the node.
 
+Each job's attempt history (`aggregator.history`) is kept here too, in `attempts`: one row per job uid
+and attempt, written when a verdict whose attempt is the job's own is published, at most MAX_ATTEMPTS
+rows a job and history.MAX_JOBS jobs (the jobs decided longest ago go first), read back into the book's
+history at start-up. It outlives the job's incident rows: it is what the next attempt is compared with.
+
 The layout is versioned (`PRAGMA user_version`, `SCHEMA_VERSION`). A file of an older version is
 migrated forward in place at start-up, its rows kept. A file the aggregator must not use is moved
 aside with an error in the log, and the aggregator starts empty rather than not at all (sidecars
@@ -25,6 +30,7 @@ database whose tables are not those of its version).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 import time
@@ -33,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.aggregator.decisions import Decision
+from podmortem.aggregator.history import MAX_JOBS
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.intake import LimitExceeded
+from podmortem.core.repeats import MAX_ATTEMPTS, Attempt
 from podmortem.protocol.v1 import collector_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -44,7 +52,7 @@ RETENTION = 7 * 24 * 3600.0
 
 # The layout's version, kept in the file's `PRAGMA user_version`. A file written before versioning
 # says 0 and has layout 1. Each step of `_MIGRATIONS` takes version N to N + 1 in one transaction.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
     1: {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at"),
@@ -54,8 +62,19 @@ _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
         "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
     },
+    3: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+        "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
+    },
 }
-_SCHEMA = """
+_ATTEMPTS = """CREATE TABLE attempts (
+    uid TEXT NOT NULL, attempt TEXT NOT NULL, ns TEXT NOT NULL, job TEXT NOT NULL,
+    entry TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (uid, attempt)
+)"""
+_SCHEMA = (
+    """
 CREATE TABLE registrations (
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, pod TEXT NOT NULL,
     register BLOB NOT NULL, at REAL NOT NULL, verified INTEGER NOT NULL DEFAULT 0,
@@ -68,16 +87,30 @@ CREATE TABLE events (
     UNIQUE (ns, job, attempt, pod, id)
 );
 """
+    + _ATTEMPTS
+    + ";"
+)
 _MIGRATIONS: dict[int, str] = {
     # 1 -> 2: whether the member's job membership was verified against the API (rows written before
     # say no; a live sidecar registering again is verified again).
     1: "ALTER TABLE registrations ADD COLUMN verified INTEGER NOT NULL DEFAULT 0",
+    # 2 -> 3: each job's attempt history.
+    2: _ATTEMPTS,
 }
+# Attempts written between two trims of the whole history to MAX_JOBS jobs.
+TRIM_EVERY = 256
 
 Statement = tuple[str, tuple[Any, ...]]
 # Bytes of rows waiting for the next commit: past this, a write waits for that commit before it is
 # queued, so one transaction stays bounded (bench/burst.py --state-dir prints the peak RSS).
 MAX_PENDING_BYTES = 8 << 20
+
+
+# Keeps the attempts of the MAX_JOBS jobs decided most recently.
+_TRIM_JOBS: Statement = (
+    "DELETE FROM attempts WHERE uid IN (SELECT uid FROM attempts GROUP BY uid ORDER BY MAX(at) DESC LIMIT -1 OFFSET ?)",
+    (MAX_JOBS,),
+)
 
 
 class StateError(RuntimeError):
@@ -131,6 +164,7 @@ class StateStore:
         self._pending_bytes = 0
         self._committed: asyncio.Event | None = None  # set after each commit (writes over the bound wait)
         self._flushing: asyncio.Task[None] | None = None
+        self._attempts_written = 0
 
     # -- opening: corrupt, newer and foreign files are set aside --------------------------------
 
@@ -289,9 +323,30 @@ class StateStore:
     # -- a publisher: a final verdict ends the need to remember its job ---------------------------
 
     async def publish(self, decision: Decision) -> None:
+        entry = decision.attempt
+        if decision.own_attempt and entry is not None:
+            await self._commit(self._attempt_rows(decision, entry))
         if decision.final:
             inc = decision.incident
             await self.forget((inc.job.namespace, inc.job.name, inc.attempt))
+
+    def _attempt_rows(self, decision: Decision, entry: Attempt) -> list[Statement]:
+        job = decision.incident.job
+        rows: list[Statement] = [
+            (
+                "INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?)",
+                (job.uid, entry.attempt, job.namespace, job.name, json.dumps(entry.to_dict()), entry.decided_at),
+            ),
+            (
+                "DELETE FROM attempts WHERE uid = ? AND attempt NOT IN "
+                "(SELECT attempt FROM attempts WHERE uid = ? ORDER BY at DESC LIMIT ?)",
+                (job.uid, job.uid, MAX_ATTEMPTS),
+            ),
+        ]
+        self._attempts_written += 1
+        if self._attempts_written % TRIM_EVERY == 0:
+            rows.append(_TRIM_JOBS)
+        return rows
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -309,6 +364,20 @@ class StateStore:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM registrations WHERE at < ?", (cutoff,))
             self._db.execute("DELETE FROM events WHERE at < ?", (cutoff,))
+        self._db.execute(_TRIM_JOBS[0], _TRIM_JOBS[1])
+        self._db.execute("DELETE FROM attempts WHERE at < ?", (cutoff,))
+        uids: set[str] = set()
+        for uid, blob in self._db.execute("SELECT uid, entry FROM attempts ORDER BY at"):
+            try:
+                entry = Attempt.from_dict(json.loads(blob))
+            except ValueError:
+                entry = None
+            if entry is None:
+                log.error("state: an attempt of job uid %s is unreadable; skipped", uid)
+                continue
+            book.history.merge(uid, (entry,))
+            uids.add(uid)
+        jobs = len(uids)
         members = events = 0
         known: dict[tuple[str, str, str, str], MemberKey] = {}
         for ns, job, attempt, pod, blob, verified in self._db.execute(
@@ -342,6 +411,9 @@ class StateStore:
                 log.error("state: an event of %s/%s could not be replayed: %s", ns, pod, exc)
                 continue
             events += 1
-        if members or events:
-            log.info("state: replayed %d member(s) and %d event(s) from %s", members, events, self.path)
+        if members or events or jobs:
+            log.info(
+                "state: replayed %d member(s), %d event(s) and the attempt history of %d job(s) from %s",
+                members, events, jobs, self.path,
+            )  # fmt: skip
         return members, events

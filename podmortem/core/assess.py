@@ -119,8 +119,12 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         out.append(_Cand("error file", err_rule, err.message, err.exception_type, log.summary_rank))
     # The log: torch's summary names the first failed rank of this pod; its exception line or signal.
     # The NCCL watchdog aborts a process (SIGABRT) once a collective timed out: an abort in a log that
-    # shows the member lost a peer or timed out is that echo, not a crash of its own.
-    echo_abort = log.log_rule is not None and log.log_rule[0].secondary in ("timeout", "peer", "store")
+    # shows the member lost a peer or timed out is that echo, not a crash of its own. ProcessGroupNCCL's
+    # heartbeat monitor aborts the process whose own watchdog got stuck the same way: beside a hang of its
+    # own, the abort is how that hang ended.
+    echo_abort = log.log_rule is not None and (
+        log.log_rule[0].secondary in ("timeout", "peer", "store") or log.log_rule[0].category == "hang"
+    )
     if log.summary_exitcode is not None:
         code, grank = log.summary_exitcode, log.summary_rank
         exc = log.exceptions.get(grank, "") if grank is not None else ""
@@ -193,7 +197,7 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         if r is not None:
             out.append(_Cand("termination", r, f"container {t.reason} (exit code {t.exit_code})"))
         code2 = t.exit_code if t.exit_code is not None else (128 + t.signal if t.signal else None)
-        if code2:
+        if code2 and not (code2 == 128 + 6 and echo_abort):
             r = rules.classify_exit_code(code2)
             if r is not None:
                 out.append(_Cand("termination", r, f"container exit code {code2}"))
@@ -223,10 +227,11 @@ def _is_clean(member: Member) -> bool:
 def _pick(cands: Sequence[_Cand]) -> _Cand | None:
     """Specific strong primary > generic strong primary (any exception) > secondary from the member's own
     messages > weak primary > secondary exit code. A known cause anywhere in the member's own output
-    (storage full, an OOM kill, Xid) says more than the Python class that carried it."""
-    for c in cands:
-        if c.rule.is_primary and not c.rule.weak and not c.rule.generic:
-            return c
+    (storage full, an OOM kill, Xid) says more than the Python class that carried it, and among those, words no
+    other family prints (glibc's "free(): invalid pointer") more than words it does (a bare SIGABRT: max_confidence)."""
+    specific = [c for c in cands if c.rule.is_primary and not c.rule.weak and not c.rule.generic]
+    if specific:
+        return max(specific, key=lambda c: c.rule.max_confidence)
     for c in cands:
         if c.rule.is_primary and not c.rule.weak:
             return c

@@ -176,12 +176,13 @@ def _device_fault_first(ordered: list[Finding]) -> list[Finding]:
 
 
 def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
-    """The worker wrote a program error of its own to its error file, nobody else failed on their own, and every
-    other member's failure is a known echo: the case a retry cannot fix, said plainly."""
+    """The worker raised a program error of its own — in its error file, or as the traceback in its own log (torch's
+    summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own, and every other member's
+    failure is a known echo: the case a retry cannot fix, said plainly."""
     return (
         others_echo
         and len(ordered) == 1
-        and root.source == "error file"
+        and root.source in ("error file", "log")
         and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
     )
 
@@ -225,6 +226,8 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
         evidence.append(
             f"{named[root.member.pod]} victim(s) name {root.member.pod} as the peer they lost or waited for"
         )
+    # A rule whose words a failure of another family prints too says so (its max_confidence): never above it.
+    confidence = min(confidence, rule.max_confidence)
     return _Root(
         root,
         rule.category,

@@ -57,7 +57,19 @@ SECONDARY_KINDS: tuple[SecondaryKind, ...] = ("peer", "timeout", "store", "teard
 _REGEX_KINDS = frozenset({"message", "log", "exception_type"})
 _NUMBER_KINDS = frozenset({"exit_code", "signal"})
 _RULE_KEYS = frozenset(
-    {*MATCHERS, "id", "category", "retryable", "secondary", "weak", "generic", "why", "advice", "ignore_case"}
+    {
+        *MATCHERS,
+        "id",
+        "category",
+        "retryable",
+        "secondary",
+        "weak",
+        "generic",
+        "max_confidence",
+        "why",
+        "advice",
+        "ignore_case",
+    }
 )
 
 # What a person should do, per category; a rule's own `advice` replaces it.
@@ -97,6 +109,9 @@ class Rule:
     # A catch-all (any Python exception): believed, but a specific rule's finding on the same member
     # (storage full, Xid, an OOM kill in its log) says more about why it failed.
     generic: bool = False
+    # The most a verdict this rule decides may say (engine.decide caps its confidence here): below the
+    # PermanentFailure threshold (0.9) for words that a failure of another family prints too.
+    max_confidence: float = 1.0
     why: str = ""
     advice: str = ""
     operator: bool = False  # from a rules file, not built in
@@ -355,6 +370,11 @@ def rule_from_dict(doc: Mapping[str, Any], source: str = "built-in", index: int 
     generic = doc.get("generic", False)
     if not isinstance(generic, bool):
         raise _fail(source, where, "'generic' must be true or false")
+    max_confidence = doc.get("max_confidence", 1.0)
+    if isinstance(max_confidence, bool) or not isinstance(max_confidence, int | float) or not 0 < max_confidence <= 1:
+        raise _fail(source, where, "'max_confidence' must be a number in (0, 1]")
+    if max_confidence != 1.0 and category is None:
+        raise _fail(source, where, "'max_confidence' only applies to a rule with a 'category'")
     for key in ("why", "advice"):
         if key in doc and not isinstance(doc[key], str):
             raise _fail(source, where, f"'{key}' must be a string")
@@ -371,6 +391,7 @@ def rule_from_dict(doc: Mapping[str, Any], source: str = "built-in", index: int 
         secondary=cast(SecondaryKind | None, secondary),
         weak=weak,
         generic=generic,
+        max_confidence=float(max_confidence),
         why=str(doc.get("why", "")),
         advice=str(doc.get("advice", "")),
         operator=operator,

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from podmortem.core.model import Incident, JobRef, Member, Termination
+from podmortem.core.model import Incident, JobRef, Member, Termination, Verdict
 
 T0 = 1_800_000_000.0
 PODS = 3
@@ -41,7 +41,7 @@ class Excerpt:
     retryable: bool | None
     exit_code: int | None
     text: str
-    split: str  # train | heldout | fresh
+    split: str  # train | heldout | fresh | fresh2
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,35 @@ def score(cases: Iterable[Case], method: Callable[[Incident], Answer]) -> dict[s
             cell["category"] += category == case.category
             cell["retryable"] += retryable == case.retryable
     return {k: {m: (v / c["n"] if m != "n" else v) for m, v in c.items()} for k, c in cells.items()}
+
+
+@dataclass
+class RuleRow:
+    """Verdicts one rule decided at or above a confidence: how many, and how many were right."""
+
+    n: int = 0
+    right: int = 0  # root pod and category
+    retryable_right: int = 0
+
+
+def at_threshold(
+    cases: Iterable[Case], verdict: Callable[[Incident], Verdict], floor: float
+) -> tuple[int, dict[str, RuleRow]]:
+    """(cases seen, {rule id: RuleRow}) over the verdicts whose confidence reaches `floor`, by the rule that decided
+    them: each rule that may reach it, with how often it names the right pod and category when it does. The rows'
+    total n over the cases seen is the coverage at that confidence."""
+    rows: dict[str, RuleRow] = defaultdict(RuleRow)
+    seen = 0
+    for case in cases:
+        seen += 1
+        v = verdict(case.incident)
+        if v.confidence < floor:
+            continue
+        row = rows[v.rule]
+        row.n += 1
+        row.right += v.pod == case.root and v.category == case.category
+        row.retryable_right += v.retryable == case.retryable
+    return seen, dict(sorted(rows.items()))
 
 
 def _rfc3339(t: float) -> str:

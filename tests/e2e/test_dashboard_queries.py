@@ -31,6 +31,7 @@ from support.common import eventually, free_port
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
+from podmortem.core.categories import CATEGORIES
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
@@ -229,6 +230,8 @@ async def test_every_dashboard_query_returns_data(stack: tuple[Aggregator, Webho
         # Created up front: the three condition types are series from the first scrape.
         assert set(values("Pod conditions written", "type")) == {"Victim", "PermanentFailure", "RetryableFailure"}
         assert values("Retry budget saved", "") == {"": 0.0}
+        # Created up front too: a series per category from the first scrape.
+        assert set(values("Repeated failures stopped", "category")) == set(CATEGORIES)
 
         board = json.loads(DASHBOARD.read_text())
         for variable in board["templating"]["list"]:

@@ -117,6 +117,10 @@ async def test_real_prometheus_scrapes_the_aggregator(prometheus: tuple[Path, in
         assert [(r["metric"]["category"], r["value"][1]) for r in result] == [("gpu_oom", "1")]
         zeros = await asyncio.to_thread(_query, prom_port, "podmortem_verdicts_total == 0")
         assert {r["metric"]["category"] for r in zeros} == {*CATEGORIES, "none"} - {"gpu_oom"}
+        # A repeated failure stopped (the hold desk counts it when its condition is written): one series per
+        # category from the first scrape, at 0, so an alert has one to match.
+        repeated = await asyncio.to_thread(_query, prom_port, "podmortem_repeated_failures_total == 0")
+        assert {r["metric"]["category"] for r in repeated} == set(CATEGORIES)
     finally:
         if proc is not None:
             proc.terminate()

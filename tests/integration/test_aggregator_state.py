@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from support.common import GLOO_PEER, eventually, free_port
+from support.common import GLOO_PEER, eventually, free_port, report
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.decisions import Decision
@@ -33,7 +33,6 @@ from podmortem.aggregator.state import FILE_NAME, SCHEMA_VERSION, StateStore
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
 JOB = pb.JobRef(namespace="ml", name="llm", kind="PyTorchJob")
 PODS = ["llm-worker-0", "llm-worker-1", "llm-worker-2"]
@@ -57,21 +56,6 @@ def root_events() -> list[pb.Event]:
 
 def victim_events(pod: str) -> list[pb.Event]:
     return failure(pod, GLOO_PEER, 1_800_000_009)  # "ended" a second before the root
-
-
-async def report(port: int, reg: pb.Register, events: list[pb.Event]) -> list[str]:
-    """A sidecar's stream: register, send, wait for every ack, close (as a flushed sidecar exits)."""
-    acked: list[str] = []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
-        await call.write(pb.SidecarMessage(register=reg))
-        assert (await call.read()).WhichOneof("body") == "registered"
-        for event in events:
-            await call.write(pb.SidecarMessage(event=event))
-            reply = await call.read()
-            acked.extend(reply.ack.event_ids)
-        await call.done_writing()
-    return acked
 
 
 # -- the store on its own ---------------------------------------------------------------------------
@@ -246,7 +230,7 @@ async def test_an_older_schema_is_migrated_with_nothing_lost(tmp_path: Path, cap
     book = book_for([])
     assert store.replay(book) == (1, 2)  # every row of the old file
     assert user_version(tmp_path / FILE_NAME) == SCHEMA_VERSION
-    assert "schema version 1 migrated to 2" in caplog.text
+    assert f"schema version 1 migrated to {SCHEMA_VERSION}" in caplog.text
     assert sorted(p.name for p in tmp_path.iterdir() if ".sqlite3." in p.name) == []  # nothing set aside
     key = MemberKey(("ml", "llm", ""), ROOT)
     assert not book.is_verified(key)  # written before membership was verified: not claimed to be
@@ -349,3 +333,40 @@ async def test_without_a_state_dir_the_same_death_blames_a_victim(tmp_path: Path
     # The premise of the test above: in memory, the root's events die with the process.
     [doc] = await kill_between_root_and_victims(tmp_path, state=False)
     assert doc["root_cause"]["pod"] != ROOT and doc["closed_by"] == "timeout"
+
+
+def decision_of(uid: str, attempt: str, at: float, own: bool = True) -> Decision:
+    from podmortem.core.model import Incident, JobRef, Verdict
+    from podmortem.core.repeats import Attempt
+
+    incident = Incident(JobRef("ml", "llm", "JobSet", uid), 1, (), attempt=attempt, incident_id=f"ml:llm:{attempt}")
+    verdict = Verdict(pod="p", category="network", retryable=True, summary="", confidence=0.95)
+    entry = Attempt(attempt, "network", "network:aa", at, 0.95, True)
+    return Decision(incident, verdict, at, 1, "quorum", 0, attempt=entry, own_attempt=own)
+
+
+async def test_a_jobs_attempts_outlive_its_incident_rows_and_are_bounded(tmp_path: Path) -> None:
+    """The attempt history is read back after a restart; at most MAX_ATTEMPTS a job, MAX_JOBS in all; an
+    attempt that is not the job's own (its root not placed there by the pod watch) is never written."""
+    from podmortem.aggregator import state as state_module
+
+    store = StateStore(tmp_path)
+    now = time.time()
+    for n in range(12):
+        await store.publish(decision_of("uid-a", str(n), now - 100 + n))
+    await store.publish(decision_of("uid-b", "0", now - 200))
+    await store.publish(decision_of("uid-c", "0", now, own=False))
+    store.close()
+    book = book_for([])
+    StateStore(tmp_path).replay(book)
+    assert [a.attempt for a in book.history.get("uid-a")] == [str(n) for n in range(11, 3, -1)]
+    assert [a.attempt for a in book.history.get("uid-b")] == ["0"]
+    assert book.history.get("uid-c") == ()
+    old = state_module._TRIM_JOBS
+    state_module._TRIM_JOBS = (old[0], (1,))  # keep one job: the one decided last
+    try:
+        again = book_for([])
+        StateStore(tmp_path).replay(again)
+    finally:
+        state_module._TRIM_JOBS = old
+    assert (len(again.history), again.history.get("uid-b")) == (1, ())

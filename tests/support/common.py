@@ -8,6 +8,7 @@
 * `free_port()`: a loopback port that was free a moment ago, only for servers that cannot bind port 0
   and report the port they got (Prometheus, a process started by its command line); the port can be
   taken between the check and the use, so prefer binding 0 in the server under test and reading it back.
+* `report(port, register, events)`: one sidecar's stream to an aggregator, every event acknowledged.
 """
 
 from __future__ import annotations
@@ -50,3 +51,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def report(port: int, reg: Any, events: list[Any]) -> list[str]:
+    """A sidecar's stream to an aggregator on `port`: register (`pb.Register`), send each `pb.Event`, wait
+    for every ack, close (as a flushed sidecar exits). gRPC is imported here: most tiers need none."""
+    import grpc
+
+    from podmortem.protocol.v1 import collector_pb2 as pb
+    from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+
+    acked: list[str] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.CollectorStub(channel).Report()  # type: ignore[no-untyped-call]
+        await call.write(pb.SidecarMessage(register=reg))
+        assert (await call.read()).WhichOneof("body") == "registered"
+        for event in events:
+            await call.write(pb.SidecarMessage(event=event))
+            reply = await call.read()
+            acked.extend(reply.ack.event_ids)
+        await call.done_writing()
+    return acked

@@ -204,28 +204,47 @@ async def run_incident(
     hold_timeouts: dict[int, str] | None = None,
 ) -> tuple[Aggregator, list[Sidecar]]:
     names = [with_sidecar(api, pod, i) for i, pod in enumerate(pods)]
-    root_ip = f"10.1.0.{10 + root}"
     async with aggregator(api, tmp_path) as agg:
-        target = f"127.0.0.1:{agg.port}"
-        sidecars = [
-            await start_sidecar(api, tmp_path, api.get(PODS, NS, n) or {}, target, (hold_timeouts or {}).get(i, "15"))
-            for i, n in enumerate(names)
-        ]
-        try:
-            await eventually(lambda: agg.metrics.connected._value.get() == len(pods), "every sidecar", within=GUARD)
-            kubelet = Kubelet(api)
-            kubelet.fail(sidecars[root], root_message, root_exit, root_extra)
-            await asyncio.sleep(1.0)  # the root ends a second before its victims
-            for i, sidecar in enumerate(sidecars):
-                if i != root:
-                    kubelet.fail(sidecar, GLOO_PEER.format(ip=root_ip))
-            await kubelet.done()
-        finally:
-            for sidecar in sidecars:
-                if sidecar.proc.returncode is None:
-                    sidecar.proc.kill()
-                    await sidecar.proc.wait()
+        sidecars = await fail_pods(api, agg, tmp_path, names, root, root_message, root_exit, root_extra, hold_timeouts)
     return agg, sidecars
+
+
+async def fail_pods(
+    api: EmulatorHandle,
+    agg: Aggregator,
+    tmp_path: Path,
+    names: list[str],
+    root: int,
+    root_message: str | None = ROOT_ERROR,
+    root_exit: int = 1,
+    root_extra: dict[str, Any] | None = None,
+    hold_timeouts: dict[int, str] | None = None,
+) -> list[Sidecar]:
+    """A sidecar per pod (`with_sidecar` first) streaming to `agg`; the root fails, a second later its peers
+    with gloo's echo naming it, each in the kubelet's order. Every sidecar has exited on return."""
+    target = f"127.0.0.1:{agg.port}"
+    before = agg.metrics.connected._value.get()
+    sidecars = [
+        await start_sidecar(api, tmp_path, api.get(PODS, NS, n) or {}, target, (hold_timeouts or {}).get(i, "15"))
+        for i, n in enumerate(names)
+    ]
+    try:
+        await eventually(
+            lambda: agg.metrics.connected._value.get() >= before + len(names), "every sidecar", within=GUARD
+        )
+        kubelet = Kubelet(api)
+        kubelet.fail(sidecars[root], root_message, root_exit, root_extra)
+        await asyncio.sleep(1.0)  # the root ends a second before its victims
+        for i, sidecar in enumerate(sidecars):
+            if i != root:
+                kubelet.fail(sidecar, GLOO_PEER.format(ip=f"10.1.0.{10 + root}"))
+        await kubelet.done()
+    finally:
+        for sidecar in sidecars:
+            if sidecar.proc.returncode is None:
+                sidecar.proc.kill()
+                await sidecar.proc.wait()
+    return sidecars
 
 
 def says(log: Path, text: str) -> bool:

@@ -207,3 +207,22 @@ def test_a_jobset_without_a_failure_policy_fails_on_its_first_child_failure() ->
     """JobSet's default, which adding a failurePolicy changes: why maxRestarts is always written out."""
     jobset = JobSetModel(None)
     assert run_jobset(jobset, jobset_incident(RETRYABLE, policy.pod_failure_policy())) == "Failed"
+
+
+REPEATED = condition(conditions.PERMANENT, "RepeatedFailure")
+
+
+def test_a_repeated_failure_stops_the_jobset_with_the_policy_as_generated() -> None:
+    """A retryable cause that repeats is written as PermanentFailure with reason RepeatedFailure
+    (`core.repeats`): the same condition type, so the printed policy needs no rule of its own. Attempt 0
+    (RetryableFailure) restarts the JobSet; attempt 1 (RepeatedFailure) fails it, with restarts to spare."""
+    jobset = JobSetModel(policy.jobset_failure_policy(max_restarts=3))
+    assert run_jobset(jobset, jobset_incident(RETRYABLE, policy.pod_failure_policy(), 0)) == "Restarted"
+    jobset.outcome = "Running"
+    assert run_jobset(jobset, jobset_incident(REPEATED, policy.pod_failure_policy(), 1)) == "Failed"
+    assert (jobset.matched_rule, jobset.restarts) == ("PodmortemPermanentFailure", 1)
+    job = job_with_policy()
+    for p in incident(REPEATED):
+        job.observe(p)
+    assert job.failure_target is not None and job.failure_target[0] == "PodFailurePolicy"
+    assert all("RepeatedFailure" not in str(rule) for rule in policy.pod_failure_policy()["rules"])

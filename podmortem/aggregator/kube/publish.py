@@ -6,7 +6,11 @@ failing — say, RBAC forbids Events — does not stop the rest):
 * `AnnotationPublisher` — on the job object and on the root-cause pod: `podmortem.io/summary` (one
   line for people), `podmortem.io/verdict` (a JSON document for tools and `kubectl podmortem`; under
   leader election it names the term that published it, `leaseHolder` and `leaseTransitions`) and
-  `podmortem.io/published` (`<incident id>#<revision>`, the idempotency key). A merge patch of
+  `podmortem.io/published` (`<incident id>#<revision>`, the idempotency key). The verdict document
+  carries the job's attempt history (`attemptHistory`: this attempt and the ones before it, each with
+  its category, signature and time, at most `core.repeats.MAX_ATTEMPTS`): merged with the history the
+  job's object already carries, so that an aggregator that lost its memory (a restart without
+  `--state-dir`) keeps counting (`aggregator.history`). A merge patch of
   `metadata.annotations` touches no other key.
 * `ConditionPublisher` — a `PodmortemRootCause` condition in the job's `status.conditions`, written
   through the status subresource by read-modify-write of the whole list with the object's
@@ -41,6 +45,7 @@ from podmortem.aggregator.kube.client import Kube, KubeSettings
 from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
+from podmortem.core.repeats import MAX_ATTEMPTS, Attempt, recorded
 from podmortem.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from podmortem.k8s.objects import core_event, cut, resource_path, rfc3339
 from podmortem.k8s.workloads import WORKLOADS
@@ -111,7 +116,35 @@ def summary(decision: Decision) -> str:
     return cut(head + (f" — {detail}" if detail else ""), MAX_SUMMARY)
 
 
-def verdict_document(decision: Decision) -> JSON:
+def attempt_history(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> tuple[Attempt, ...]:
+    """The job's attempts to write (newest first): `earlier` (read from the job's object) and the
+    decision's own history, with this attempt when it is the job's own (`Decision.own_attempt`)."""
+    kept: tuple[Attempt, ...] = ()
+    for entry in sorted((*earlier, *decision.history), key=lambda a: a.decided_at):
+        kept = recorded(kept, entry)
+    if decision.own_attempt and decision.attempt is not None:
+        kept = recorded(kept, decision.attempt)
+    return kept[:MAX_ATTEMPTS]
+
+
+def earlier_attempts(obj: JSON, uid: str) -> tuple[Attempt, ...]:
+    """The attempts an object's verdict annotation carries, when the object is the job of `uid` (a job
+    created again under the same name is another job). Malformed entries are skipped."""
+    meta = obj.get("metadata") or {}
+    if not uid or meta.get("uid") != uid:
+        return ()
+    try:
+        doc = json.loads(((meta.get("annotations") or {}).get(VERDICT_ANNOTATION)) or "{}")
+    except (ValueError, RecursionError):
+        return ()
+    entries = doc.get("attemptHistory") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        return ()
+    found = (Attempt.from_dict(e) for e in entries[: 4 * MAX_ATTEMPTS])
+    return tuple(a for a in found if a is not None)
+
+
+def verdict_document(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> JSON:
     """The JSON document of `podmortem.io/verdict` (bounded to MAX_VERDICT_BYTES once encoded)."""
     v, inc = decision.verdict, decision.incident
     doc: JSON = {
@@ -139,6 +172,9 @@ def verdict_document(decision: Decision) -> JSON:
         "globalRank": v.global_rank,
         # A hang's captured evidence: the stuck ranks, the collective they did not enter, the culprit's frame.
         "hang": v.hang.to_dict() if v.hang is not None else None,
+        "signature": decision.attempt.signature if decision.attempt is not None else None,
+        "repeats": decision.repeats,
+        "attemptHistory": [a.to_dict() for a in attempt_history(decision, earlier)],
     }
     if decision.term is not None:  # under leader election: which term published it
         doc["leaseHolder"] = decision.term.holder
@@ -152,13 +188,13 @@ def encode(doc: JSON) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def annotations_patch(decision: Decision) -> JSON:
+def annotations_patch(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> JSON:
     """A merge patch that sets our three annotations and nothing else."""
     return {
         "metadata": {
             "annotations": {
                 SUMMARY_ANNOTATION: summary(decision),
-                VERDICT_ANNOTATION: encode(verdict_document(decision)),
+                VERDICT_ANNOTATION: encode(verdict_document(decision, earlier)),
                 PUBLISHED_ANNOTATION: publication_key(decision),
             }
         }
@@ -301,7 +337,7 @@ class AnnotationPublisher:
             await self.kube.request(
                 "PATCH",
                 path,
-                body=annotations_patch(decision),
+                body=annotations_patch(decision, earlier_attempts(obj, decision.incident.job.uid)),
                 content_type="application/merge-patch+json",
                 retry_conflict=True,
             )

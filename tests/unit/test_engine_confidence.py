@@ -1,0 +1,298 @@
+"""Which verdicts may reach the PermanentFailure threshold (0.9), on hand-written incidents: words that a failure of
+another family prints too stay below it (a rule's `max_confidence`), a scheduler's or launcher's own words and a
+device named inside a generic exception reach it, and so does a program error the worker printed itself when torch's
+summary shows `exitcode: 1` with no error file. The texts are written for these tests in the formats the tools
+print."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from podmortem.core.assess import assess
+from podmortem.core.engine import decide
+from podmortem.core.model import Incident, JobRef, Member, Termination
+from podmortem.core.rules import DEFAULT_RULES, RulesError, load_rules, rule_from_dict
+
+T0 = 1_800_000_000.0
+PERMANENT = 0.9
+# A plain victim: torch's agent stopping the worker after a peer's failure.
+TORN_DOWN = "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal"
+STORE_LOST = (
+    "[rank3]:[W1127 06:40:01.904113 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=9, "
+    "addr=[trainer-1]:51122, remote=[trainer-0]:29500): Connection reset by peer"
+)
+
+
+def member(name: str, rank: int, log: str, exit_code: int = 1, finished: float = T0) -> Member:
+    return Member(
+        pod=name,
+        rank=rank,
+        node=f"node-{rank}",
+        phase="Failed",
+        termination=Termination(exit_code=exit_code, reason="Error", finished_at=finished),
+        log_tail=log,
+    )
+
+
+def incident(root_log: str, exit_code: int = 1) -> Incident:
+    """The root's log tail beside two victims that end in the same second (times give no help)."""
+    return Incident(
+        JobRef("ml", "llm"),
+        3,
+        (
+            member("llm-worker-0", 0, STORE_LOST, exit_code=1),
+            member("llm-worker-1", 1, root_log, exit_code=exit_code),
+            member("llm-worker-2", 2, TORN_DOWN, exit_code=143),
+        ),
+    )
+
+
+def summary(code: int, signal: str = "") -> str:
+    tb = signal or "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+    return (
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-27_06:40:00\n  host      : llm-worker-1\n"
+        f"  rank      : 4 (local_rank: 0)\n  exitcode  : {code} (pid: 812)\n  error_file: <N/A>\n  traceback : {tb}\n"
+    )
+
+
+# --- ProcessGroupNCCL's heartbeat monitor is this rank's hang, not a lost node --------------------------------
+
+HEARTBEAT_MONITOR = (
+    "[rank4]:[E1127 06:39:58.001 ProcessGroupNCCL.cpp:1413] [PG 0 Rank 4] Heartbeat monitor timed out! Process will "
+    "be terminated after dumping debug info. workMetaList_.size()=7\n"
+    "[rank4]:[F1127 06:49:58.002 ProcessGroupNCCL.cpp:1224] [PG 0 Rank 4] ProcessGroupNCCL's watchdog got stuck for "
+    "600 seconds without making progress in monitoring enqueued collectives."
+)
+
+
+def test_the_nccl_heartbeat_monitor_is_a_hang_of_that_rank_not_a_lost_node() -> None:
+    v = decide(incident(HEARTBEAT_MONITOR, exit_code=134))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "hang", True)
+    assert v.rule != "log.node-lost"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2026-11-27 06:40:00,001\tWARNING worker.py:2049 -- The node with node id: 5be1 and address: 10.1.4.7 has "
+        "been marked dead because the detector has missed too many heartbeats from it.",
+        "node gpu-node-7 heartbeat timed out after 90s; removing it from the cluster",
+    ],
+)
+def test_a_node_s_missed_heartbeats_are_a_lost_node(line: str) -> None:
+    v = decide(incident(line))
+    assert (v.pod, v.category) == ("llm-worker-1", "node_lost")
+    assert v.confidence >= PERMANENT
+
+
+# --- words another family prints too stay below the threshold ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("root_log", "exit_code", "category"),
+    [
+        # A bare SIGABRT: a crash, or the NCCL watchdog taking down a rank whose collective timed out.
+        (summary(-6, "Signal 6 (SIGABRT) received by PID 812"), 1, "crash"),
+        ("trainer.sh: line 12:   812 Aborted                 (core dumped) python train.py", 134, "crash"),
+        # A kernel that faulted without naming the device: a kernel bug as often as the GPU.
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", 1, "hardware"),
+        ("RuntimeError: CUDA error: unspecified launch failure", 1, "hardware"),
+        # Any CUDA call failing under NCCL: the device, or a driver that cannot initialise.
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error",
+            1,
+            "hardware",
+        ),
+        # A missing path: a mount the platform owes, or the job's own config naming it wrong.
+        ("FileNotFoundError: [Errno 2] No such file or directory: '/data/shards/train-00017.bin'", 1, "infra"),
+    ],
+)
+def test_words_another_family_prints_too_stay_below_the_permanent_threshold(
+    root_log: str, exit_code: int, category: str
+) -> None:
+    v = decide(incident(root_log, exit_code=exit_code))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.confidence < PERMANENT
+
+
+def test_an_abort_that_says_why_is_a_crash_at_the_threshold() -> None:
+    log = "free(): invalid pointer\n" + summary(-6, "Signal 6 (SIGABRT) received by PID 812")
+    v = decide(incident(log))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "crash", False)
+    assert v.confidence >= PERMANENT
+
+
+def test_a_segfault_summary_stays_at_the_threshold() -> None:
+    v = decide(incident(summary(-11, "Signal 11 (SIGSEGV) received by PID 812")))
+    assert (v.category, v.rule) == ("crash", "signal.crash")
+    assert v.confidence >= PERMANENT
+
+
+# --- a scheduler's or launcher's own words reach it ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "submitit WARNING (2026-11-27 06:40:00,118) - Caught signal SIGUSR2 on gpu-node-3: this job is timed-out.",
+        "submitit INFO (2026-11-27 06:40:00,120) - Job has timed out. Ran 1438 minutes out of requested 1440 minutes.",
+        "submitit WARNING (2026-11-27 06:40:00,118) - Caught signal SIGUSR2 on gpu-node-3: this job is preempted.",
+        "submitit INFO (2026-11-27 06:40:00,140) - Requeued job 40117 (2 remaining timeouts)",
+        "slurmstepd: error: *** STEP 40117.0 ON gpu-node-3 CANCELLED AT 2026-11-27T06:40:00 DUE TO TIME LIMIT ***",
+        "    message: 1/4 workers are evicted\n    reason: MPIJobEvicted\n    type: Failed",
+        "  Normal  PodEvicted  12s  vc-controller-manager  Start to execute action RestartJob",
+    ],
+)
+def test_a_scheduler_s_own_words_are_a_preemption_at_the_threshold(line: str) -> None:
+    v = decide(incident(line))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "preemption", True)
+    assert v.confidence >= PERMANENT
+
+
+# --- a device named inside a generic exception reaches it ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "RuntimeError: NCCL communicator failed: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: uncorrectable NVLink "
+        "error detected during the execution",
+    ],
+)
+def test_a_device_named_inside_a_generic_exception_is_hardware_at_the_threshold(line: str) -> None:
+    v = decide(incident(line))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "hardware", True)
+    assert v.confidence >= PERMANENT
+
+
+# --- exitcode 1, no error file, the worker's own traceback in the tail ------------------------------------------
+
+TRACEBACK = (
+    '[rank4]: Traceback (most recent call last):\n[rank4]:   File "/app/train.py", line 88, in <module>\n'
+    "[rank4]:     cfg = load_config(args.config)\n"
+    "[rank4]: KeyError: 'warmup_steps'\n"
+)
+
+
+def test_a_program_error_in_the_log_with_exitcode_1_and_no_error_file_reaches_the_threshold() -> None:
+    v = decide(incident(TRACEBACK + summary(1)))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert v.confidence >= PERMANENT
+
+
+def test_a_carrier_exception_in_the_log_stays_below_the_threshold() -> None:
+    log = TRACEBACK.replace("KeyError: 'warmup_steps'", "RuntimeError: shard reader returned 0 bytes") + summary(1)
+    v = decide(incident(log))
+    assert v.pod == "llm-worker-1"
+    assert v.confidence < PERMANENT
+
+
+def test_a_bare_exitcode_1_with_no_traceback_stays_below_the_threshold() -> None:
+    v = decide(incident(summary(1)))
+    assert (v.pod, v.category) == ("llm-worker-1", "user_code")
+    assert v.confidence < PERMANENT
+
+
+# --- the rules file ---------------------------------------------------------------------------------------------
+
+
+def test_max_confidence_from_a_rules_file_caps_the_verdict_its_rule_decides(tmp_path: Path) -> None:
+    rule = "version: 1\nrules:\n- id: site.shard-store\n  log: 'shard store unreachable'\n  category: infra\n"
+    (tmp_path / "plain.yaml").write_text(rule)
+    (tmp_path / "capped.yaml").write_text(rule + "  max_confidence: 0.7\n")
+    plain = decide(incident("shard store unreachable"), rules=load_rules(tmp_path / "plain.yaml"))
+    capped = decide(incident("shard store unreachable"), rules=load_rules(tmp_path / "capped.yaml"))
+    assert (capped.pod, capped.category, capped.rule) == ("llm-worker-1", "infra", "site.shard-store")
+    assert (plain.confidence, capped.confidence) == (PERMANENT, 0.7)
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ({"id": "a", "log": "x", "category": "infra", "max_confidence": 0}, "must be a number in (0, 1]"),
+        ({"id": "a", "log": "x", "category": "infra", "max_confidence": 1.5}, "must be a number in (0, 1]"),
+        ({"id": "a", "log": "x", "category": "infra", "max_confidence": "high"}, "must be a number in (0, 1]"),
+        ({"id": "a", "log": "x", "category": "infra", "max_confidence": True}, "must be a number in (0, 1]"),
+        (
+            {"id": "a", "log": "x", "secondary": "peer", "max_confidence": 0.5},
+            "only applies to a rule with a 'category'",
+        ),
+    ],
+)
+def test_a_bad_max_confidence_is_refused_with_the_rule_named(doc: dict[str, object], problem: str) -> None:
+    with pytest.raises(RulesError, match="rule #1") as err:
+        rule_from_dict(doc, source="site.json")
+    assert problem in str(err.value)
+
+
+def test_every_built_in_cap_sits_below_the_permanent_threshold() -> None:
+    capped = [r for r in DEFAULT_RULES.rules if r.max_confidence < 1.0]
+    assert capped and all(r.max_confidence < PERMANENT and r.is_primary for r in capped)
+
+
+def test_the_docs_list_every_rule_that_may_reach_the_threshold_and_every_capped_one() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text(encoding="utf-8")
+    section = docs[docs.index("### Which verdicts may reach 0.9") :]
+    section = section[: section.index("The values are judgements per decision path")]
+    listed = set(re.findall(r"`([a-z0-9]+\.[a-z0-9.-]+)`", section))
+    may_reach = {r.id for r in DEFAULT_RULES.rules if r.is_primary and not (r.weak or r.generic)}
+    assert may_reach <= listed, sorted(may_reach - listed)
+    assert {r.id for r in DEFAULT_RULES.rules if r.max_confidence < PERMANENT} <= listed
+
+
+# --- more words of launchers, clouds and victims -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ('"statusReason": "Host EC2 (instance i-0f3c1a2b) terminated."', "preemption"),
+        ("Worker exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.", "node_lost"),
+    ],
+)
+def test_a_reclaimed_host_and_a_crashed_node_are_their_own_failures(line: str, category: str) -> None:
+    v = decide(incident(line))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # A framework guessing at a preemption somewhere else is a victim, not a preemption of its own.
+        "An error was raised. This may be due to a preemption in a connected worker or parameter server.",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing\nthe job to be "
+        "terminated.",
+        "An MPI communication peer process has unexpectedly disconnected.\n  Local host: node-a\n  Peer host: node-b",
+        "[1,0]<stderr>:Stalled ranks:\n[1,0]<stderr>:3: [horovod_allreduce.17]",
+        "mpirun noticed that process rank 2 with PID 0 on node llm-worker-2 exited on signal 9 (Killed).",
+    ],
+)
+def test_victims_words_do_not_make_the_victim_the_root(victim: str) -> None:
+    root = "FileNotFoundError: [Errno 2] No such file or directory: '/mnt/shared/ckpt/step_1200.pt'"
+    members = (
+        member("llm-worker-0", 0, victim),
+        member("llm-worker-1", 1, root),
+        member("llm-worker-2", 2, victim),
+    )
+    v = decide(Incident(JobRef("ml", "llm"), 3, members))
+    assert (v.pod, v.category) == ("llm-worker-1", "infra")
+    assert [assess(m).role for m in (members[0], members[2])] == ["secondary", "secondary"]
+
+
+def test_a_library_s_name_in_a_stack_frame_is_not_a_missing_library() -> None:
+    gdb = (
+        "(gdb) thread apply all bt\n"
+        "#0  0x00007f3e1c2d4434 in ?? () from /lib64/libcuda.so.1\n"
+        "#1  0x00007f3e1c1372af in ?? () from /lib64/libcuda.so.1\n"
+        "#2  0x00007f3e3e63c2e8 in cudaStreamSynchronize () from /usr/local/cuda/lib64/libcudart.so.12\n"
+    )
+    v = decide(incident(gdb))
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+    missing = decide(incident("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"))
+    assert (missing.pod, missing.category, missing.retryable) == ("llm-worker-1", "infra", True)
