@@ -100,3 +100,19 @@ def find_hang(findings: Sequence[Finding], owners: Mapping[int, str]) -> HangFin
     if not placed and len(waited_at) < 3:
         return None
     return match(placed, all_ranks=all_ranks, timed_out=timed_out, owners=owners, waited_at=waited_at)
+
+
+MAX_NOTES = 5
+
+
+def capture_notes(members: Sequence[Member]) -> list[str]:
+    """What the captures themselves say went wrong (refused, cut off, timed out), a few, for the evidence."""
+    notes: list[str] = []
+    for m in members:
+        for c in m.captures:
+            if c.note:
+                who = f"rank {c.global_rank}" if c.global_rank is not None else "a worker"
+                notes.append(f"{m.pod}: capture of {who} ({c.path}): {c.note[:200]}")
+                if len(notes) >= MAX_NOTES:
+                    return notes
+    return notes

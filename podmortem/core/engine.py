@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from podmortem.core.assess import TIE_SECONDS, Finding, assess, excerpt, log_text
-from podmortem.core.captured import find_hang, has_captures
+from podmortem.core.captured import capture_notes, find_hang, has_captures
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.model import LOW_CONFIDENCE, HangFinding, Incident, Member, Secondary, Verdict
@@ -626,7 +626,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
             retryable=None,
             summary=summary,
             confidence=1.0 if not pending else CONF_NO_FAILURE_PENDING,
-            evidence=tuple(e for f in findings for e in f.evidence)[:20],
+            evidence=(*tuple(e for f in findings for e in f.evidence)[:20], *capture_notes(incident.members)),
             hang=stalled,
         )
 
@@ -697,6 +697,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     evidence = tuple(
         dict.fromkeys([*r.evidence, *root.evidence, *(e for f in failed if f is not r for e in f.evidence[:1])])
     )[:40]
+    evidence = (*evidence, *capture_notes(incident.members))[:45]  # a refused dump, a capture cut off: said
     exc_type = ""
     if r.role == "primary":
         exc_type = r.exception_type or (exception_type_of(r.text) if r.source in ("error file", "log") else "")

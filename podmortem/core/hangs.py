@@ -19,8 +19,9 @@ far each rank got in each process group, and a stack (`podmortem.core.stacks`) s
    summary is missing while every present rank entered M is named too: the others' dumps and the group's
    member list (`pg_config`; for the default group, every rank known) say who did not come.
 3. **Stacks.** Without a decisive Flight Recorder state: the ranks whose program thread is *not* inside a
-   collective while the others are (their stack is in torch.distributed or autograd's backward, they share
-   one place, or their logs show they timed out waiting) are the culprits.
+   collective while the others are (their stack is in torch.distributed or autograd's backward, or their logs
+   show they timed out waiting; given one of those, ranks sharing one place with others count as waiting too)
+   are the culprits.
 4. **Waited apart.** Without captures of that kind, the tracebacks of ranks that timed out (their logs): when
    every one but a single rank timed out at one place and that rank at another, it waited in a collective the
    others never entered — a mismatch (ranks split into several groups, as pipeline stages are, decide nothing).
@@ -333,6 +334,10 @@ def _from_stacks(ranks: Mapping[int, _Rank], timed_out: frozenset[int]) -> HangF
     if not stacks:
         return None
     waiting = {r for r, d in stacks.items() if in_collective(d)}
+    if not waiting and not timed_out:
+        # Nothing shows anyone waiting in a collective: ranks at different lines of their own code may just be
+        # busy (a long evaluation with no output), not hung.
+        return None
     # Ranks stopped at one and the same place as others are waiting together (a collective torch's Python frames
     # do not show, e.g. `pg.allreduce(...).wait()`), when a rank elsewhere is what sets the others apart.
     places = Counter(_place(d) for d in stacks.values())

@@ -111,18 +111,19 @@ class JobSpec:
     status_lag: float = 0.5
     # Hangs. `stall_after`: seconds of silence after which each pod's sidecar says its training container
     # is quiet (PODMORTEM_STALL_AFTER; 0: stall detection off); keep it below `pg_timeout`. `capture`: how
-    # the sidecars can capture the workers: "cooperative" (the workload serves torch's worker control
-    # plane and registers faulthandler for SIGTERM), "py_spy" (the sidecar runs py-spy; the workload does
-    # nothing), "sitecustomize" (the injected sitecustomize registers faulthandler; the workload does
-    # nothing) or "none" (no capture path at all).
+    # the workers' stacks can be had: "faulthandler" (the workload registers faulthandler for SIGTERM, its
+    # stack reaches the log tail at teardown; the sidecars get no capture dir), "cooperative" (that, and
+    # the workload serves torch's worker control plane in the sidecars' capture dir), "py_spy" (the
+    # sidecar runs py-spy; the workload does nothing), "sitecustomize" (the injected start-up hook
+    # registers faulthandler; the workload does nothing) or "none" (no capture path at all).
     stall_after: float = 0.0
-    capture: str = "none"
+    capture: str = "faulthandler"
 
     def failing_pod(self) -> int:
         return self.pods - 1 if self.fail_pod is None else self.fail_pod
 
 
-CAPTURE_MODES = ("cooperative", "py_spy", "sitecustomize", "none")
+CAPTURE_MODES = ("faulthandler", "cooperative", "py_spy", "sitecustomize", "none")
 
 
 @dataclass
@@ -293,7 +294,7 @@ class LocalJob:
     def _capture_env(self, pod: Pod) -> dict[str, str]:
         """What the pod's containers share for captures (the webhook's part in a cluster): the capture dir
         for sockets and Flight Recorder dumps, and the recorder's settings."""
-        if self.spec.capture == "none":
+        if self.spec.capture in ("none", "faulthandler"):
             return {}
         if self._capture_root is None:
             # Short: a unix socket's path is at most 107 bytes, and a run's workdir (pytest's tmp_path) is long.
@@ -497,11 +498,10 @@ class LocalJob:
     def _workload_capture_env(self, env: dict[str, str]) -> dict[str, str]:
         """How the workload takes part in captures (`JobSpec.capture`)."""
         mode = self.spec.capture
-        out = {"PODMORTEM_WORKLOAD_COOPERATE": "1" if mode == "cooperative" else "0"}
+        out = {"PODMORTEM_WORKLOAD_COOPERATE": "1" if mode in ("cooperative", "faulthandler") else "0"}
         if mode == "sitecustomize":
             inject = str(Path(__file__).resolve().parent.parent / "inject")  # podmortem/inject
             out["PYTHONPATH"] = inject + os.pathsep + env.get("PYTHONPATH", "")
-            out["PODMORTEM_FAULTHANDLER"] = "1"
         return out
 
     def _start_agent(self, pod: Pod, master_port: int) -> None:

@@ -193,3 +193,13 @@ def test_desync_from_the_timeout_tracebacks_alone() -> None:
         for m in members
     ]
     assert decide(Incident(JOB, 3, tuple(same))).hang is None
+
+
+def test_a_refused_dump_is_said_and_the_verdict_still_comes() -> None:
+    note = "refused: the pickle calls or imports posix.system (REDUCE)"
+    refused = WorkerCapture("fr_file", global_rank=4, note=note)
+    incident = _hang_incident()
+    members = (*incident.members[:2], dataclasses.replace(incident.members[2], captures=(refused,)))
+    v = decide(dataclasses.replace(incident, members=members))
+    assert v.pod == "llm-worker-0" and v.global_rank == 2  # decided from the other evidence
+    assert f"llm-worker-1: capture of rank 4 (fr_file): {note}" in v.evidence
