@@ -6,7 +6,7 @@ real aggregator — injects the chosen fault into one pod, and prints the publis
 explanation (summary, evidence, victims) next to the ground truth and the measured time from the fault
 to the verdict. Returns 0 when a verdict was printed.
 
-For the faults that hang a worker (`hang`, `desync`) the demo turns stall detection on, well below the
+For the faults that hang a worker (`hang`, `dataloader`, `desync`) the demo turns stall detection on, well below the
 job's collective timeout, with a workload that cooperates (torch's worker control plane, faulthandler on
 SIGTERM): the sidecars report their pods quiet, the aggregator asks them for their workers' stacks and
 publishes a provisional verdict while the pods still run, and the final verdict names the worker, its
@@ -29,7 +29,7 @@ from podmortem.local.harness import JobResult, JobSpec, LocalJob
 # The faults that hang a worker get stall detection (seconds of silence) well below their collective
 # timeout (seconds): a sidecar reports quiet after STALL_AFTER (1.5 x with the control plane's progress
 # sample), the captures take about 2 s, and the provisional verdict is out long before the timeout.
-HANG_FAULTS = ("hang", "desync")
+HANG_FAULTS = ("hang", "dataloader", "desync")
 STALL_AFTER = 4.0
 HANG_PG_TIMEOUT = 20.0
 

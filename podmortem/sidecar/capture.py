@@ -210,8 +210,10 @@ class Capturer:
             if env is None or "LOCAL_RANK" not in env:
                 continue
             theirs = env.get("PODMORTEM_CAPTURE_DIR")
-            if theirs and self.capture_dir is not None and Path(theirs) != self.capture_dir:
-                continue  # another pod's worker (the local harness runs all pods on one host)
+            if self.capture_dir is not None and (not theirs or Path(theirs) != self.capture_dir):
+                # Another pod's worker, or no pod's: the webhook gives this pod's training container the
+                # sidecar's capture dir, and the local harness runs every pod (and other jobs) on one host.
+                continue
             found[pid] = (_int(env.get("RANK")), _int(env.get("LOCAL_RANK")), _ppid(self.proc / str(pid) / "stat"))
         workers = []
         for pid, (rank, local, ppid) in found.items():

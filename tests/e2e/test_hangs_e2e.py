@@ -109,12 +109,15 @@ def test_desync_is_user_code_naming_the_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed")
-def test_stall_with_py_spy_names_a_workload_that_does_not_cooperate(tmp_path: Path) -> None:
-    spec = JobSpec(fault="hang", pods=2, nproc=1, fail_pod=1, pg_timeout=20, stall_after=4, capture="py_spy")
+def test_stall_with_py_spy_names_a_rank_stuck_in_its_dataloader_worker(tmp_path: Path) -> None:
+    # A script that does not cooperate; the rank waits for its DataLoader worker process, which blocks.
+    spec = JobSpec(fault="dataloader", pods=2, nproc=1, fail_pod=1, pg_timeout=20, stall_after=4, capture="py_spy")
     result = _run(spec, tmp_path)
     assert result.provisional_doc is not None and result.running_at_provisional, _diagnose(result)
+    stall = [ranks for _, t, ranks in _captures(result) if t == "stall"]
+    assert any(result.fail_rank in ranks for ranks in stall), _captures(result)  # py-spy had its stack in time
     hang = _names_the_hung_worker(result)
-    assert hang["path"] == "py_spy"
+    assert hang["path"] == "py_spy" and (hang.get("frame") or {}).get("function") == "load_batch_from_workers"
 
 
 @pytest.mark.skipif(
