@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from podmortem.local.harness import JobResult, JobSpec, LocalJob
+from podmortem.sidecar.capture import find_pyspy
 
 pytestmark = [
     pytest.mark.torch,
@@ -108,7 +108,7 @@ def test_desync_is_user_code_naming_the_rank(tmp_path: Path) -> None:
     assert result.fail_rank in _hang(result)["stuck_ranks"]
 
 
-@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed")
+@pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
 def test_stall_with_py_spy_names_a_rank_stuck_in_its_dataloader_worker(tmp_path: Path) -> None:
     # A script that does not cooperate; the rank waits for its DataLoader worker process, which blocks.
     spec = JobSpec(fault="dataloader", pods=2, nproc=1, fail_pod=1, pg_timeout=20, stall_after=4, capture="py_spy")
