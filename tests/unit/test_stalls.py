@@ -75,6 +75,13 @@ class Desk:
         worker = worker_capture_to_pb("control_plane", local_rank=0, global_rank=i, stack=stack, flight_recorder=fr)
         self.send(i, make_event(capture_to_pb(request.request_id, request.trigger, [worker]), wall=T0 + 40))
 
+    def stall_answered(self) -> None:
+        """Every member quiet, and every member answers the request that brings."""
+        for i in range(len(self.keys)):
+            self.quiet(i)
+        for i, key in enumerate(self.keys):
+            self.answer(i, self.pushed[key.pod][-1])
+
     def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         return self.metrics.registry.get_sample_value(name, labels or {})
 
@@ -135,10 +142,7 @@ async def test_only_sidecars_that_answer_captures_are_asked() -> None:
 @pytest.mark.looptime
 async def test_progress_after_a_stall_withdraws_the_provisional_verdict_and_counts_a_false_alarm() -> None:
     d = Desk(pods=2, resume_grace=10.0)
-    d.quiet(0)
-    d.quiet(1)
-    for i in range(2):
-        d.answer(i, d.pushed[f"llm-worker-{i}"][0])
+    d.stall_answered()
     assert [x.closed_by for x in d.decisions] == ["stall"]
     d.quiet(1, quiet=False, at=T0 + 50)
     await asyncio.sleep(9.9)
@@ -157,10 +161,7 @@ async def test_progress_after_a_stall_withdraws_the_provisional_verdict_and_coun
 async def test_a_failure_within_the_grace_makes_the_stall_real_not_a_false_alarm() -> None:
     # The first output after a stall is often the timeout itself: progress, then the error file.
     d = Desk(pods=2, resume_grace=10.0)
-    d.quiet(0)
-    d.quiet(1)
-    for i in range(2):
-        d.answer(i, d.pushed[f"llm-worker-{i}"][0])
+    d.stall_answered()
     d.quiet(0, quiet=False, at=T0 + 50)
     await asyncio.sleep(2)
     d.send(0, make_event(error_to_pb(ErrorRecord(message=TIMEOUT, timestamp=int(T0) + 51)), wall=T0 + 51))
@@ -265,10 +266,7 @@ async def test_a_stall_replayed_after_a_restart_is_asked_again_once_the_sidecars
 async def test_a_job_that_moves_and_stalls_again_is_asked_again() -> None:
     # A silent start-up looks like a stall; the real hang comes after the first steps' output.
     d = Desk(pods=2, resume_grace=10.0)
-    d.quiet(0)
-    d.quiet(1)
-    for i in range(2):
-        d.answer(i, d.pushed[f"llm-worker-{i}"][0])
+    d.stall_answered()
     d.quiet(0, quiet=False, at=T0 + 50)
     await asyncio.sleep(3)
     d.quiet(0, at=T0 + 60)
