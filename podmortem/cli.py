@@ -32,6 +32,12 @@ class _Command(Protocol):
 ANALYZE_SETTINGS: tuple[Setting, ...] = (
     Setting("json", "--json", "PODMORTEM_ANALYZE_JSON", "print one JSON object instead of the report", switch=True),
     Setting("rules", "--rules", "PODMORTEM_RULES", "rules file extending the classification rules", shown="built-in"),
+    Setting(
+        "html",
+        "--html",
+        "PODMORTEM_ANALYZE_HTML",
+        "also write the incident page to this file: one self-contained HTML file (timeline, evidence, victims)",
+    ),
 )
 DEMO_SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -52,7 +58,7 @@ DEMO_SETTINGS: tuple[Setting, ...] = (
         "--keep",
         "PODMORTEM_DEMO_KEEP",
         "run in this new directory and keep it: an incident bundle for 'podmortem analyze DIR', with the "
-        "sidecars', workers' and aggregator's logs and the verdict file",
+        "sidecars', workers' and aggregator's logs, the verdict file and the incident page (DIR/incident.html)",
         shown="a temporary directory, removed",
     ),
 )
@@ -77,7 +83,12 @@ def _analyze_run(ns: argparse.Namespace) -> int:
     from podmortem.offline import analyze
 
     raw = read(ANALYZE_SETTINGS, None, ns)
-    return analyze.main(ns.bundle, as_json=is_true(raw.get("json")), rules_path=raw.get("rules") or None)
+    return analyze.main(
+        ns.bundle,
+        as_json=is_true(raw.get("json")),
+        rules_path=raw.get("rules") or None,
+        html_path=raw.get("html") or None,
+    )
 
 
 def _demo_parser(parser: argparse.ArgumentParser) -> None:
@@ -109,12 +120,19 @@ def _demo_run(ns: argparse.Namespace) -> int:
                 return _fail("podmortem demo", f"{s.name} = {text!r} is not a whole number")
     if raw["fault"] not in FAULTS:
         return _fail("podmortem demo", f"{DEMO_SETTINGS[0].name} = {raw['fault']!r} is not one of {', '.join(FAULTS)}")
+    keep = raw.get("keep") or None
+    page = None
+    if keep:
+        from podmortem.offline.analyze import page_beside
+
+        page = page_beside
     return demo.main(
         fault=raw["fault"],
         pods=numbers["pods"] or 0,
         fail_rank=numbers["fail_rank"],
         nproc=numbers["nproc"] or 0,
-        keep=raw.get("keep") or None,
+        keep=keep,
+        page=page,
     )
 
 

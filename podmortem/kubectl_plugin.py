@@ -276,6 +276,15 @@ def _error_file_path(pod: dict[str, Any], container: str) -> str:
     return ""
 
 
+def _log_tail(kubectl: Kubectl, pod: dict[str, Any], container: str) -> str | None:
+    """The training container's last LOG_LINES lines, of its failed run when it has restarted."""
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    status = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), {})
+    restarted = "running" in (status.get("state") or {}) and status.get("lastState", {}).get("terminated")
+    return kubectl.text("logs", name, "-c", container, f"--tail={LOG_LINES}", *(["--previous"] if restarted else []))
+
+
 def directory_problem(directory: Path) -> str | None:
     """Why a bundle cannot be written to `directory`: only a new or empty one takes a bundle, since pods of
     another job left there would be read as members of this one. None when it can."""
@@ -322,10 +331,7 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
         container = _training_container(pod)
         if not container:
             continue
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        status = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), {})
-        restarted = "running" in (status.get("state") or {}) and status.get("lastState", {}).get("terminated")
-        log = kubectl.text("logs", name, "-c", container, f"--tail={LOG_LINES}", *(["--previous"] if restarted else []))
+        log = _log_tail(kubectl, pod, container)
         if log:
             (pod_dir / "log.txt").write_text(log)
         path = _error_file_path(pod, container)
@@ -341,6 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="show the verdict on a job or pod, e.g. pytorchjob/my-job")
     explain.add_argument("target", help="<kind>/<name>, e.g. pytorchjob/llm, job/ddp, jobset/x, pod/llm-worker-3")
     explain.add_argument("-o", "--output", choices=("describe", "json"), default="describe")
+    explain.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the incident page to FILE: one self-contained HTML file (the job's pods, the "
+        "verdict, what podmortem wrote; the root's log tail)",
+    )
     collect = sub.add_parser("bundle", help="copy a job's pods, logs and error files into DIR for 'podmortem analyze'")
     collect.add_argument("target", help="<kind>/<name> of the job, e.g. pytorchjob/llm, job/ddp, jobset/x")
     collect.add_argument("directory", metavar="DIR", help="where to write the bundle (created)")
@@ -390,20 +402,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         if verdict is None:
             return 1
         print(verdict)
-        return 0
+        return write_page(kubectl, obj, {}, Path(args.html)) if args.html else 0
     text = render(obj, kubectl.pods_of(obj) if render(obj) is not None else [])
     if text is None:
         print(f"No podmortem verdict on {args.target} (yet).")
         return 1
     sys.stdout.write(note + text)
     node_name = _verdict_node(obj)
+    record = None
+    node: dict[str, Any] = {}
     if node_name:
         try:  # the user may not read nodes (a cluster-scoped permission): the verdict stands without it
-            record = render_node(kubectl.get(f"node/{node_name}"))
+            node = kubectl.get(f"node/{node_name}")
+            record = render_node(node)
         except PluginError as exc:  # a node that is gone has no record to show
             record = None if "NotFound" in str(exc) else f"Node {node_name} Hardware Faults: <not readable: {exc}>\n"
         if record:
             sys.stdout.write(record)
+    if args.html:
+        return write_page(kubectl, obj, node, Path(args.html))
+    return 0
+
+
+def written_to(obj: dict[str, Any], node: dict[str, Any]) -> list[tuple[str, str]]:
+    """What podmortem wrote on the job and the root's node, as (where, what) for the page (pure)."""
+    meta = obj.get("metadata") or {}
+    where = f"{str(obj.get('kind', '')).lower()}/{meta.get('name')}"
+    out = [(where, "annotations " + ", ".join(k for k in (SUMMARY, VERDICT) if k in _annotations(obj)))]
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            out.append((where, f"condition {CONDITION_TYPE}={c.get('status')} ({c.get('reason')})"))
+    raw = _annotations(node).get(NODE_FAULTS)
+    if raw is not None:
+        try:
+            count = len(json.loads(raw))
+        except (ValueError, TypeError, RecursionError):
+            count = 0
+        out.append((f"node/{(node.get('metadata') or {}).get('name')}", f"{NODE_FAULTS} ({count} record(s))"))
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == NODE_CONDITION:
+            where_node = f"node/{(node.get('metadata') or {}).get('name')}"
+            out.append((where_node, f"condition {NODE_CONDITION}={c.get('status')} ({c.get('reason')})"))
+    return out
+
+
+def write_page(kubectl: Kubectl, obj: dict[str, Any], node: dict[str, Any], path: Path) -> int:
+    """Write the incident page of the job `obj` carrying a verdict: its pods as the API has them, the log
+    tails of the root and the runner-up, and what podmortem wrote. Returns the exit status."""
+    from podmortem.page import cluster
+    from podmortem.page.render import render
+
+    try:
+        loaded = json.loads(_annotations(obj).get(VERDICT, "{}"))
+    except (ValueError, RecursionError):
+        loaded = {}
+    doc: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
+    pods = kubectl.pods_of(obj)
+    wanted = {doc.get("pod"), doc.get("runnerUpPod")} - {None}
+    logs = {}
+    for pod in pods:
+        name = (pod.get("metadata") or {}).get("name")
+        container = _training_container(pod) if name in wanted else ""
+        if container and (log := _log_tail(kubectl, pod, container)):
+            logs[str(name)] = log
+    incident = cluster.incident_from_cluster(obj, pods, logs, doc)
+    verdict = cluster.verdict_from_annotation(doc)
+    if not verdict.get("summary"):
+        verdict["summary"] = _annotations(obj).get(SUMMARY, "")
+    html = render(incident, verdict, cluster.context_from_annotation(doc, written_to(obj, node)))
+    try:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        print(f"error: cannot write the page {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"incident page written to {path}", file=sys.stderr)
     return 0
 
 

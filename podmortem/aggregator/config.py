@@ -209,6 +209,11 @@ class KubeSettings:
     suspect_node_threshold: int = 2
     suspect_node_window: float = 7 * 86400.0
     suspect_node_taint: bool = False
+    # How far a tenant's text is trusted with nodes: a node is marked only on faults from this many different
+    # jobs and namespaces, and one namespace records at most `node_faults_per_namespace` faults an hour.
+    suspect_node_min_jobs: int = 2
+    suspect_node_min_namespaces: int = 1
+    node_faults_per_namespace: int = 4
     # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
     leader_elect: bool = False
     lease_name: str = "podmortem-aggregator"
@@ -293,6 +298,27 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
         "PODMORTEM_SUSPECT_NODE_TAINT",
         "also taint a suspect node podmortem.io/suspect-hardware:NoSchedule",
         switch=True,
+    ),
+    Setting(
+        "suspect_node_min_jobs",
+        "--suspect-node-min-jobs",
+        "PODMORTEM_SUSPECT_NODE_MIN_JOBS",
+        "different jobs those faults must come from (a job counts once per node, whatever its attempts and pods)",
+        default="2",
+    ),
+    Setting(
+        "suspect_node_min_namespaces",
+        "--suspect-node-min-namespaces",
+        "PODMORTEM_SUSPECT_NODE_MIN_NAMESPACES",
+        "different namespaces they must come from (2: no single tenant can mark a node)",
+        default="1",
+    ),
+    Setting(
+        "node_faults_per_namespace",
+        "--node-faults-per-namespace",
+        "PODMORTEM_NODE_FAULTS_PER_NAMESPACE",
+        "hardware faults one namespace may record on nodes per hour; more are refused and counted",
+        default="4",
     ),
     Setting(
         "leader_elect",
@@ -432,6 +458,13 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
         suspect_node_threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
         suspect_node_window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
         suspect_node_taint=settings.is_true(raw.get("suspect_node_taint")),
+        suspect_node_min_jobs=int(_number(name("suspect_node_min_jobs"), raw["suspect_node_min_jobs"], int, 1)),
+        suspect_node_min_namespaces=int(
+            _number(name("suspect_node_min_namespaces"), raw["suspect_node_min_namespaces"], int, 1)
+        ),
+        node_faults_per_namespace=int(
+            _number(name("node_faults_per_namespace"), raw["node_faults_per_namespace"], int, 1)
+        ),
         enabled=settings.is_true(raw.get("kube")),
         kubeconfig=raw.get("kubeconfig") or None,
         context=raw.get("kube_context") or None,

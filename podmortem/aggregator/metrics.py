@@ -28,6 +28,8 @@ EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail",
 CAPTURE_TRIGGERS = ("stall", "first_timeout")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
 LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
+# Why a hardware root cause was not recorded on its node (podmortem/aggregator/kube/nodes.py, REFUSALS).
+NODE_FAULT_REFUSALS = ("job_counted", "namespace_rate")
 # Why a stream is refused (`podmortem_streams_rejected_total{reason}`): authentication and authorization
 # (aggregator/auth.py), the server's own refusals, and a limit reached.
 REJECT_REASONS = (
@@ -151,6 +153,13 @@ class Metrics:
             "Nodes this aggregator has marked podmortem.io/SuspectHardware (repeated hardware root causes).",
             registry=self.registry,
         )
+        self.node_faults_refused = Counter(
+            "podmortem_node_faults_refused_total",
+            "Hardware root causes not recorded on their node, by reason (job_counted: the job has counted on that "
+            "node already; namespace_rate: its namespace's hourly budget is spent).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.open_incidents = Gauge(
             "podmortem_open_incidents",
             "Incidents opened and waiting for quorum or timeout.",
@@ -248,8 +257,13 @@ class Metrics:
             self.limit_hits.labels(limit=limit)
         for reason in REJECT_REASONS:
             self.rejected.labels(reason=reason)
+        for reason in NODE_FAULT_REFUSALS:
+            self.node_faults_refused.labels(reason=reason)
         # Each event counts once: its child looked up here, not through labels() (a lock and a tuple) each time.
         self.events_by_kind = {kind: self.events.labels(kind=kind) for kind in EVENT_KINDS}
+
+    def node_fault_refused(self, reason: str) -> None:
+        self.node_faults_refused.labels(reason=reason).inc()
 
     def pod_condition_written(self, condition_type: str) -> None:
         self.pod_conditions.labels(type=condition_label(condition_type)).inc()

@@ -104,7 +104,11 @@ class Aggregator:
             self._kube = Kube.from_settings(self.kube_settings)
             chain.extend(
                 kube_publishers(
-                    self.kube_settings, self._kube, fence=self.may_write, on_suspects=self.metrics.suspect_nodes.set
+                    self.kube_settings,
+                    self._kube,
+                    fence=self.may_write,
+                    on_suspects=self.metrics.suspect_nodes.set,
+                    on_node_refused=self.metrics.node_fault_refused,
                 )
             )
         chain.extend(publishers)

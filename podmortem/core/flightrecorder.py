@@ -376,11 +376,41 @@ def _v_list(v: Any, what: str, limit: int) -> list[Any]:
     return list(v)
 
 
-def _v_sizes(v: Any, what: str) -> tuple[tuple[int, ...], ...]:
+def _v_sizes(v: Any, what: str, seen: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
+    key = "s" + repr(v)  # entries of one summary repeat their sizes: each distinct list is validated once
+    if key in seen:
+        return seen[key]  # type: ignore[no-any-return]
     out = []
     for s in _v_list(v, what, _MAX_TENSORS):
         out.append(tuple(int(_v_int(d, what, optional=False) or 0) for d in _v_list(s, what, 64)))
-    return tuple(out)
+    seen[key] = result = tuple(out)
+    return result
+
+
+def _v_strs(v: Any, what: str, seen: dict[str, Any]) -> tuple[str, ...]:
+    key = "d" + repr(v)
+    if key in seen:
+        return seen[key]  # type: ignore[no-any-return]
+    seen[key] = result = tuple(_v_str(d, what) for d in _v_list(v, what, _MAX_TENSORS))
+    return result
+
+
+def _v_frames(v: Any, seen: dict[str, Any]) -> tuple[Frame, ...]:
+    key = "f" + repr(v)
+    if key in seen:
+        return seen[key]  # type: ignore[no-any-return]
+    frames = []
+    for f in _v_list(v, "frames", 64):
+        _need(isinstance(f, dict), "frame")
+        frames.append(
+            Frame(
+                _v_str(f.get("file", ""), "file"),
+                _v_int(f.get("line"), "line"),
+                _v_str(f.get("function", ""), "function"),
+            )
+        )
+    seen[key] = result = tuple(frames)
+    return result
 
 
 def _summary_from_doc(doc: Any) -> FRSummary:
@@ -414,18 +444,9 @@ def _summary_from_doc(doc: Any) -> FRSummary:
             _v_str(c.get("name", ""), "name"), _v_str(c.get("desc", ""), "desc"), ranks
         )
     entries = []
+    seen: dict[str, Any] = {}
     for e in _v_list(doc.get("entries", []), "entries", _MAX_ENTRIES_IN):
         _need(isinstance(e, dict), "entry")
-        frames = []
-        for f in _v_list(e.get("frames", []), "frames", 64):
-            _need(isinstance(f, dict), "frame")
-            frames.append(
-                Frame(
-                    _v_str(f.get("file", ""), "file"),
-                    _v_int(f.get("line"), "line"),
-                    _v_str(f.get("function", ""), "function"),
-                )
-            )
         state = _v_str(e.get("state", ""), "state")
         _need(state in ("scheduled", "started", "completed", ""), f"state {state!r}")
         p2p = e.get("is_p2p", False)
@@ -436,15 +457,11 @@ def _summary_from_doc(doc: Any) -> FRSummary:
                 seq=int(_v_int(e.get("seq"), "seq", optional=False) or 0),
                 op=_v_str(e.get("op", ""), "op"),
                 state=state,
-                input_sizes=_v_sizes(e.get("input_sizes", []), "input_sizes"),
-                output_sizes=_v_sizes(e.get("output_sizes", []), "output_sizes"),
-                input_dtypes=tuple(
-                    _v_str(d, "dtype") for d in _v_list(e.get("input_dtypes", []), "dtypes", _MAX_TENSORS)
-                ),
-                output_dtypes=tuple(
-                    _v_str(d, "dtype") for d in _v_list(e.get("output_dtypes", []), "dtypes", _MAX_TENSORS)
-                ),
-                frames=tuple(frames),
+                input_sizes=_v_sizes(e.get("input_sizes", []), "input_sizes", seen),
+                output_sizes=_v_sizes(e.get("output_sizes", []), "output_sizes", seen),
+                input_dtypes=_v_strs(e.get("input_dtypes", []), "dtypes", seen),
+                output_dtypes=_v_strs(e.get("output_dtypes", []), "dtypes", seen),
+                frames=_v_frames(e.get("frames", []), seen),
                 time_created_ns=_v_int(e.get("time_created_ns"), "time_created_ns"),
                 timeout_ms=_v_int(e.get("timeout_ms"), "timeout_ms"),
                 is_p2p=p2p,

@@ -9,11 +9,13 @@ plain dicts; no Kubernetes client.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from podmortem.core.model import Condition, JobRef, Termination
+from podmortem.core.model import Condition, JobRef, Member, Termination
 
 # Labels that carry a pod's position in its job, by workload kind.
 KUBEFLOW_JOB = "training.kubeflow.org/job-name"
@@ -194,3 +196,22 @@ def _started(state: Any) -> float | None:
         if isinstance(part, dict):
             return parse_time(part.get("startedAt"))
     return None
+
+
+def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
+    """Fill in Kubeflow node ranks: worker-i is rank i+1 when the job has a Master replica, else rank i.
+
+    Ranks already known (from labels the workload sets, or the pod's own registration) are kept.
+    """
+    has_master = any(m.replica_type.lower() == "master" for m in members)
+    out: list[Member] = []
+    for m in members:
+        rank = m.rank
+        if rank is None and m.replica_index is not None:
+            rtype = m.replica_type.lower()
+            if rtype == "master":
+                rank = m.replica_index
+            elif rtype == "worker":
+                rank = m.replica_index + 1 if has_master else m.replica_index
+        out.append(m if rank == m.rank else dataclasses.replace(m, rank=rank))
+    return tuple(out)

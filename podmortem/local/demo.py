@@ -20,6 +20,7 @@ import dataclasses
 import json
 import sys
 import textwrap
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -136,11 +137,20 @@ def _say_hang(result: JobResult, verdict: dict[str, Any], out: TextIO) -> None:
     )
 
 
+PageWriter = Callable[[Path, Mapping[str, Any]], Path]
+
+
 def main(
-    fault: str = "exception", pods: int = 3, fail_rank: int | None = None, nproc: int = 1, keep: str | None = None
+    fault: str = "exception",
+    pods: int = 3,
+    fail_rank: int | None = None,
+    nproc: int = 1,
+    keep: str | None = None,
+    page: PageWriter | None = None,
 ) -> int:
     """Run the demo job; `fail_rank` is the node rank (pod) made to fail, the last one by default. With
-    `keep`, the job runs in that new (or empty) directory, which is left behind as an incident bundle."""
+    `keep`, the job runs in that new (or empty) directory, which is left behind as an incident bundle;
+    `page` then writes the incident page beside it from the bundle and the published verdict file."""
     out = sys.stdout
     if fault not in FAULTS:
         _say(out, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
@@ -181,6 +191,11 @@ def main(
     if keep is not None:
         write_bundle_header(result, Path(keep))
         _say(out, f"  kept: {keep} (an incident bundle: 'podmortem analyze {keep}')")
+        if page is not None and result.verdict_doc:
+            try:
+                _say(out, f"  page: {page(Path(keep), result.verdict_doc)} (open it in a browser)")
+            except (OSError, ValueError) as exc:  # the run's verdict stands without its page
+                _say(out, f"  page: not written ({exc})")
     return 0 if shown else 1
 
 

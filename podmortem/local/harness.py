@@ -519,6 +519,11 @@ class LocalJob:
         env.update(self._capture_env(pod))
         env.update(self._workload_capture_env(env))
         env.update(self._shim_env(pod, env))
+        # torchrun and torch keep scratch directories (torchelastic_*, torchinductor_*) in the temporary
+        # directory and leave them when torn down: in the run's own `tmp/` they go with the run.
+        tmp = self.workdir / "tmp" / pod.name
+        tmp.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp)
         if self.torch:
             cmd = [
                 sys.executable,

@@ -16,7 +16,7 @@ the error file and the log tail — so `podmortem analyze` and the aggregator ca
 differently. A bundle has no sidecar observation times, so the fold's observation stamps are cleared:
 only the times the files themselves carry are evidence.
 
-Node ranks of Kubeflow jobs are inferred here, where the whole job is visible (`assign_ranks`).
+Node ranks of Kubeflow jobs are inferred once the whole job is read (`podstatus.assign_ranks`).
 Anything else in the directory (notably `truth.json` of a labelled corpus) is never read.
 """
 
@@ -36,8 +36,10 @@ from typing import Any
 from podmortem.core import errorfile, podstatus
 from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
 from podmortem.core.model import Incident, JobRef, Member, WorkerCapture, evolve
+from podmortem.core.podstatus import assign_ranks
+
+__all__ = ["BundleError", "assign_ranks", "load_bundle", "load_member"]
 from podmortem.protocol import wire
-from podmortem.protocol.v1 import collector_pb2 as pb
 
 MAX_LOG_BYTES = 256 << 10  # the tail of a larger log is kept
 # From this many pods on, members are read by one process per core: a 10,000-pod bundle is 30,000 files
@@ -158,20 +160,10 @@ def _load_member(pod_dir: str | Path) -> Member:
     snap = podstatus.snapshot(pod)
     if not snap.name:
         snap = dataclasses.replace(snap, name=os.path.basename(pod_dir))
-    key = snap.uid or f"{snap.namespace}/{snap.name}"
-    member = wire.member_from_snapshot(snap)
-    events: list[pb.Event] = list(wire.events_from_snapshot(snap))
     rec = errorfile.read_error_file(os.path.join(pod_dir, "error.json"), within=pod_dir)
-    if rec is not None:
-        events.append(wire.make_event(wire.error_to_pb(rec), wire.error_event_id(key, rec)))
-    log = _read_log(os.path.join(pod_dir, "log.txt"))
-    if log is not None:
-        events.append(wire.make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
-    for event in events:
-        member = wire.apply_event(member, event)
+    member = wire.member_from_copies(snap, rec, _read_log(os.path.join(pod_dir, "log.txt")))
     captures = _read_captures(os.path.join(pod_dir, "captures.json"))
-    # No sidecar watched this pod: the fold stamped "observed" with the time we read the files.
-    return evolve(member, error_observed_at=None, termination_observed_at=None, captures=captures)
+    return evolve(member, captures=captures) if captures else member
 
 
 MAX_CAPTURES = 256  # per pod: a pod runs a handful of workers, each captured a few times
@@ -232,25 +224,6 @@ def _capture(item: Any, where: str) -> WorkerCapture:
         trigger=text("trigger")[:32],
         captured_at=float(at) if at is not None else None,
     )
-
-
-def assign_ranks(members: Sequence[Member]) -> tuple[Member, ...]:
-    """Fill in Kubeflow node ranks: worker-i is rank i+1 when the job has a Master replica, else rank i.
-
-    Ranks already known (from labels the workload sets, or the pod's own registration) are kept.
-    """
-    has_master = any(m.replica_type.lower() == "master" for m in members)
-    out: list[Member] = []
-    for m in members:
-        rank = m.rank
-        if rank is None and m.replica_index is not None:
-            rtype = m.replica_type.lower()
-            if rtype == "master":
-                rank = m.replica_index
-            elif rtype == "worker":
-                rank = m.replica_index + 1 if has_master else m.replica_index
-        out.append(m if rank == m.rank else dataclasses.replace(m, rank=rank))
-    return tuple(out)
 
 
 def _load_chunk(pod_dirs: Sequence[str]) -> list[Member]:

@@ -289,6 +289,25 @@ def member_from_snapshot(snap: PodSnapshot) -> Member:
     )
 
 
+def member_from_copies(
+    snap: PodSnapshot, error: ErrorRecord | None = None, log: tuple[bytes, bool] | None = None
+) -> Member:
+    """A member from what was copied of its pod — the pod object, its error file, its log tail (bytes, and
+    whether it was cut) — through the same fold as live events (an incident bundle, `kubectl podmortem`).
+    No sidecar observed it: the observation stamps the fold sets (the time of reading) are cleared, and
+    only the times the copies themselves carry are evidence."""
+    key = snap.uid or f"{snap.namespace}/{snap.name}"
+    member = member_from_snapshot(snap)
+    events: list[pb.Event] = list(events_from_snapshot(snap))
+    if error is not None:
+        events.append(make_event(error_to_pb(error), error_event_id(key, error)))
+    if log is not None:
+        events.append(make_event(pb.LogTail(text=log[0], truncated=log[1]), f"{key}/log"))
+    for event in events:
+        member = apply_event(member, event)
+    return evolve(member, error_observed_at=None, termination_observed_at=None)
+
+
 def apply_event(member: Member, event: pb.Event, clock_offset: float | None = None) -> Member:
     """Fold one event into what is known of a member.
 

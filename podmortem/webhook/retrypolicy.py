@@ -9,16 +9,24 @@ Nothing is merged into a user's policy. What else holds:
 - A JobSet also gets `maxRestarts` (the webhook's `--jobset-max-restarts`, a chart value), because
   adding a `failurePolicy` changes JobSet's default from "fail on the first child failure" to
   "restart", and the budget should be stated, not left at 0 by omission. Each replicatedJob's pod
-  template gets `restartPolicy: Never` where none was set (JobSet would default it to `OnFailure`,
-  which a `podFailurePolicy` does not allow).
-- A Job, or a JobSet with a replicatedJob, whose pods use `restartPolicy: OnFailure` cannot have a
-  `podFailurePolicy`: left alone, counted as `restart_on_failure`.
+  template gets `restartPolicy: Never`, also over `OnFailure`: JobSet's own defaulting webhook, which the
+  API server calls before ours (configurations run in name order, `jobset-…` before `podmortem-…`),
+  turns an unset one into `OnFailure`, which a `podFailurePolicy` does not allow, and the webhook cannot
+  tell that default from a user's `OnFailure` (docs/retries.md).
+- A batch Job whose pods use `restartPolicy: OnFailure` (always the user's choice: the API server
+  defaults a Job's pods to `Always`, which a Job refuses) cannot have a `podFailurePolicy`: left alone,
+  counted as `restart_on_failure`.
 - A batch Job created by a JobSet (label `jobset.sigs.k8s.io/jobset-name`) is left alone: its JobSet is
   the unit that carries the policy, and a JobSet of a user's own policy must not get ours in its Jobs.
 - An object created by another controller (a controller ownerReference other than a CronJob's: the
   JobSet of a TrainJob, say) is left alone: that controller owns the spec and may apply it again
   without our fields (and a JobSet's failurePolicy is immutable). A TrainJob's policy goes in its
   runtime (`podmortem policy trainjob`).
+- With the rules, every Job (and every replicatedJob's Job template) gets `podReplacementPolicy: Failed`:
+  with a `podFailurePolicy` it is the only value the API server accepts. The API server has already
+  defaulted the field to `TerminatingOrFailed` (Kubernetes >= 1.29) when the webhook sees a Job, so a
+  user's explicit `TerminatingOrFailed` cannot be told from the default and is replaced too; what that
+  costs (a replacement pod starts only once the old one is terminal) and the sources: docs/retries.md.
 - The annotation `podmortem.io/retry-policy-added: "<version>"` says that it was added, and by which
   version.
 """
@@ -51,6 +59,8 @@ UNSUPPORTED = "unsupported"
 OUTCOMES = (ADDED, OWN_POLICY, RESTART_ON_FAILURE, JOBSET_CHILD, OWNED, NOT_OPTED_IN, UNSUPPORTED)
 MUTABLE_OWNERS = frozenset({"CronJob"})  # creates a Job once and never applies its spec again
 KINDS = {("batch", "Job"): "Job", ("jobset.x-k8s.io", "JobSet"): "JobSet"}
+# The only podReplacementPolicy a Job with a podFailurePolicy may have (batch/v1 validation).
+REPLACEMENT_POLICY = "Failed"
 
 
 def kind_of(group: str, kind: str) -> str | None:
@@ -102,9 +112,22 @@ def mutate_job(job: Mapping[str, Any], version: str) -> tuple[list[JSON], str, s
     if restart != "Never":
         return [], UNSUPPORTED, f"pod restartPolicy {restart or '(unset)'}: a Job needs Never or OnFailure"
     out = copy.deepcopy(dict(job))
-    _dict(out, "spec")["podFailurePolicy"] = policy.pod_failure_policy()
+    reason = _with_policy(_dict(out, "spec"))
     _dict(_dict(out, "metadata"), "annotations")[ADDED_ANNOTATION] = version
-    return list(jsonpatch.make_patch(dict(job), out).patch), ADDED, ""
+    return list(jsonpatch.make_patch(dict(job), out).patch), ADDED, reason
+
+
+def _with_policy(job_spec: JSON) -> str:
+    """Put our rules and `podReplacementPolicy: Failed` into a Job spec; what was replaced, if anything."""
+    job_spec["podFailurePolicy"] = policy.pod_failure_policy()
+    before = job_spec.get("podReplacementPolicy")
+    job_spec["podReplacementPolicy"] = REPLACEMENT_POLICY
+    if before is None or before == REPLACEMENT_POLICY:
+        return ""
+    return (
+        f"podReplacementPolicy {before} (the API server's default, or the user's) replaced by {REPLACEMENT_POLICY}, "
+        "the only value a podFailurePolicy allows"
+    )
 
 
 def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) -> tuple[list[JSON], str, str]:
@@ -126,18 +149,22 @@ def mutate_jobset(jobset: Mapping[str, Any], version: str, max_restarts: int) ->
         if job_spec.get("podFailurePolicy") is not None:
             return [], OWN_POLICY, f"replicatedJob {rj.get('name')!r} has a podFailurePolicy of its own"
         restart = _restart_policy(job_spec)
-        if restart == "OnFailure":
-            return [], RESTART_ON_FAILURE, f"replicatedJob {rj.get('name')!r} uses restartPolicy OnFailure"
-        if restart not in ("", "Never"):
+        if restart not in ("", "Never", "OnFailure"):
             return [], UNSUPPORTED, f"replicatedJob {rj.get('name')!r} uses restartPolicy {restart}"
     out = copy.deepcopy(dict(jobset))
     out_spec = _dict(out, "spec")
     out_spec["failurePolicy"] = policy.jobset_failure_policy(max_restarts)
+    replaced = []
     for rj in out_spec["replicatedJobs"]:
         job_spec = _dict(_dict(rj, "template"), "spec")
-        job_spec["podFailurePolicy"] = policy.pod_failure_policy()
+        if why := _with_policy(job_spec):
+            replaced.append(f"replicatedJob {rj.get('name')!r}: {why}")
         pod_spec = _dict(_dict(job_spec, "template"), "spec")
-        if not pod_spec.get("restartPolicy"):
-            pod_spec["restartPolicy"] = "Never"
+        if pod_spec.get("restartPolicy") == "OnFailure":
+            replaced.append(
+                f"replicatedJob {rj.get('name')!r}: restartPolicy OnFailure (JobSet's default, or the user's) "
+                "replaced by Never, the only value a podFailurePolicy allows"
+            )
+        pod_spec["restartPolicy"] = "Never"
     _dict(_dict(out, "metadata"), "annotations")[ADDED_ANNOTATION] = version
-    return list(jsonpatch.make_patch(dict(jobset), out).patch), ADDED, ""
+    return list(jsonpatch.make_patch(dict(jobset), out).patch), ADDED, "; ".join(replaced)

@@ -119,7 +119,9 @@ class WebhookServer:
         if result.kind != "Pod":
             self.metrics.retry_policy.labels(kind=result.kind, outcome=result.outcome).inc()
             if result.outcome == retrypolicy.ADDED:
-                log.info("%s %s: retry policy added", result.kind, who)
+                log.info(
+                    "%s %s: retry policy added%s", result.kind, who, f" ({result.reason})" if result.reason else ""
+                )
             else:
                 log.info("%s %s: retry policy not added (%s): %s", result.kind, who, result.outcome, result.reason)
             return web.json_response(answer)

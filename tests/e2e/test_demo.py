@@ -84,6 +84,7 @@ def test_demo_keep_leaves_a_bundle_that_analyze_decides_alike(tmp_path: Path) ->
     code, output = _demo("--fault", "exception", "--pods", "2", "--keep", str(kept), torch=False)
     assert code == 0, output
     assert f"kept: {kept}" in output
+    assert f"page: {kept / 'incident.html'}" in output and (kept / "incident.html").is_file()
     target = re.search(r"fault: pod (\S+) \(node rank", output)
     assert target, output
     analyzed = subprocess.run(

@@ -86,15 +86,18 @@ async def test_explain_shows_each_pods_condition(published: Path, kube_api: Emul
 
 
 async def test_explain_shows_the_nodes_fault_record(kube_api: EmulatorHandle, tmp_path: Path) -> None:
-    """Two hardware root causes on node-1: explain shows the node's record and its SuspectHardware condition."""
+    """Hardware root causes of two jobs on node-1: explain shows the node's record and its SuspectHardware
+    condition."""
     seed_pytorchjob(kube_api)
     kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
     kube = make_kube(kube_api, tmp_path)
-    for n in (1, 2):
-        d = decision(category="hardware")
-        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.mixtral-cpt.{n}"))
+    other = JobRef(NS, "llama-sft", "PyTorchJob", "uid-llama-sft")  # a node is marked on two jobs' faults
+    for n, job in ((1, None), (2, other)):
+        d = decision(category="hardware", job=job)
+        d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.job.{n}"))
         for publisher in kube_publishers(KubeSettings(), kube):
-            await publisher.publish(d)
+            if job is None or publisher.name == "kube-nodes":  # the other job exists only in the node's record
+                await publisher.publish(d)
     kube.close()
     kube_api.emulator.token = None
     config = kube_api.kubeconfig(tmp_path / "config", NS)
@@ -102,7 +105,8 @@ async def test_explain_shows_the_nodes_fault_record(kube_api: EmulatorHandle, tm
                "--kubeconfig", str(config), "-n", NS])  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "Node node-1 Hardware Faults:" in out.stdout
-    assert out.stdout.count(f"{NS}/PyTorchJob/mixtral-cpt  pod mixtral-cpt-worker-1") == 2
+    assert out.stdout.count(f"{NS}/PyTorchJob/mixtral-cpt  pod mixtral-cpt-worker-1") == 1
+    assert out.stdout.count(f"{NS}/PyTorchJob/llama-sft  pod mixtral-cpt-worker-1") == 1
     assert "      error file: ValueError at 15:06:10" in out.stdout
     assert "Suspect:        True (RepeatedHardwareFaults): 2 hardware root causes within 7d" in out.stdout
 
@@ -119,7 +123,7 @@ async def test_the_documented_commands_clear_a_suspect_node(kube_api: EmulatorHa
     kube = make_kube(kube_api, tmp_path)
     settings = KubeSettings(suspect_node_taint=True, publish=frozenset())
     for n in (1, 2):
-        d = decision(category="hardware")
+        d = decision(category="hardware", job=JobRef(NS, f"j{n}", "Job", f"uid-j{n}"))  # two jobs mark a node
         d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.j.{n}"))
         for publisher in kube_publishers(settings, kube):
             await publisher.publish(d)
@@ -259,6 +263,62 @@ async def test_kubectl_podmortem_bundle_collects_what_podmortem_analyze_reads(
     analyzed = run([sys.executable, "-m", "podmortem.cli", "analyze", str(bundle), "--json"])
     assert analyzed.returncode == 0, analyzed.stderr
     assert json.loads(analyzed.stdout)["root_cause"]["pod"] == pods[1]
+
+
+async def test_explain_html_draws_the_page_from_what_kubectl_reads(
+    published: Path, kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    """`explain --html`: the job's pods, the verdict annotation, the conditions podmortem wrote and the root's
+    log tail, read through the real kubectl, drawn on a page that Chromium opens without a request."""
+    from bench import browser
+
+    root, victim = f"{JOB}-worker-1", f"{JOB}-worker-0"
+    kube_api.set_log(NS, root, "pytorch", "step 10\nTraceback (most recent call last):\nValueError: bad label 7\n")
+    for pod, finished in ((root, "2026-11-21T15:06:10Z"), (victim, "2026-11-21T15:06:12Z")):
+        kube_api.change(PODS, NS, pod, terminated(1, finished=finished))
+    written = {
+        "type": "podmortem.io/Victim", "status": "True", "reason": "Victim",
+        "message": f"gloo: connection closed by peer; root pod {root} failed first: user_code",
+        "lastTransitionTime": "2026-11-21T15:06:13Z",
+    }  # fmt: skip
+    kube_api.change(PODS, NS, victim, {"status": {"conditions": [written]}})
+    env = plugin_on_path(tmp_path) | {"KUBECONFIG": str(published)}
+    page = tmp_path / "incident.html"
+    out = run(["kubectl", "podmortem", "explain", "pytorchjob/mixtral-cpt", "-n", NS, "--html", str(page)], env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Kind:           PyTorchJob" in out.stdout and f"incident page written to {page}" in out.stderr
+    probes = {
+        "root": "document.getElementById('root-row')?.dataset.pod ?? null",
+        "sentence": "document.getElementById('verdict-sentence').textContent",
+        "text": "document.body.innerText",
+    }
+    loaded = await browser.load_async(page, evaluate=probes, screenshot=tmp_path / "explain.png")
+    assert loaded.errors == [] and loaded.requests == []
+    assert loaded.values["root"] == root
+    assert loaded.values["sentence"] == f"{root} failed first: user_code, not retryable, confidence 0.92."
+    text = loaded.values["text"]
+    assert "from the cluster (kubectl podmortem explain) · revision 1, final" in text
+    assert "condition PodmortemRootCause=True (UserCode) on pytorchjob/mixtral-cpt" in text
+    assert f"podmortem.io/Victim (written) on 1 pod(s): {victim}" in text
+    assert "ValueError: bad label 7" in text  # the root's log tail, read with kubectl logs
+    assert "error file: ValueError at 15:06:10" in text  # the verdict's evidence
+
+
+async def test_explain_json_html_prints_the_verdict_and_writes_the_page(published: Path, tmp_path: Path) -> None:
+    page = tmp_path / "p.html"
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pytorchjob/mixtral-cpt", "-o", "json",
+               "--kubeconfig", str(published), "-n", NS, "--html", str(page)])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["pod"] == f"{JOB}-worker-1"
+    assert 'id="root-row"' in page.read_text()
+
+
+async def test_explain_html_to_a_place_it_cannot_write(published: Path, tmp_path: Path) -> None:
+    target = tmp_path / "no-such-dir" / "page.html"
+    out = run([sys.executable, "-m", "podmortem.kubectl_plugin", "explain", "pytorchjob/mixtral-cpt",
+               "--kubeconfig", str(published), "-n", NS, "--html", str(target)])  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"error: cannot write the page {target}: ") and not target.exists()
 
 
 async def test_bundle_refuses_a_directory_that_holds_anything(kube_api: EmulatorHandle, tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,15 +15,13 @@ from pathlib import Path
 import grpc
 import pytest
 import trustme
-from prometheus_client import CollectorRegistry
-from support.common import eventually
+from support.aggregators import secure_aggregator
+from support.common import eventually, jwt
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, seed_pytorchjob
 
 from podmortem.aggregator.auth import TokenReviewer
-from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.incidents import MemberKey
-from podmortem.aggregator.kube.client import KubeSettings
 from podmortem.aggregator.refusals import AuthRefused
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord
@@ -36,16 +33,6 @@ from podmortem.sidecar import config, running
 
 POD_NS = NS
 POD = "mixtral-cpt-worker-1"  # rank 1 of the PyTorchJob mixtral-cpt (three workers, no master)
-
-
-def jwt(exp: float, aud: str = "podmortem", jti: int = 0) -> str:
-    """A token shaped like the kubelet's (its unverified claims are read only to refuse early and to bound
-    the cache; the emulator's TokenReview decides)."""
-
-    def part(doc: dict[str, object]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
-
-    return f"{part({'alg': 'RS256'})}.{part({'exp': int(exp), 'aud': [aud], 'jti': jti})}.c2lnbmF0dXJl"
 
 
 @pytest.fixture
@@ -62,29 +49,8 @@ def bind(kube_api: EmulatorHandle, token: str, pod: str, namespace: str = NS) ->
 @pytest.fixture
 async def aggregator(kube_api: EmulatorHandle, tmp_path: Path, ca: trustme.CA) -> AsyncIterator[Aggregator]:
     seed_pytorchjob(kube_api, workers=3)  # the job mixtral-cpt: pods mixtral-cpt-worker-0..2
-    cert = ca.issue_cert("127.0.0.1")
-    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
-    settings = KubeSettings(
-        enabled=True,
-        kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)),
-        namespaces=(NS,),
-        publish=frozenset(),
-    )
-    config = AggregatorConfig(
-        listen="127.0.0.1:0",
-        metrics_listen="",
-        verdict_dir="",
-        auth="tokenreview",
-        tls_cert=str(tmp_path / "tls.crt"),
-        tls_key=str(tmp_path / "tls.key"),
-    )
-    agg = Aggregator(config, registry=CollectorRegistry(), kube_settings=settings)
-    await agg.start()
-    try:
+    async with secure_aggregator(kube_api, tmp_path, ca) as agg:
         yield agg
-    finally:
-        await agg.stop(grace=1)
 
 
 async def report(

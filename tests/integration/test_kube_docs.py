@@ -21,6 +21,7 @@ from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.kube.podwatch import PodWatch
 from podmortem.core.conditions import VICTIM, PodCondition
+from podmortem.core.model import JobRef
 from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"
@@ -146,8 +147,8 @@ async def test_the_node_role_covers_the_bad_node_actions(kube_api: EmulatorHandl
     kube = make_kube(kube_api, tmp_path)
     actions = NodeActions(threshold=2, taint=True)
     publisher = NodeFaultPublisher(kube, actions, clock=lambda: 1795271125.0)
-    for n in (1, 2):  # two hardware root causes on node-1: record, condition, Event, taint
-        d = decision(category="hardware")
+    for n in (1, 2):  # two jobs' hardware root causes on node-1: record, condition, Event, taint
+        d = decision(category="hardware", job=JobRef(NS, f"j{n}", "Job", f"uid-j{n}"))
         d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.j.{n}"))
         await publisher.publish(d)
     kube.close()

@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -19,12 +18,10 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 import trustme
-from prometheus_client import CollectorRegistry
 from support.common import eventually, free_port
+from support.webhooks import client_ssl, webhook_server, write_cert
 
 from podmortem.webhook import mutation, server
-from podmortem.webhook.config import WebhookConfig
-from podmortem.webhook.mutation import Injection
 from podmortem.webhook.server import WebhookServer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "admission"
@@ -40,36 +37,10 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
-def write_cert(ca: trustme.CA, directory: Path, *names: str) -> tuple[Path, Path]:
-    cert = ca.issue_cert(*names)
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
-    key_path.write_bytes(cert.private_key_pem.bytes())
-    return cert_path, key_path
-
-
 @pytest.fixture
 async def webhook(ca: trustme.CA, tmp_path: Path) -> AsyncIterator[WebhookServer]:
-    cert, key = write_cert(ca, tmp_path, "podmortem-webhook.podmortem.svc", "127.0.0.1")
-    config = WebhookConfig(
-        tls_cert=cert,
-        tls_key=key,
-        listen="127.0.0.1:0",
-        metrics_listen="127.0.0.1:0",
-        injection=Injection(image="example.org/podmortem:1.0", aggregator="podmortem.podmortem.svc:50051"),
-    )
-    srv = WebhookServer(config, registry=CollectorRegistry())
-    await srv.start()
-    try:
+    async with webhook_server(ca, tmp_path) as srv:
         yield srv
-    finally:
-        await srv.stop()
-
-
-def client_ssl(ca: trustme.CA) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
-    return ctx
 
 
 async def post(ca: trustme.CA, port: int, body: Any) -> tuple[int, dict[str, Any]]:

@@ -91,3 +91,42 @@ def make_bundle(
         if logs and name in logs:
             (d / "log.txt").write_text(logs[name])
     return root
+
+
+# Text a training pod controls, written to look like markup: on the incident page each must show as text.
+HOSTILE_LINES = (
+    "<script>window.__pwned = 1</script>",
+    '</svg><img src=x onerror="window.__pwned = 2">',
+    '<a href="javascript:window.__pwned = 3">open the dashboard</a>',
+    '"><svg onload="window.__pwned = 4">',
+    "</title></textarea><style>body { display: none }</style>",
+    "{{ 7 * 7 }} {% raw %}",
+)
+HOSTILE_ROOT_MESSAGE = "ValueError: bad label <script>window.__pwned = 5</script> in batch 7"
+HOSTILE_POD = 'job-worker-2"><img src=x onerror="window.__pwned = 6">'
+
+
+def hostile_bundle(root: Path) -> Path:
+    """A bundle whose pods put markup everywhere they can: the root's error message and log, a victim's
+    log, a victim's pod name and node name, a termination message."""
+    logs = {
+        "job-worker-1": "\n".join(
+            ["[rank1] step 10 loss 1.2", *HOSTILE_LINES, "Traceback (most recent call last):", HOSTILE_ROOT_MESSAGE]
+        ),
+        "job-worker-0": "\n".join([*HOSTILE_LINES, "RuntimeError: Connection closed by peer [10.0.0.2]:29500"]),
+    }
+    hostile_pod = pod_json(HOSTILE_POD, index=2, exit_code=143, signal=15, ip="10.0.0.3")
+    hostile_pod["spec"]["nodeName"] = "node-<b>bold</b>"
+    hostile_pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = HOSTILE_LINES[1]
+    pods = {
+        "job-worker-0": pod_json("job-worker-0", index=0, ip="10.0.0.1"),
+        "job-worker-1": pod_json("job-worker-1", index=1, ip="10.0.0.2"),
+        "job-worker-2": hostile_pod,
+    }
+    errors = {
+        "job-worker-1": error_json(HOSTILE_ROOT_MESSAGE, 1795272000),
+        "job-worker-0": error_json(
+            "RuntimeError: Connection closed by peer [10.0.0.2]:29500 " + HOSTILE_LINES[2], 1795272001
+        ),
+    }
+    return make_bundle(root, pods, errors, logs)

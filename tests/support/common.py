@@ -5,6 +5,8 @@
 * `eventually(check, what)`: wait until `check()` is truthy (polling; `check` may return an awaitable,
   e.g. a blocking call in `asyncio.to_thread`), fail naming `what` at the guard.
 * `GLOO_PEER`: the victim's line when a peer in a gloo collective died (torch 2.13's wording).
+* `jwt(exp, aud, jti)`: a bearer token shaped like a projected ServiceAccount token (the aggregator reads
+  its unverified claims only to refuse early; the emulator's TokenReview decides).
 * `free_port()`: a loopback port that was free a moment ago, only for servers that cannot bind port 0
   and report the port they got (Prometheus, a process started by its command line); the port can be
   taken between the check and the use, so prefer binding 0 in the server under test and reading it back.
@@ -14,7 +16,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
+import json
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -72,3 +76,13 @@ async def report(port: int, reg: Any, events: list[Any]) -> list[str]:
             acked.extend(reply.ack.event_ids)
         await call.done_writing()
     return acked
+
+
+def jwt(exp: float, aud: str = "podmortem", jti: int = 0) -> str:
+    """A token shaped like the kubelet's (its unverified claims are read only to refuse early and to bound
+    the cache; the emulator's TokenReview decides)."""
+
+    def part(doc: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part({'exp': int(exp), 'aud': [aud], 'jti': jti})}.c2lnbmF0dXJl"

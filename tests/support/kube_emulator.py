@@ -30,7 +30,13 @@ start, answers PUT with 404, and its discovery and lists are not what kubectl ac
 7. Bearer-token authentication when a token is configured (401 otherwise).
 8. Fault injection: `fail(status, times, ...)` answers the next matching requests with that status
    (429 with a `Retry-After` header, `retry_after` seconds, 0 unless asked).
-9. What the real `kubectl` needs: core discovery says `groupVersion: "v1"` (KMock says `"/v1"`),
+9. Admission on create (`support.kube_admission`): a batch Job is defaulted as the API server decodes
+   it, then every registered mutating webhook (`register_webhook`: a real HTTPS endpoint, called with an
+   `admission.k8s.io/v1` AdmissionReview in configuration-name order, its JSONPatch applied) sees the
+   defaulted object, then the Job is validated (a 422 Invalid names the field) and only then stored.
+   Another project's webhook (JobSet's defaulting) can be registered as an in-process model of its source.
+   Objects seeded with `put` skip admission, as a controller's writes to status would not need it.
+10. What the real `kubectl` needs: core discovery says `groupVersion: "v1"` (KMock says `"/v1"`),
    lists have `kind`/`apiVersion`, watch streams are `application/json`, Status bodies for errors.
 
 tests/integration/test_kube_emulator.py holds these behaviours against the API's documentation.
@@ -42,7 +48,7 @@ takes the aiohttp request from `Request._raw_request` to stream watch responses 
 kmock has no public extension point for serving resource requests itself; a kmock upgrade that
 renames these fails this module's tests first.
 
-It is one module of ~800 lines because it is one request path over one store: every numbered item
+It is one module of ~900 lines because it is one request path over one store: every numbered item
 above reads and writes the same object store and event log.
 
 `running_emulator()` runs it in its own thread with its own event loop, so that the test's loop, the
@@ -55,6 +61,7 @@ objects the tests seed (PyTorchJobs, pods, Jobs, JobSets, TrainJobs, Decisions) 
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import contextlib
 import copy
@@ -63,6 +70,7 @@ import datetime
 import json
 import random
 import re
+import ssl as ssl_module
 import threading
 import time
 import uuid
@@ -70,12 +78,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
 from kmock import Payload, Request
 from kmock import resource as Resource
+
+from support import kube_admission
 
 JSON = dict[str, Any]
 Key = tuple[Resource, str | None, str]
@@ -178,6 +189,20 @@ class Fault:
     retry_after: int = 0  # a 429's Retry-After header, in seconds
 
 
+@dataclasses.dataclass(frozen=True)
+class Webhook:
+    """A mutating admission webhook as a MutatingWebhookConfiguration states it, for the emulator to call."""
+
+    name: str  # the configuration's name: the API server calls webhooks in the order of these names
+    url: str
+    resources: frozenset[str]  # "group/plural" ("batch/jobs", "jobset.x-k8s.io/jobsets"; "/pods" for core)
+    ssl: ssl_module.SSLContext | None = None  # trusts the webhook's serving CA (the caBundle)
+    failure_policy: str = "Fail"  # "Ignore": an unreachable webhook lets the object through unchanged
+    timeout: float = 10.0
+    # Another project's webhook, modelled in-process from its source (`url` unused): object -> mutated object.
+    model: Callable[[JSON], JSON] | None = None
+
+
 class _Problem(Exception):
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(message)
@@ -203,6 +228,8 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
     # TokenReview: kmock echoes the request with no status. Here a review answers from this map of
     # bound service-account tokens -> the TokenReview status the API server would give (gap filled here).
     service_account_tokens: dict[str, JSON] = attrs.field(factory=dict)
+    webhooks: list[Webhook] = attrs.field(factory=list)  # mutating admission, in calling order
+    reviews: list[JSON] = attrs.field(factory=list)  # every AdmissionReview request sent to a webhook
     _changed: asyncio.Condition | None = attrs.field(default=None)
 
     # -- discovery fixes for kubectl --
@@ -411,8 +438,64 @@ class PodmortemEmulator(kmock.KubernetesEmulator):
         if self._current(res, namespace, meta.get("name", "")) is not None:
             raise _Problem(409, "AlreadyExists", f'{res.plural} "{meta.get("name")}" already exists')
         meta.pop("resourceVersion", None)
-        self._stamp(res, obj, namespace, meta["name"])
+        obj = await self._admit(res, namespace, obj)
+        self._stamp(res, obj, namespace, obj["metadata"]["name"])
         return await self._store(res, obj, "ADDED")
+
+    async def _admit(self, res: Resource, namespace: str | None, obj: JSON) -> JSON:
+        """Defaulting, mutating webhooks, validation: the API server's order for a create (module doc, 9)."""
+        is_job = (res.group, res.plural) == ("batch", "jobs")
+        if is_job:
+            obj = kube_admission.default_job(obj)
+        for hook in self.webhooks:
+            if f"{res.group or ''}/{res.plural}" in hook.resources:
+                obj = await self._call_webhook(hook, res, namespace, obj)
+        if is_job and (errors := kube_admission.validate_job(obj)):
+            name = (obj.get("metadata") or {}).get("name")
+            detail = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            raise _Problem(422, "Invalid", f'Job.batch "{name}" is invalid: {detail}')
+        return obj
+
+    async def _call_webhook(self, hook: Webhook, res: Resource, namespace: str | None, obj: JSON) -> JSON:
+        if hook.model is not None:
+            return hook.model(copy.deepcopy(obj))
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": res.group or "", "version": res.version, "kind": self._kind(res)},
+                "resource": {"group": res.group or "", "version": res.version, "resource": res.plural},
+                "namespace": namespace,
+                "name": (obj.get("metadata") or {}).get("name", ""),
+                "operation": "CREATE",
+                "object": copy.deepcopy(obj),
+            },
+        }
+        self.reviews.append(copy.deepcopy(review))
+        try:
+            timeout = aiohttp.ClientTimeout(total=hook.timeout)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                async with session.post(hook.url, json=review, ssl=hook.ssl if hook.ssl else False) as resp:
+                    resp.raise_for_status()
+                    answer = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            if hook.failure_policy == "Ignore":
+                return obj
+            raise _Problem(500, "InternalError", f'failed calling webhook "{hook.name}": {exc}') from exc
+        response = answer.get("response") or {}
+        if not response.get("allowed"):
+            message = (response.get("status") or {}).get("message", "")
+            raise _Problem(400, "BadRequest", f'admission webhook "{hook.name}" denied the request: {message}')
+        if not response.get("patch"):
+            return obj
+        patch = json.loads(base64.b64decode(response["patch"]))
+        try:
+            return dict(jsonpatch.apply_patch(obj, patch))
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise _Problem(
+                500, "InternalError", f'webhook "{hook.name}" sent a patch that does not apply: {exc}'
+            ) from exc
 
     def _check_version(self, given: Any, current: JSON, name: str) -> None:
         if given and str(given) != current["metadata"]["resourceVersion"]:
@@ -698,6 +781,14 @@ class EmulatorHandle:
             },
             "audiences": [audience],
         }
+
+    def register_webhook(self, hook: Webhook) -> None:
+        """Call `hook` on every create of its resources from now on (in configuration-name order)."""
+
+        async def add() -> None:
+            self.emulator.webhooks = sorted([*self.emulator.webhooks, hook], key=lambda h: h.name)
+
+        self.call(add)
 
     def hold_logs(self, held: bool = True) -> None:
         """While held, log reads wait unanswered (`emulator.log_readers` counts them); False lets them go."""

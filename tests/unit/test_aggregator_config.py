@@ -55,6 +55,11 @@ def test_node_action_settings() -> None:
     default = load_kube_settings(argparse.Namespace(), {})
     assert (default.node_actions, default.suspect_node_threshold, default.suspect_node_taint) == (True, 2, False)
     assert default.suspect_node_window == 7 * 86400
+    bounds = (default.suspect_node_min_jobs, default.suspect_node_min_namespaces, default.node_faults_per_namespace)
+    assert bounds == (2, 1, 4)
+    strict = {"PODMORTEM_SUSPECT_NODE_MIN_NAMESPACES": "2", "PODMORTEM_NODE_FAULTS_PER_NAMESPACE": "1"}
+    s = load_kube_settings(argparse.Namespace(), strict)
+    assert (s.suspect_node_min_namespaces, s.node_faults_per_namespace) == (2, 1)
     env = {
         "PODMORTEM_NODE_ACTIONS": "off",
         "PODMORTEM_SUSPECT_NODE_THRESHOLD": "3",
@@ -72,7 +77,9 @@ def test_node_action_settings() -> None:
     assert load_kube_settings(flags, env).node_actions and load_kube_settings(flags, env).suspect_node_window == 5400
     assert duration("w", "604800") == 604800
     for bad in ({"PODMORTEM_NODE_ACTIONS": "maybe"}, {"PODMORTEM_SUSPECT_NODE_WINDOW": "7x"},
-                {"PODMORTEM_SUSPECT_NODE_WINDOW": "0d"}, {"PODMORTEM_SUSPECT_NODE_THRESHOLD": "0"}):  # fmt: skip
+                {"PODMORTEM_SUSPECT_NODE_WINDOW": "0d"}, {"PODMORTEM_SUSPECT_NODE_THRESHOLD": "0"},
+                {"PODMORTEM_SUSPECT_NODE_MIN_JOBS": "0"}, {"PODMORTEM_NODE_FAULTS_PER_NAMESPACE": "-1"},
+                {"PODMORTEM_SUSPECT_NODE_MIN_NAMESPACES": "two"}):  # fmt: skip
         with pytest.raises(ValueError):
             load_kube_settings(argparse.Namespace(), bad)
 

@@ -21,6 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
+from support.kube_emulator import match_labels
 
 from podmortem.aggregator import config as aggregator_config
 from podmortem.aggregator.kube.client import load_kube_settings
@@ -178,10 +179,13 @@ def test_node_rbac_only_while_node_actions_are_on() -> None:
     assert not [d for d in off if d["metadata"]["name"].endswith("-nodes")]
     env = env_of(one(off, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
     assert not load_kube_settings(argparse.Namespace(), env).node_actions
-    tainting = render({"aggregator": {"nodeActions": {"taint": True, "suspectWindow": "36h"}}})
+    strict = {"taint": True, "suspectWindow": "36h", "suspectMinNamespaces": 2, "faultsPerNamespacePerHour": 1}
+    tainting = render({"aggregator": {"nodeActions": strict}})
     env = env_of(one(tainting, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
     settings = load_kube_settings(argparse.Namespace(), env)
     assert settings.suspect_node_taint and settings.suspect_node_window == 36 * 3600
+    assert (settings.suspect_node_min_jobs, settings.suspect_node_min_namespaces) == (2, 2)
+    assert settings.node_faults_per_namespace == 1
 
 
 def test_namespace_mode_has_roles_and_no_webhook() -> None:
@@ -270,7 +274,11 @@ def test_webhook_configuration() -> None:
     ]
     assert hook["namespaceSelector"]["matchLabels"] == {"podmortem.io/injection": "enabled"}
     assert hook["namespaceSelector"]["matchExpressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ops", "kube-system"]}
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["ops", "kube-system", "kube-public", "kube-node-lease"],
+        }
     ]
     conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
     for label in ("training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "batch.kubernetes.io/job-name"):
@@ -280,6 +288,35 @@ def test_webhook_configuration() -> None:
     svc = one(docs, "Service", "-webhook")
     assert (service["name"], service["namespace"], service["path"]) == (svc["metadata"]["name"], "ops", "/mutate")
     assert service["port"] in [p["port"] for p in svc["spec"]["ports"]]
+
+
+def selector_string(selector: dict[str, Any]) -> str:
+    """A LabelSelector object as the `labelSelector` query string the API server (and the emulator) parse."""
+    terms = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for e in selector.get("matchExpressions") or []:
+        op = e["operator"]
+        if op in ("In", "NotIn"):
+            terms.append(f"{e['key']} {op.lower()} ({','.join(e['values'])})")
+        else:
+            terms.append(e["key"] if op == "Exists" else f"!{e['key']}")
+    return ",".join(terms)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"webhook": {"namespaceSelector": {"matchLabels": {}}, "excludeNamespaces": ["batch"]}}],
+    ids=["defaults", "no-label-needed"],
+)
+def test_the_control_planes_namespaces_are_never_selected_whatever_their_labels(values: dict[str, Any]) -> None:
+    config = one(render(values, namespace="ops"), "MutatingWebhookConfiguration")
+    labelled = {"podmortem.io/injection": "enabled"}
+    for hook in config["webhooks"]:
+        selector = selector_string(hook["namespaceSelector"])
+        for ns in ("kube-system", "kube-public", "kube-node-lease", "ops"):
+            labels = {**labelled, "kubernetes.io/metadata.name": ns}
+            assert not match_labels(selector, labels), f"{hook['name']} selects namespace {ns}"
+        team = {**labelled, "kubernetes.io/metadata.name": "team-a"}
+        assert match_labels(selector, team), f"{hook['name']} misses a labelled namespace"
 
 
 def test_retry_policy_webhook_sees_only_opted_in_jobs_and_jobsets() -> None:

@@ -227,6 +227,12 @@ def test_summary_json_round_trip() -> None:
         ('{"version": 1, "source": "json", "entries": [{"pg_id": "0", "seq": 1, "state": "x"}]}', "state"),
         ('{"version": 1, "source": "json", "entries": {}}', "entries"),
         ("{", "not JSON"),
+        # validated once per distinct value and kind: a dtype list seen before is no valid sizes list
+        (
+            '{"version": 1, "source": "json", "entries": [{"pg_id": "0", "seq": 1, "input_dtypes": ["Float"]},'
+            ' {"pg_id": "0", "seq": 2, "input_sizes": ["Float"]}]}',
+            "input_sizes",
+        ),
     ],
 )
 def test_invalid_summaries_are_refused(text: str, error: str) -> None:

@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import re2
 import yaml
+from support.kube_admission import default_job, validate_job
 
 from podmortem.k8s import policy
 
@@ -68,6 +69,12 @@ def test_the_job_fragment_is_a_valid_job_spec_with_our_rules_first() -> None:
     fragment = yaml.safe_load(run("policy", "job").stdout)
     assert list(fragment) == ["podFailurePolicy"]
     kubernetes_validate.validate(job(fragment), "1.33.0", strict=True)
+    # What a schema cannot see: the API server's defaulting and cross-field validation (support.kube_admission).
+    assert validate_job(default_job(job(fragment))) == []
+    refused = validate_job(default_job(job({**fragment, "podReplacementPolicy": "TerminatingOrFailed"})))
+    assert refused == [
+        'spec.podReplacementPolicy: Unsupported value: "TerminatingOrFailed": supported values: "Failed"'
+    ]
     rules = fragment["podFailurePolicy"]["rules"]
     assert [(r["action"], r["onPodConditions"][0]["type"]) for r in rules] == [
         ("Ignore", "podmortem.io/Victim"),

@@ -64,7 +64,12 @@ def test_an_opted_in_job_gets_the_rules_and_stays_valid() -> None:
     assert out["spec"]["podFailurePolicy"] == policy.pod_failure_policy()
     assert out["metadata"]["annotations"][retrypolicy.ADDED_ANNOTATION] == "1.2.3"
     kubernetes_validate.validate(out, "1.33.0", strict=True)
-    assert {op["path"] for op in patch} <= {"/spec/podFailurePolicy", "/metadata/annotations"}
+    assert out["spec"]["podReplacementPolicy"] == "Failed"
+    assert {op["path"] for op in patch} <= {
+        "/spec/podFailurePolicy",
+        "/spec/podReplacementPolicy",
+        "/metadata/annotations",
+    }
 
 
 def test_a_jobs_own_policy_is_never_touched() -> None:
@@ -123,9 +128,15 @@ def _with_child_policy(js: dict[str, Any]) -> dict[str, Any]:
     return js
 
 
-def test_a_jobset_with_on_failure_pods_is_left_alone() -> None:
-    assert mutate_jobset(jobset("OnFailure"), "1", 3)[:2] == ([], retrypolicy.RESTART_ON_FAILURE)
-    assert mutate_jobset(jobset("Never"), "1", 3)[1] == retrypolicy.ADDED
+def test_a_jobsets_on_failure_pods_become_never() -> None:
+    """JobSet's webhook, called first, defaults an unset restartPolicy to OnFailure: indistinguishable from
+    the user's, and a podFailurePolicy needs Never."""
+    patch, outcome, reason = mutate_jobset(jobset("OnFailure"), "1", 3)
+    assert outcome == retrypolicy.ADDED and "restartPolicy OnFailure" in reason
+    for rj in apply(jobset("OnFailure"), patch)["spec"]["replicatedJobs"]:
+        assert rj["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert mutate_jobset(jobset("Never"), "1", 3)[1:] == (retrypolicy.ADDED, "")
+    assert mutate_jobset(jobset("Always"), "1", 3)[1] == retrypolicy.UNSUPPORTED
 
 
 def test_malformed_objects_are_unsupported_not_errors() -> None:

@@ -205,3 +205,12 @@ on
 off
 {{- end -}}
 {{- end }}
+
+{{/*
+Namespaces the webhook never sees (a JSON list): the release's own, the control plane's (kube-system holds
+its pods; kube-public and kube-node-lease hold none today, and nothing of podmortem belongs there), then
+webhook.excludeNamespaces. Fixed, not a value: a label on kube-system must never inject a sidecar into the control plane.
+*/}}
+{{- define "podmortem.webhookExcludedNamespaces" -}}
+{{- concat (list .Release.Namespace "kube-system" "kube-public" "kube-node-lease") .Values.webhook.excludeNamespaces | uniq | toJson }}
+{{- end }}

@@ -6,13 +6,26 @@ and whether the cause was the hardware; this publisher keeps that knowledge wher
 and scheduler look:
 
 - the node annotation `podmortem.io/hardware-faults`: JSON, the last `MAX_FAULTS` hardware root causes
-  on that node (`time`, `incident`, `job`, `pod`, `evidence`), oldest first. It lives on the node, so
-  the record survives aggregator restarts and needs no database; each incident is recorded once.
-- when `threshold` faults (default 2) fall within `window` (default 7 days), and after the last time a
-  person cleared the mark: the node condition `podmortem.io/SuspectHardware=True` (reason
+  on that node (`time`, `incident`, `job`, `job_uid`, `pod`, `evidence`), oldest first. It lives on the
+  node, so the record survives aggregator restarts and needs no database.
+- when `threshold` faults (default 2) from at least `min_jobs` different jobs (default 2) and
+  `min_namespaces` namespaces (default 1) fall within `window` (default 7 days), and after the last time
+  a person cleared the mark: the node condition `podmortem.io/SuspectHardware=True` (reason
   `RepeatedHardwareFaults`, the message naming the faults), a `Warning` Event on the node, and, only
   with `taint` (off by default: taking nodes out of service is the cluster owner's decision), the taint
   `podmortem.io/suspect-hardware:NoSchedule`.
+
+A hardware verdict comes from text the tenant's pod wrote, so the trust in it is bounded
+(docs/reliability.md, "What a tenant can do to nodes"):
+
+- a fault counts once per job on a node: the job is the top-level workload, named by its uid as the
+  API states it (`--auth tokenreview` resolves it from the pod's owners), else by namespace, kind and
+  name. Another incident of the same job (another attempt, another pod, an attempt the pod invented)
+  while its fault counts (within the window, after the last clearing) adds nothing; it is counted in
+  `refused` as `job_counted`;
+- a namespace records at most `per_namespace_per_hour` new faults an hour, over all nodes (a token
+  bucket of that size, refilled evenly; in memory, so it starts full after a restart). Beyond it the fault
+  is not recorded and is counted as `namespace_rate`.
 
 It never removes a taint or a condition: it adds its own taint when absent and writes only its own
 condition type. A person clears the mark by setting the condition to False (podmortem then counts only
@@ -30,6 +43,7 @@ import datetime
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,16 +70,26 @@ MAX_EVIDENCE = 3
 MAX_EVIDENCE_ITEM = 200
 MAX_MESSAGE = 1024
 ATTEMPTS = 5
+HOUR = 3600.0
+
+# Why a hardware root cause was not recorded on its node, as counted in
+# `podmortem_node_faults_refused_total{reason}`: a fixed set.
+JOB_COUNTED = "job_counted"
+NAMESPACE_RATE = "namespace_rate"
+REFUSALS = (JOB_COUNTED, NAMESPACE_RATE)
 
 
 @dataclass(frozen=True)
 class NodeActions:
-    """What the aggregator does to nodes (`--node-actions`, `--suspect-node-*`)."""
+    """What the aggregator does to nodes (`--node-actions`, `--suspect-node-*`, `--node-faults-per-namespace`)."""
 
     enabled: bool = True
     threshold: int = 2
     window: float = 7 * 86400.0
     taint: bool = False
+    min_jobs: int = 2
+    min_namespaces: int = 1
+    per_namespace_per_hour: int = 4
 
 
 # -- pure builders -------------------------------------------------------------------------------
@@ -82,13 +106,75 @@ def parse_time(text: Any) -> float | None:
 def fault_of(decision: Decision) -> JSON:
     """The record of one hardware root cause."""
     v, job = decision.verdict, decision.incident.job
-    return {
+    out = {
         "time": rfc3339(v.failed_at if v.failed_at is not None else decision.decided_at),
         "incident": decision.incident.incident_id,
         "job": f"{job.namespace}/{job.kind}/{job.name}",
         "pod": v.pod,
         "evidence": [cut(e, MAX_EVIDENCE_ITEM) for e in v.evidence[:MAX_EVIDENCE]],
     }
+    if job.uid:
+        out["job_uid"] = job.uid
+    return out
+
+
+def job_key(fault: JSON) -> str:
+    """Which job a fault is from: its uid when recorded, else namespace/kind/name."""
+    return str(fault.get("job_uid") or fault.get("job") or "")
+
+
+def namespace_of(fault: JSON) -> str:
+    return str(fault.get("job") or "").split("/", 1)[0]
+
+
+REPLAY, NEW = "replay", "new"
+
+
+def standing(node: JSON, fault: JSON, now: float, window: float) -> str:
+    """REPLAY: this incident is in the node's record already; JOB_COUNTED: another incident of the same job
+    is, and counts (within the window, after the last clearing); NEW: neither."""
+    faults = read_faults(node)
+    if any(f.get("incident") == fault["incident"] for f in faults):
+        return REPLAY
+    key = job_key(fault)
+    if key and any(job_key(f) == key for f in recent(faults, now, window, cleared_at(node))):
+        return JOB_COUNTED
+    return NEW
+
+
+def suspect(faults: list[JSON], actions: NodeActions) -> bool:
+    """Do these (recent) faults mark the node: enough of them, from enough jobs and namespaces?"""
+    return (
+        len(faults) >= actions.threshold
+        and len({job_key(f) for f in faults}) >= actions.min_jobs
+        and len({namespace_of(f) for f in faults}) >= actions.min_namespaces
+    )
+
+
+class NamespaceBudget:
+    """At most `per_hour` new faults per namespace an hour: a token bucket per namespace, full at start.
+    Buckets that have filled up again are forgotten once more than `TRACKED` namespaces have one."""
+
+    TRACKED = 4096
+
+    def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_hour = per_hour
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # namespace -> (tokens, when counted)
+
+    def _tokens(self, namespace: str, now: float) -> float:
+        tokens, then = self._buckets.get(namespace, (float(self.per_hour), now))
+        return min(float(self.per_hour), tokens + (now - then) * self.per_hour / HOUR)
+
+    def take(self, namespace: str) -> bool:
+        now = self.clock()
+        tokens = self._tokens(namespace, now)
+        taken = tokens >= 1.0
+        self._buckets[namespace] = (tokens - 1.0 if taken else tokens, now)
+        if len(self._buckets) > self.TRACKED:
+            for full in [ns for ns in self._buckets if self._tokens(ns, now) >= self.per_hour]:
+                del self._buckets[full]
+        return taken
 
 
 def read_faults(node: JSON) -> list[JSON]:
@@ -217,6 +303,7 @@ class NodeFaultPublisher:
         *,
         fence: Callable[[], bool] = lambda: True,
         on_suspects: Callable[[int], None] = lambda n: None,
+        on_refused: Callable[[str], None] = lambda reason: None,
         clock: Callable[[], float] | None = None,
         instance: str = "",
     ) -> None:
@@ -224,7 +311,9 @@ class NodeFaultPublisher:
         self.actions = actions
         self.fence = fence  # may this aggregator write now? (the leader holding its Lease)
         self.on_suspects = on_suspects  # the number of nodes marked suspect, for the gauge
+        self.on_refused = on_refused  # a fault not recorded, by reason (REFUSALS), for the counter
         self._clock = clock
+        self.budget = NamespaceBudget(actions.per_namespace_per_hour, clock if clock is not None else time.monotonic)
         self.instance = instance
         self.suspects: set[str] = set()
 
@@ -239,7 +328,27 @@ class NodeFaultPublisher:
         fault = fault_of(decision)
         now = self._clock() if self._clock is not None else decision.decided_at
 
+        try:
+            known = standing(await self.kube.get(path), fault, now, self.actions.window)
+        except NotFoundError:
+            log.info("node %s is gone; nothing recorded", v.node)
+            return
+        incident = decision.incident.incident_id
+        if known == JOB_COUNTED:
+            log.info("incident %s: job %s has counted on node %s already", incident, fault["job"], v.node)
+            self.on_refused(JOB_COUNTED)
+            return
+        namespace = decision.incident.job.namespace
+        if known == NEW and not self.budget.take(namespace):
+            limit = self.actions.per_namespace_per_hour
+            log.warning("incident %s: namespace %s recorded %d hardware faults on nodes within the hour; "
+                        "node %s not written", incident, namespace, limit, v.node)  # fmt: skip
+            self.on_refused(NAMESPACE_RATE)
+            return
+
         def record(node: JSON) -> JSON | None:
+            if standing(node, fault, now, self.actions.window) != NEW:
+                return None
             faults = with_fault(read_faults(node), fault)
             if faults is None:
                 return None
@@ -249,8 +358,11 @@ class NodeFaultPublisher:
         node = await self._update(path, "", record)
         if node is None:
             return
+        if standing(node, fault, now, self.actions.window) != REPLAY:
+            self.on_refused(JOB_COUNTED)  # another incident of this job was recorded meanwhile (a 409 re-read)
+            return
         faults = recent(read_faults(node), now, self.actions.window, cleared_at(node))
-        if len(faults) < self.actions.threshold:
+        if not suspect(faults, self.actions):
             self._count(v.node, False)
             return
 

@@ -441,9 +441,11 @@ def kube_publishers(
     *,
     fence: Callable[[], bool] = lambda: True,
     on_suspects: Callable[[int], None] = lambda n: None,
+    on_node_refused: Callable[[str], None] = lambda reason: None,
 ) -> list[Publisher]:
     """The publishers `settings.publish` asks for (and the node actions unless off), sharing one client (and so
-    one rate limit). `fence`: may this aggregator write now; `on_suspects`: the suspect-node gauge."""
+    one rate limit). `fence`: may this aggregator write now; `on_suspects`: the suspect-node gauge;
+    `on_node_refused`: a hardware fault not recorded on its node, by reason."""
     if not settings.publish and not settings.node_actions:
         return []
     client = kube if kube is not None else Kube.from_settings(settings)
@@ -456,11 +458,22 @@ def kube_publishers(
         out.append(EventPublisher(client, settings.reporting_instance))
     if settings.node_actions:
         actions = NodeActions(
-            True, settings.suspect_node_threshold, settings.suspect_node_window, settings.suspect_node_taint
+            True,
+            settings.suspect_node_threshold,
+            settings.suspect_node_window,
+            settings.suspect_node_taint,
+            min_jobs=settings.suspect_node_min_jobs,
+            min_namespaces=settings.suspect_node_min_namespaces,
+            per_namespace_per_hour=settings.node_faults_per_namespace,
         )
         out.append(
             NodeFaultPublisher(
-                client, actions, fence=fence, on_suspects=on_suspects, instance=settings.reporting_instance
+                client,
+                actions,
+                fence=fence,
+                on_suspects=on_suspects,
+                on_refused=on_node_refused,
+                instance=settings.reporting_instance,
             )
         )
     return [NamespaceGuard(p, settings.namespaces) for p in out] if settings.namespaces else out
