@@ -18,9 +18,10 @@ through whichever of these paths the pod has:
   the pod's process namespace shared with the sidecar (`shareProcessNamespace`) and ptrace
   (`SYS_PTRACE`); the workers are the python processes whose environment has `LOCAL_RANK` (torchrun sets
   it for each worker; its agent has none), the top one of each rank (a DataLoader worker inherits its
-  rank's environment). A process whose environment names another `PODMORTEM_CAPTURE_DIR` belongs to
-  another pod (the local harness runs every pod on one host) and is skipped. py-spy is asked for a worker
-  the control plane did not answer for.
+  rank's environment). With a capture dir, a worker is a process whose environment names that same
+  `PODMORTEM_CAPTURE_DIR` (the webhook sets it on the training container): another is not this pod's (the
+  local harness runs every pod on one host, and a process namespace may hold more than the pod's).
+  py-spy is asked for a worker the control plane did not answer for.
 * **Flight Recorder dump files** (`fr_file`): NCCL writes `$PODMORTEM_CAPTURE_DIR/fr-<rank>` on a
   collective timeout (the webhook points `TORCH_FR_DUMP_TEMP_FILE` there). A dump is a pickle, read only
   by the restricted unpickler of `podmortem.core.flightrecorder` (`summarize_pickle`: plain containers
@@ -30,7 +31,7 @@ through whichever of these paths the pod has:
 
 Bounds: one worker's capture (all its paths) is cut off at `worker_timeout` (2 s) and says so in its
 `note`; a stack keeps its last 32 KiB, a Flight Recorder summary fits 64 KiB (fewer entries first; the
-wire refuses more); an answer or a dump file over `MAX_READ_BYTES` is not read; at most `max_captures`
+wire refuses more); an answer or a dump file over `MAX_READ_BYTES` (2 MiB) is not read; at most `max_captures`
 requests per job attempt get workers captured (later ones are answered with a note); a request id
 already answered is not captured again. Workers are captured concurrently, so a request takes about
 `worker_timeout` however many workers the pod runs.
@@ -54,9 +55,10 @@ from podmortem.sidecar import http1
 logger = logging.getLogger(__name__)
 
 WORKER_TIMEOUT = 2.0
-# The most read of one answer or dump file: a Flight Recorder ring of torch's default 2,000 entries with
-# frames is a few MiB; more is not read at all (said in `note`), which keeps the sidecar's memory bounded.
-MAX_READ_BYTES = 8 << 20
+# The most read of one answer or dump file; more is not read at all (said in `note`). Reading a dump takes
+# about 21 times its size while it is summarised (a 2,000-entry ring with 8 frames an entry is 0.24 MiB and
+# takes 5.6 MiB; `bench/capture_cost.py`), so this bound keeps a capture within the sidecar's memory limit.
+MAX_READ_BYTES = 2 << 20
 STACK_READ_BYTES = 1 << 20  # a stack answer is read up to this, then its last 32 KiB kept
 MAX_CAPTURES = 8  # per job attempt
 MAX_WORKERS = wire.MAX_WORKERS
@@ -332,6 +334,8 @@ class Capturer:
             m = _FR_FILE.fullmatch(name)
             if m is None:
                 continue
+            if len(out) >= MAX_WORKERS:
+                break  # the rest wait for the next capture (what one Capture holds at most)
             path = self.capture_dir / name
             try:
                 st = path.stat()
@@ -357,7 +361,8 @@ def _fr_file(path: Path, rank: int, size: int) -> pb.WorkerCapture:
     from podmortem.core import flightrecorder
 
     try:
-        data = path.read_bytes()[:MAX_READ_BYTES]
+        with path.open("rb") as f:
+            data = f.read(MAX_READ_BYTES)  # a file still growing is cut here, and refused as truncated
         summary = flightrecorder.summarize_pickle(data, rank=rank)
     except OSError as exc:
         return wire.worker_capture_to_pb("fr_file", global_rank=rank, note=f"cannot read {path.name}: {_why(exc)}")

@@ -30,8 +30,11 @@ hand-indexed. What an injected pod gets:
   podmortem/inject/sitecustomize.py into `<dir>/python`, which goes first on the training container's
   `PYTHONPATH` (before a value the pod sets; an image's own `ENV PYTHONPATH` is replaced, as any pod value
   replaces it); only on podmortem's own volume, and not when `PYTHONPATH` comes from a reference.
-  Opt-in: py-spy (`pyspy`): `shareProcessNamespace: true` and a sidecar that runs as root with
-  `SYS_PTRACE` as its only capability (not when the pod sets `shareProcessNamespace: false`);
+  A training container that names a non-root user (`runAsUser`, container or pod) gets a sidecar of the
+  same user and group, which may then connect to the workers' control-plane sockets (created with their
+  umask, so usually for their owner only). Opt-in: py-spy (`pyspy`): `shareProcessNamespace: true` and a
+  sidecar that runs as root with `SYS_PTRACE` as its only capability (not when the pod sets
+  `shareProcessNamespace: false`);
 - the annotation `podmortem.io/injected: "<version>"`.
 
 Never breaks a pod: anything it does not understand (no training labels, no containers, an error
@@ -106,7 +109,9 @@ class Injection:
     cpu_request: str = "10m"
     memory_request: str = "48Mi"
     cpu_limit: str = ""  # no CPU limit: throttling would delay the report when the node is busy
-    memory_limit: str = "64Mi"  # the sidecar's budget is 40 MiB RSS
+    # The sidecar's budget is 40 MiB RSS idle; a capture summarises Flight Recorder dumps (up to 2 MiB, ~21x
+    # that while read: `bench/capture_cost.py`), so the limit leaves room for one above that.
+    memory_limit: str = "128Mi"
     error_dir: str = "/var/run/podmortem"
     token_audience: str = "podmortem"
     token_expiration_seconds: int = 3600  # the API server's minimum is 600
@@ -406,6 +411,11 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
         "volumeMounts": sidecar_mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    user = _run_as(training, spec)
+    if capture_dir is not None and user is not None and user[0] != 0:
+        # The workers' control-plane sockets are created with their umask (0755 usually): only their own
+        # user may connect. A training container that names its (non-root) user gets a sidecar of that user.
+        sidecar["securityContext"].update(runAsUser=user[0], runAsGroup=user[1] if user[1] is not None else user[0])
     if pyspy:
         # py-spy reads another process's memory (ptrace): root with SYS_PTRACE as its only capability, in a
         # process namespace shared with the training container (docs/kubernetes.md says what that grants).
@@ -437,6 +447,17 @@ def _inject(pod: JSON, settings: Injection, workload_env: list[JSON]) -> JSON:
     meta = pod.setdefault("metadata", {})
     meta.setdefault("annotations", {})[INJECTED_ANNOTATION] = settings.version
     return pod
+
+
+def _run_as(container: JSON, spec: JSON) -> tuple[int, int | None] | None:
+    """The training container's user and group when the pod names them (container over pod)."""
+    pod_ctx = spec.get("securityContext") or {}
+    ctx = container.get("securityContext") or {}
+    user = ctx.get("runAsUser", pod_ctx.get("runAsUser"))
+    group = ctx.get("runAsGroup", pod_ctx.get("runAsGroup"))
+    if not isinstance(user, int) or isinstance(user, bool):
+        return None
+    return user, group if isinstance(group, int) and not isinstance(group, bool) else None
 
 
 def _python_hook(

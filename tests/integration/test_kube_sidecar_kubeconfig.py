@@ -8,6 +8,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,42 @@ def test_reading_a_kubeconfig_does_not_import_kubernetes(kube_api: EmulatorHandl
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == [kube_api.url, "False", "False"]
+
+
+async def test_a_sidecar_reads_its_containers_last_output_from_the_api_for_stall_detection(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    _, pods = seed_pytorchjob(kube_api)
+    kube_api.set_log(NS, pods[1], "pytorch", "step 9\n", at=time.time() - 100)  # silent for 100 s
+    env = {
+        "POD_NAME": pods[1],
+        "POD_NAMESPACE": NS,
+        "TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json"),
+        "KUBECONFIG": str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)),
+        "PODMORTEM_STALL_AFTER": "1",
+        "PODMORTEM_HOLD_TIMEOUT": "0",
+    }
+    async with serving(FakeCollector(captures=True)) as served:
+        env["PODMORTEM_AGGREGATOR"] = served.target
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            running.serve(
+                config.from_env_and_args(env),
+                stop=stop,
+                outbox=Outbox(),
+                backoff=Backoff(0.01, 0.05),
+                install_signal_handlers=False,
+            )
+        )
+
+        def activity() -> list[bool]:
+            return [e.activity.quiet for e in served.collector.events if e.WhichOneof("payload") == "activity"]
+
+        await eventually(lambda: activity() == [True], "quiet")
+        kube_api.set_log(NS, pods[1], "pytorch", "step 9\nstep 10\n")  # written now
+        await eventually(lambda: activity()[:2] == [True, False], "active again")
+        stop.set()
+        kube_api.change(PODS, NS, pods[1], terminated(1))
+        assert await asyncio.wait_for(task, HANG_GUARD) == 0
+    probes = [p for _, p in kube_api.requests() if "/log?" in p and "timestamps=true" in p]
+    assert probes and all("tailLines=1&" in p and "limitBytes=512" in p for p in probes)  # one line, bounded

@@ -238,3 +238,16 @@ def test_find_pyspy_looks_on_path_then_beside_python(tmp_path: Path) -> None:
 def test_a_capture_request_event_is_what_the_stream_carries() -> None:
     msg = pb.AggregatorMessage(capture_request=wire.capture_request_to_pb("x", "stall"))
     assert msg.WhichOneof("body") == "capture_request"
+
+
+def test_at_most_one_captures_worth_of_dump_files_is_read_at_a_time(tmp_path: Path) -> None:
+    data = (FIXTURES / "fr-0.pkl").read_bytes()
+    for rank in range(wire.MAX_WORKERS + 6):
+        (tmp_path / f"fr-{rank}").write_bytes(data)
+    capturer = Capturer(tmp_path, "ns/pod")
+    first = asyncio.run(capturer.teardown())
+    second = asyncio.run(capturer.teardown())
+    assert first is not None and second is not None
+    assert len(first.capture.workers) == wire.MAX_WORKERS and len(second.capture.workers) == 6
+    ranks = {w.global_rank for w in [*first.capture.workers, *second.capture.workers]}
+    assert ranks == set(range(wire.MAX_WORKERS + 6))

@@ -23,7 +23,7 @@ def test_three_flags_are_enough_and_defaults_fill_the_rest() -> None:
     assert cfg.metrics_listen == "0.0.0.0:9091"
     assert cfg.injection.native_sidecars is True
     assert cfg.injection.image.startswith("ghcr.io/podmortem/podmortem:")
-    assert (cfg.injection.memory_limit, cfg.injection.cpu_limit) == ("64Mi", "")
+    assert (cfg.injection.memory_limit, cfg.injection.cpu_limit) == ("128Mi", "")
 
 
 def test_flag_wins_over_environment_which_wins_over_default() -> None:

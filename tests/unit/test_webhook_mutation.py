@@ -74,7 +74,7 @@ def test_pytorchjob_pod_gets_a_native_sidecar_and_an_error_file() -> None:
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     token = volumes["podmortem-token"]["projected"]["sources"][0]["serviceAccountToken"]
     assert token == {"audience": "podmortem", "expirationSeconds": 3600, "path": "token"}
-    assert sidecar["resources"] == {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "64Mi"}}
+    assert sidecar["resources"] == {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
     assert sidecar["securityContext"]["runAsNonRoot"] is True
     assert pod["metadata"]["annotations"]["podmortem.io/injected"] == "9.9"
     # Untouched: the user's own volumes, mounts and env, in order.
@@ -425,3 +425,25 @@ def test_the_webhook_settings_for_them() -> None:
         webhook_config.load(None, {**env, "PODMORTEM_SIDECAR_STALL_AFTER": "forever"})
     with pytest.raises(webhook_config.ConfigError, match="is not true or false"):
         webhook_config.load(None, {**env, "PODMORTEM_SIDECAR_PYSPY": "yes please"})
+
+
+@pytest.mark.parametrize(
+    ("pod_ctx", "container_ctx", "expected"),
+    [
+        ({}, {}, (65532, 65532)),  # no user named: podmortem's own
+        ({"runAsUser": 1000, "runAsGroup": 2000}, {}, (1000, 2000)),
+        ({"runAsUser": 1000}, {"runAsUser": 1001}, (1001, 1001)),  # the container's wins
+        ({}, {"runAsUser": 0}, (65532, 65532)),  # never root for the control plane's sake
+    ],
+)
+def test_the_sidecar_runs_as_the_training_user_to_reach_its_sockets(
+    pod_ctx: dict[str, Any], container_ctx: dict[str, Any], expected: tuple[int, int]
+) -> None:
+    pod = pod_of("pytorchjob-worker")
+    if pod_ctx:
+        pod["spec"]["securityContext"] = pod_ctx
+    if container_ctx:
+        pod["spec"]["containers"][0]["securityContext"] = container_ctx
+    out, _ = applied(pod)
+    ctx = sidecar_of(out)["securityContext"]
+    assert (ctx["runAsUser"], ctx["runAsGroup"]) == expected and ctx["runAsNonRoot"] is True
