@@ -5,8 +5,11 @@ the real aggregator) with one worker made to hang or to skip a collective, and o
 to see inside the workers (`JobSpec.capture`), with or without stall detection. The cases are the hang
 story's: a rank sleeping in user code, with its pod's sibling timing out (the pod is not silent); a rank
 that skipped a collective; a rank stuck in a DataLoader worker; and each capture path alone (stall with
-the control plane, stall with py-spy, the SIGTERM stack at teardown, best effort at the first timeout).
-With no capture path at all the verdict is today's (`test_torchrun_e2e.py::test_hang`).
+the control plane, stall with py-spy, the SIGTERM stack at teardown, best effort at the first timeout),
+and none at all (the verdict as before: the pod and the category, no rank or line). Flight Recorder dump
+files are NCCL's, written on its timeout; gloo writes none, so that path is the sidecar's own tests'
+(`tests/integration/test_sidecar_captures_process.py`), while the Flight Recorder state itself comes here
+through the control plane (`fr_trace_json`).
 
 Collective timeouts are short and jobs small (2 cores): every job has a hard deadline and kills all its
 processes when it ends. Timing figures are `bench/`'s; here only what the verdict says, and that the
@@ -143,3 +146,14 @@ def test_best_effort_at_the_first_timeout_asks_every_member(tmp_path: Path) -> N
     answers = [c for c in _captures(result) if c[1] == "first_timeout"]
     assert len({rid for rid, _, _ in answers}) == 1 and len(answers) == 3, _captures(result)
     assert result.root_cause == {"pod": result.root_pod, "category": "hang", "retryable": True}, _diagnose(result)
+
+
+def test_with_no_capture_path_the_verdict_is_as_before(tmp_path: Path) -> None:
+    # A script that does nothing, no capture dir, no stall detection: the first-timeout request is answered
+    # with "no capture path", and the verdict names the pod and the category only, worded as likely.
+    spec = JobSpec(fault="hang", pods=2, nproc=1, fail_pod=1, pg_timeout=8, capture="none")
+    result = _run(spec, tmp_path)
+    assert result.root_cause == {"pod": result.root_pod, "category": "hang", "retryable": True}, _diagnose(result)
+    verdict = result.verdict or {}
+    assert verdict.get("hang") is None and verdict.get("confidence", 1) < 0.9, _diagnose(result)
+    assert all(not ranks for _, _, ranks in _captures(result)), _captures(result)
