@@ -660,8 +660,8 @@ class LocalJob:
                 running = all(p.running for p in self.pods)
                 self._provisionals.append((doc, mtime, running))
                 self._note(f"provisional verdict (pods {'still running' if running else 'ending'})")
-            if self._first_verdict is None:
-                self._first_verdict = mtime
+            if self._first_verdict is None and not doc.get("provisional"):
+                self._first_verdict = mtime  # the first verdict on the failure (provisional ones are apart)
             root = doc.get("root_cause") or {}
             final = "final" if doc.get("final") else "not final"
             self._note(f"verdict revision {doc.get('revision')} ({final}): {root.get('pod')} — {root.get('category')}")
