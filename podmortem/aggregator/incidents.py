@@ -329,17 +329,29 @@ class IncidentBook:
             self._check_quorum(state)
 
     def provisional(self, key: JobKey, closed_by: ClosedBy, note: str = "") -> bool:
-        """Decide and publish a provisional verdict on a job whose pods still run (`closed_by` "stall"), or
-        withdraw it ("resumed": the job made progress again; `note` says so). Nothing is published once
-        the job attempt's incident has opened: its verdict on the failure takes over. False then."""
+        """Decide and publish a provisional verdict on a job whose pods still run (`closed_by` "stall"; a
+        large job is decided off the loop, as any), or withdraw it ("resumed": the job made progress
+        again; `note` says so). Nothing is published once the job attempt's incident has opened: its
+        verdict on the failure takes over. False then."""
         state = self._jobs.get(key)
         if state is None or state.opened_at is not None:
             return False
         incident = dataclasses.replace(self._incident(state), provisional=True)
-        if closed_by == "stall":
-            verdict = self._deciding.safe_decide(incident)
-        else:
+        if closed_by != "stall":
             verdict = Verdict(pod=None, category=None, retryable=None, summary=note, confidence=1.0)
+            self._publish_provisional(state, closed_by, incident, verdict)
+            return True
+        self._deciding.decide(
+            state.pending,
+            state.incident_id,
+            incident,
+            lambda verdict: self._publish_provisional(state, closed_by, incident, verdict),
+        )
+        return True
+
+    def _publish_provisional(self, state: _JobState, closed_by: ClosedBy, incident: Incident, verdict: Verdict) -> None:
+        if state.opened_at is not None:
+            return  # it failed while this was decided: the verdict on the failure takes over
         state.revision += 1
         self._publish(
             Decision(
@@ -352,7 +364,6 @@ class IncidentBook:
                 verified=frozenset(pod for pod, m in state.members.items() if m.verified),
             )
         )
-        return True
 
     def kept_event(self, key: MemberKey, event: pb.Event) -> pb.Event:
         """`event` as the book holds it, for the state file (`StateStore.event`): bounded, and a log tail

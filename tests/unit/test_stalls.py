@@ -35,11 +35,18 @@ TIMEOUT = (
 class Desk:
     """A book, a stall desk and one recording stream per member (what the server pushes on)."""
 
-    def __init__(self, pods: int = 3, capturing: int | None = None, **options: float) -> None:
+    def __init__(
+        self, pods: int = 3, capturing: int | None = None, offload_members: int = 256, **options: float
+    ) -> None:
         self.decisions: list[Decision] = []
         self.metrics = Metrics(CollectorRegistry())
         self.book = IncidentBook(
-            make_decide(), self._publish, quorum_timeout=60, default_world_size=pods, metrics=self.metrics
+            make_decide(),
+            self._publish,
+            quorum_timeout=60,
+            default_world_size=pods,
+            metrics=self.metrics,
+            offload_members=offload_members,
         )
         self.desk = StallDesk(self.book, self.metrics, **options)  # type: ignore[arg-type]
         self.keys: list[MemberKey] = []
@@ -277,3 +284,22 @@ async def test_a_job_that_moves_and_stalls_again_is_asked_again() -> None:
         d.answer(i, d.pushed[f"llm-worker-{i}"][1])
     assert [x.closed_by for x in d.decisions] == ["stall", "stall"]
     assert d.sample("podmortem_stall_false_alarms_total") == 1
+
+
+async def test_a_large_job_is_decided_off_the_loop_and_a_failure_meanwhile_takes_over() -> None:
+    d = Desk(pods=3, offload_members=2)
+    d.stall_answered()
+    assert d.decisions == []  # in a worker thread: the loop goes on acknowledging
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if d.decisions:
+            break
+    assert [x.closed_by for x in d.decisions] == ["stall"]
+    # A second stall, and the job fails while its verdict is decided: no provisional verdict after the failure.
+    d.quiet(0, quiet=False, at=T0 + 50)
+    d.quiet(0, at=T0 + 60)
+    for i in range(3):
+        d.answer(i, d.pushed[f"llm-worker-{i}"][-1])
+    d.send(0, make_event(error_to_pb(ErrorRecord(message=TIMEOUT, timestamp=int(T0) + 70)), wall=T0 + 70))
+    await asyncio.sleep(0.5)
+    assert [x.closed_by for x in d.decisions] == ["stall"]
