@@ -4,6 +4,7 @@ engine — with atheris (coverage-guided, libFuzzer), and report crashes and slo
     python -m bench.fuzz --target errorfile --runs 600000
     python -m bench.fuzz --target bundle --runs 150000
     python -m bench.fuzz --target engine --runs 250000
+    python -m bench.fuzz --target wire --runs 1000000
     python -m bench.fuzz --smoke          # every target briefly (CI)
 
 * errorfile: any bytes as an error file (`errorfile.parse_bytes`), and split as the head and tail of an
@@ -14,6 +15,13 @@ engine — with atheris (coverage-guided, libFuzzer), and report crashes and slo
 * engine: an incident of 1-6 members built field by field from the input (hostile numbers, real and
   random log lines, any exit code, signal, phase, condition); `decide` must return a verdict whose
   pod is a member or None and whose confidence is in [0, 1].
+* wire: one sidecar stream of every message the proto has (register, events of each payload, clock probes
+  and estimates, holds), its numbers hostile (NaN, infinities, huge or negative times and nanos, int64
+  extremes) or its bytes mutated, through the aggregator's real `CollectorService.Report` (its incident
+  book and hold desk); and a clock reply of the same numbers through the sidecar's clock filter. A stream
+  may end only with a gRPC status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED). A stall is an input after which
+  the event loop's timer heap holds a deadline that is not finite, or whose stream takes over 2 s; the run
+  counts stalls and fails on the first.
 
 An exception other than the documented refusal is a crash: libFuzzer stops and writes the input to
 crash-*. Each input is timed; the run prints the count, the slowest input and how many took over
@@ -23,8 +31,10 @@ crash-*. Each input is timed; the run prints the count, the slowest input and ho
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -41,9 +51,16 @@ from bench.common import DEV_CORPUS, REPO, corpus_dir
 
 # --retime runs saved inputs on the code as it is, without the coverage instrumentation.
 with contextlib.nullcontext() if "--retime" in sys.argv else atheris.instrument_imports(include=["podmortem"]):
+    from podmortem.aggregator.holding import HoldDesk
+    from podmortem.aggregator.incidents import IncidentBook
+    from podmortem.aggregator.running import make_decide
+    from podmortem.aggregator.server import CollectorService
     from podmortem.core import engine, errorfile
     from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
     from podmortem.offline.bundle import BundleError, load_bundle
+    from podmortem.protocol.v1 import collector_pb2 as pb
+    from podmortem.protocol.wire import clock_estimate
+    from podmortem.sidecar.stream import ClockFilter, clock_sample
 
 SLOW = 0.100
 SEED_LINES = [
@@ -62,13 +79,21 @@ SEED_LINES = [
     "Segmentation fault (core dumped)",
     "Killed",
 ]
-STATE: dict[str, Any] = {"runs": 0, "total": 0, "slowest": 0.0, "slow": 0, "target": "", "started": time.monotonic()}
+STATE: dict[str, Any] = {
+    "stalls": 0,
+    "runs": 0,
+    "total": 0,
+    "slowest": 0.0,
+    "slow": 0,
+    "target": "",
+    "started": time.monotonic(),
+}
 
 
 def _report() -> None:
     took = time.monotonic() - STATE["started"]
     print(
-        f"fuzz {STATE['target']}: {STATE['runs']} inputs in {took:.0f} s, crashes 0, "
+        f"fuzz {STATE['target']}: {STATE['runs']} inputs in {took:.0f} s, crashes 0, stalls {STATE['stalls']}, "
         f"slowest {STATE['slowest'] * 1000:.1f} ms, over {SLOW * 1000:.0f} ms: {STATE['slow']}",
         flush=True,
     )
@@ -220,7 +245,174 @@ def fuzz_bundle(data: bytes) -> None:
     _check(incident)
 
 
-TARGETS = {"errorfile": fuzz_errorfile, "engine": fuzz_engine, "bundle": fuzz_bundle}
+class _Aborted(Exception):
+    """A stream the servicer ended with a status (grpc's `context.abort` raises likewise)."""
+
+
+class _Context:
+    """The servicer context a stream without authentication uses: its metadata and `abort`."""
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+    async def abort(self, code: Any, details: str = "") -> None:
+        raise _Aborted(code, details)
+
+
+_INT64 = (0, 1, -1, 2**31 - 1, -(2**31), 2**62, 2**63 - 1, -(2**63), 253_402_300_800, -62_135_596_801, 10**9)
+
+
+def _int64(fdp: atheris.FuzzedDataProvider) -> int:
+    return _INT64[fdp.ConsumeIntInRange(0, len(_INT64) - 1)] if fdp.ConsumeBool() else fdp.ConsumeInt(8)
+
+
+def _timestamp(fdp: atheris.FuzzedDataProvider, ts: Any) -> None:
+    if fdp.ConsumeBool():
+        ts.seconds = _int64(fdp)
+        ts.nanos = fdp.ConsumeInt(4)
+
+
+def _float(fdp: atheris.FuzzedDataProvider) -> float:
+    number = _number(fdp)
+    return 0.0 if number is None else number
+
+
+def _event(fdp: atheris.FuzzedDataProvider, i: int) -> Any:
+    event = pb.Event(id=f"e{fdp.ConsumeIntInRange(0, 3)}-{i}", monotonic_ns=_int64(fdp))
+    _timestamp(fdp, event.wall_time)
+    kind = fdp.ConsumeIntInRange(0, 4)
+    if kind == 0:
+        err = event.error_file
+        err.message = _text(fdp, 2)
+        if fdp.ConsumeBool():
+            err.timestamp = _int64(fdp)
+        if fdp.ConsumeBool():
+            err.error_code = fdp.ConsumeInt(4)
+        err.size_bytes = _int64(fdp)
+    elif kind == 1:
+        term = event.termination
+        if fdp.ConsumeBool():
+            term.exit_code = fdp.ConsumeInt(4)
+        if fdp.ConsumeBool():
+            term.signal = fdp.ConsumeInt(4)
+        term.reason = ["Error", "OOMKilled", "Completed", ""][fdp.ConsumeIntInRange(0, 3)]
+        term.restart_count = fdp.ConsumeInt(4)
+        _timestamp(fdp, term.started_at)
+        _timestamp(fdp, term.finished_at)
+    elif kind == 2:
+        cond = event.condition
+        cond.type, cond.status = "DisruptionTarget", "True"
+        cond.reason = ["PreemptionByScheduler", "DeletionByTaintManager", "x"][fdp.ConsumeIntInRange(0, 2)]
+        _timestamp(fdp, cond.last_transition_time)
+    elif kind == 3:
+        event.deletion.phase = ["Failed", "Unknown", "Running", ""][fdp.ConsumeIntInRange(0, 3)]
+        _timestamp(fdp, event.deletion.deletion_timestamp)
+    else:
+        event.log_tail.text = _text(fdp, 4).encode("utf-8", "surrogatepass")
+    return event
+
+
+def _message(fdp: atheris.FuzzedDataProvider, i: int) -> Any:
+    kind = fdp.ConsumeIntInRange(0, 4)
+    if kind == 0:
+        return pb.SidecarMessage(event=_event(fdp, i))
+    if kind == 1:
+        probe = pb.ClockProbe(seq=_int64(fdp))
+        _timestamp(fdp, probe.t1)
+        return pb.SidecarMessage(clock_probe=probe)
+    if kind == 2:
+        estimate = pb.ClockEstimate(offset_ns=_int64(fdp), round_trip_ns=_int64(fdp), samples=fdp.ConsumeInt(4))
+        return pb.SidecarMessage(clock_estimate=estimate)
+    if kind == 3:
+        return pb.SidecarMessage(hold=pb.Hold(seq=_int64(fdp), timeout_seconds=_float(fdp)))
+    return pb.SidecarMessage(register=pb.Register(pod="again"))
+
+
+def _register(fdp: atheris.FuzzedDataProvider) -> Any:
+    reg = pb.Register(
+        job=pb.JobRef(namespace="ns", name=f"job-{fdp.ConsumeIntInRange(0, 7)}"),
+        pod=f"p-{fdp.ConsumeIntInRange(0, 3)}",
+        attempt=["", "0", "1"][fdp.ConsumeIntInRange(0, 2)],
+        holds=fdp.ConsumeBool(),
+    )
+    for name in ("world_size_hint", "rank", "replica_index"):
+        if fdp.ConsumeBool():
+            setattr(reg, name, fdp.ConsumeInt(4))
+    return reg
+
+
+WIRE: dict[str, Any] = {"loop": None, "service": None, "inputs": 0}
+
+
+def _service() -> Any:
+    """The aggregator's servicer over a fresh book and desk (every 1,000 inputs: what they hold is bounded
+    by their own limits, not by a fuzz run's length)."""
+    old = WIRE["service"]
+    if old is not None:
+        for key in old.book.open_incidents():
+            timer = old.book._jobs[key].timer
+            if timer is not None:
+                timer.cancel()
+
+    async def nowhere(namespace: str, pod: str, condition: Any) -> None:
+        return None
+
+    decide = make_decide()
+    book = IncidentBook(decide, lambda d: None, quorum_timeout=3600.0, max_jobs=64)
+    desk = HoldDesk(book, decide, nowhere, peer_wait=0.0, verified=lambda key: True)
+    WIRE["service"] = CollectorService(book, holds=desk, register_deadline=1.0)
+    return WIRE["service"]
+
+
+async def _stream(service: Any, messages: list[Any]) -> None:
+    async def requests() -> Any:
+        for msg in messages:
+            yield msg
+
+    try:
+        async for _ in service.Report(requests(), _Context()):
+            pass
+    except _Aborted:
+        pass
+
+
+def _stalled(loop: asyncio.AbstractEventLoop, took: float) -> bool:
+    heap = loop._scheduled  # type: ignore[attr-defined]
+    return took > 2.0 or not all(math.isfinite(handle.when()) for handle in heap)
+
+
+def fuzz_wire(data: bytes) -> None:
+    fdp = atheris.FuzzedDataProvider(data)
+    if WIRE["loop"] is None:
+        WIRE["loop"] = asyncio.new_event_loop()
+        logging.disable(logging.WARNING)  # each refusal is logged: a million lines would be the run's cost
+    loop = WIRE["loop"]
+    if WIRE["inputs"] % 1000 == 0:
+        _service()
+    WIRE["inputs"] += 1
+    if fdp.ConsumeBool():  # bytes as they come off the wire, mutated
+        msg = pb.SidecarMessage()
+        try:
+            msg.ParseFromString(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 512)))
+        except Exception:  # protobuf's DecodeError: grpc refuses such a message before the servicer
+            return
+        messages = [pb.SidecarMessage(register=_register(fdp)), msg]
+    else:
+        messages = [pb.SidecarMessage(register=_register(fdp))]
+        messages += [_message(fdp, i) for i in range(fdp.ConsumeIntInRange(1, 6))]
+    t0 = time.perf_counter()
+    loop.run_until_complete(_stream(WIRE["service"], messages))
+    if _stalled(loop, time.perf_counter() - t0):
+        STATE["stalls"] += 1
+        raise AssertionError(f"stall: {messages}")
+    # The sidecar's side: a clock reply of the same numbers, through its filter, to an estimate.
+    clock = ClockFilter()
+    clock.add(clock_sample(_int64(fdp), _int64(fdp), _int64(fdp), _int64(fdp)))
+    if (estimate := clock.estimate()) is not None:
+        assert clock_estimate(estimate) is not None
+
+
+TARGETS = {"errorfile": fuzz_errorfile, "engine": fuzz_engine, "bundle": fuzz_bundle, "wire": fuzz_wire}
 
 
 def _compact(path: Path) -> bytes:

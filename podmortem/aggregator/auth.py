@@ -21,7 +21,8 @@ A flood of streams with bad tokens must not starve the verdicts:
   concurrent streams with one token share one review.
 * reviews have their own API client (rate limit and threads: the publishers never wait behind them),
   at most `MAX_REVIEWS` in flight and `MAX_WAITING` waiting in each of two lanes; a stream beyond
-  that is refused at once with UNAVAILABLE (`review_busy`), and its sidecar retries after its backoff.
+  that is refused at once with RESOURCE_EXHAUSTED (`review_busy`: refused for load, as the proto says), and
+  its sidecar retries after its backoff.
   A token whose unverified claims name a pod the aggregator's pod watch knows (`kubernetes.io.pod`:
   namespace, name and uid, as every projected token states them) is reviewed in the first lane, the
   rest in the second, so a flood of unknown tokens delays a member's review by at most the second
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from podmortem.aggregator.refusals import AuthRefused
+from podmortem.core.finite import finite_or_none
 from podmortem.k8s.errors import KubeError
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -135,7 +137,7 @@ def precheck(token: str | None, now: float) -> Claims:
     if AUDIENCE not in audiences:
         raise _unauthenticated("audience", f"the token is not for the audience {AUDIENCE!r}")
     exp = payload.get("exp")
-    expiry = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+    expiry = finite_or_none(exp)  # JSON's NaN or Infinity (Python's parser takes them) is no expiry
     if expiry is not None and expiry <= now:
         raise _unauthenticated("expired", "the token has expired")
     return Claims(expiry, _claimed_pod(payload))
@@ -187,7 +189,7 @@ class TokenReviewer:
         known = claimed.pod is not None and self.known_pod is not None and self.known_pod(*claimed.pod)
         lane = self._lanes[0 if known else 1]
         if lane.waiting >= self.max_waiting:
-            raise AuthRefused("review_busy", "too many token reviews waiting: retry later", code="UNAVAILABLE")
+            raise AuthRefused("review_busy", "too many token reviews waiting: retry later", code="RESOURCE_EXHAUSTED")
         future: asyncio.Future[Identity] = asyncio.get_running_loop().create_future()
         self._inflight[token] = future
         try:

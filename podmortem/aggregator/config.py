@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem import settings
+from podmortem.core.finite import finite
+from podmortem.core.model import MAX_WORLD_SIZE
 from podmortem.settings import Setting
 
 MAX_PORT = 65535
@@ -41,6 +43,13 @@ CLUSTER_LISTEN, CLUSTER_METRICS = "0.0.0.0:50051", "0.0.0.0:9090"
 AUTH_MODES = ("tokenreview", "none")
 # Modes a verdict file may have: the owner reads and writes; its group, or everyone, may read.
 VERDICT_FILE_MODES = ("0600", "0640", "0644")
+
+
+# Incidents open at once for one job (its attempts) and for one namespace, by default: a pod that registers
+# attempt after attempt, or a tenant's many jobs, wait for a place rather than crowd out everyone else's
+# incidents (the book's limits beside aggregator.intake's).
+MAX_OPEN_PER_JOB = 4
+MAX_OPEN_PER_NAMESPACE = 100
 
 
 class ConfigError(ValueError):
@@ -65,6 +74,8 @@ class AggregatorConfig:
     state_dir: str = ""  # "": incidents live in memory only
     permanent_confidence: float = 0.9  # podmortem.core.conditions.PERMANENT_CONFIDENCE
     peer_wait: float = 5.0  # podmortem.aggregator.holding.PEER_WAIT
+    max_open_per_job: int = MAX_OPEN_PER_JOB
+    max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE
     repeat_limit: int = 2  # podmortem.core.repeats.DEFAULT_LIMIT
 
 
@@ -143,6 +154,21 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a held pod that failed on its own waits for its peers' first evidence before its condition "
         "is decided (within its sidecar's hold)",
         default="5",
+    ),
+    Setting(
+        "max_open_per_job",
+        "--max-open-incidents-per-job",
+        "PODMORTEM_MAX_OPEN_INCIDENTS_PER_JOB",
+        "incidents open at once for one job's attempts; more wait, their events kept, and are counted in "
+        "podmortem_limit_hits_total",
+        default=str(MAX_OPEN_PER_JOB),
+    ),
+    Setting(
+        "max_open_per_namespace",
+        "--max-open-incidents-per-namespace",
+        "PODMORTEM_MAX_OPEN_INCIDENTS_PER_NAMESPACE",
+        "incidents open at once in one namespace; more wait likewise",
+        default=str(MAX_OPEN_PER_NAMESPACE),
     ),
     Setting(
         "repeat_limit",
@@ -356,8 +382,9 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
 def _number(name: str, raw: str, kind: type[int] | type[float], low: float, high: float | None = None) -> float:
     try:
         value = kind(raw)
+        finite(value, name)  # "nan" and "inf" parse as floats and pass every comparison below
     except ValueError:
-        raise ConfigError(f"{name} = {raw!r} is not a number") from None
+        raise ConfigError(f"{name} = {raw!r} is not a finite number") from None
     if value < low or (high is not None and value > high):
         bounds = f">= {_plain(low)}" if high is None else f"between {_plain(low)} and {_plain(high)}"
         raise ConfigError(f"{name} = {raw!r}: must be {bounds}")
@@ -413,7 +440,7 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         ),
         verdict_dir=raw["verdict_dir"],
         verdict_file_mode=int(mode, 8),
-        world_size=int(_number(name("world_size"), world, int, 1)) if world else None,
+        world_size=int(_number(name("world_size"), world, int, 1, MAX_WORLD_SIZE)) if world else None,
         quorum_timeout=_positive(name("quorum_timeout"), raw["quorum_timeout"]),
         rules=raw.get("rules", ""),
         ready_file=raw.get("ready_file", ""),
@@ -422,6 +449,8 @@ def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: boo
         state_dir=raw.get("state_dir", ""),
         permanent_confidence=_number(name("permanent_confidence"), raw["permanent_confidence"], float, 0.01, 1.0),
         peer_wait=_number(name("peer_wait"), raw["peer_wait"], float, 0.0, 3600.0),
+        max_open_per_job=int(_number(name("max_open_per_job"), raw["max_open_per_job"], int, 1)),
+        max_open_per_namespace=int(_number(name("max_open_per_namespace"), raw["max_open_per_namespace"], int, 1)),
         repeat_limit=int(_number(name("repeat_limit"), raw["repeat_limit"], int, 0, MAX_REPEAT_LIMIT)),
     )
 
@@ -492,7 +521,7 @@ def duration(name: str, text: str) -> float:
     unit = _UNITS.get(text[-1:], 0.0)
     number = text[:-1] if unit else text
     try:
-        value = float(number) * (unit or 1.0)
+        value = finite(float(number) * (unit or 1.0), name)
     except ValueError:
         raise ConfigError(f"{name} = {text!r} is not a duration (seconds, or a number with s, m, h or d)") from None
     if value <= 0:

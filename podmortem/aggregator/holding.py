@@ -20,7 +20,14 @@ Kubernetes' DisruptionTarget condition names) has acted already, and a large job
 otherwise cost a write per pod.
 A pod whose sidecar could hold it but which became terminal without a decision (the aggregator was
 unreachable, or the sidecar's hold timed out) gets none, ever: a condition written after the Job
-controller acted would say something the retry did not follow.
+controller acted would say something the retry did not follow. The same holds for a decision under way
+when the pod watch shows the pod terminal: it is not written. A sidecar sends, with a hold it sends again
+after a reconnect, only what is left of its own timeout, so a restarted aggregator decides within it.
+
+A podmortem condition already on the pod is taken as this desk's own (written before an aggregator
+restart) only when the decision agrees with it. One that disagrees was written by someone else with
+`pods/status` rights: it is logged, counted (`podmortem_foreign_conditions_total{type}`), never answered as
+written, and no second podmortem condition is written beside it (the Job controller would match either).
 
 A failure that repeats (`core.repeats`): a root whose condition is `RetryableFailure` is compared with
 its job's earlier attempts (`aggregator.history`, completed first from the job's own annotation by
@@ -48,13 +55,14 @@ from typing import Any
 from podmortem.aggregator.deciding import Decide
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
-from podmortem.aggregator.metrics import Metrics
+from podmortem.aggregator.metrics import Metrics, condition_label
 from podmortem.core import conditions, repeats
 from podmortem.core.assess import assess
 from podmortem.core.conditions import CONDITION_TYPES, RETRYABLE, VICTIM, PodCondition
 from podmortem.core.model import Incident, JobRef, Member, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import hold_seconds
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +124,8 @@ class _Pod:
     terminal: bool = False  # phase Failed or Succeeded: no container runs any more
     outcome: Outcome | None = None
     deciding: asyncio.Task[Outcome] | None = None
+    found: PodCondition | None = None  # a podmortem condition the pod carries that this desk did not write
+    foreign: bool = False  # `found` disagreed with the decision (logged and counted once)
 
     def unholdable(self) -> str:
         """Why no sidecar will hold this pod ("" when one should)."""
@@ -220,7 +230,7 @@ class HoldDesk:
         state.terminal = phase in ("Failed", "Succeeded")
         found = existing_condition(pod)
         if found is not None and (state.outcome is None or not state.outcome.written):
-            state.outcome = Outcome(found, written=True, detail="found on the pod")
+            state.found = found  # ours from before a restart, or someone else's: the decision tells (`_settle`)
         self.changed(key.job)
         if state.outcome is not None or state.deciding is not None:
             return
@@ -244,7 +254,13 @@ class HoldDesk:
         """A sidecar holds its pod: decide (once) and write its condition within `request.timeout_seconds`."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        limit = max(float(request.timeout_seconds), 0.0)
+        limit = hold_seconds(request)
+        if limit is None:  # NaN or infinite: as a deadline it would break the loop's timer heap
+            self.book.refused_value("hold_timeout")
+            log.warning("pod %s: hold refused: its timeout %r is not a finite number", key.pod, request.timeout_seconds)
+            return Outcome(None, written=False, detail="hold refused: its timeout is not a finite number >= 0").reply(
+                request.seq
+            )
         give_up = now + limit  # the sidecar stops waiting then
         state = self._pod(key)
         if state.outcome is None and state.deciding is None:
@@ -302,7 +318,7 @@ class HoldDesk:
         state = self._pod(key)
         if member is None or incident is None:
             return Outcome(None, written=False, detail="the member is not known to the aggregator")
-        if state.outcome is not None:  # found on the pod meanwhile, or the pod ended without a hold
+        if state.outcome is not None:  # the pod ended without a hold, or was deleted
             return state.outcome
         verdict = await self._verdict(key.job, incident)
         victims = self._victims.setdefault(key.job, set())
@@ -318,6 +334,12 @@ class HoldDesk:
             condition = await self._repeated(key, incident, verdict, condition, give_up)
         if condition is not None and condition.type == VICTIM:
             victims.add(key.pod)  # at the decision, not the write: two last echoes must not both pass
+        if state.found is not None:
+            if condition is not None and condition.type == state.found.type:
+                # The same decision as the condition on the pod: written before an aggregator restart.
+                state.outcome = Outcome(state.found, written=True, detail="found on the pod")
+                return state.outcome
+            return self._foreign(key, state, condition)
         if condition is None:
             state.outcome = Outcome(None, written=False)
             log.info(
@@ -327,6 +349,13 @@ class HoldDesk:
                 verdict.category,
                 verdict.confidence,
             )
+            return state.outcome
+        if state.terminal and not state.unholdable():
+            # A held pod ended while this was decided (its sidecar's hold ran out, or a hold re-sent after
+            # an aggregator restart asked for more than was left): the Job controller has acted on the pod
+            # as it was. A condition now would say what the retry did not follow. Never written.
+            state.outcome = Outcome(condition, written=False, detail="the pod is terminal: too late for a condition")
+            log.warning("pod %s: %s not written: the pod ended before it was decided", key.pod, condition.type)
             return state.outcome
         refused = self._refusal(key)
         if refused:
@@ -349,6 +378,35 @@ class HoldDesk:
             self.metrics.pod_condition_written(condition.type)
         if condition.reason == repeats.REPEATED_REASON:
             self._repeat_written(incident, verdict, condition)
+        return state.outcome
+
+    def _foreign(self, key: MemberKey, state: _Pod, decided: PodCondition | None) -> Outcome:
+        """The pod carries a podmortem condition that disagrees with this desk's decision (`decided`): not
+        podmortem's (a client with `pods/status` rights wrote it). Logged and counted once, never answered
+        as written, and this desk writes no second podmortem condition beside it."""
+        found = state.found
+        assert found is not None
+        ours = decided.type if decided is not None else "none"
+        if decided is not None and decided.type == found.type:
+            return state.outcome or Outcome(found, written=True, detail="found on the pod")
+        if not state.foreign:
+            state.foreign = True
+            log.warning(
+                "pod %s carries %s (reason %r), which podmortem did not write; its decision is %s: "
+                "not reported as podmortem's, and nothing written beside it",
+                key.pod,
+                found.type,
+                found.reason,
+                ours,
+            )
+            if self.metrics is not None:
+                self.metrics.foreign_conditions.labels(type=condition_label(found.type)).inc()
+        if state.outcome is None:
+            state.outcome = Outcome(
+                None,
+                written=False,
+                detail=f"the pod carries {found.type}, which podmortem did not write (its decision: {ours})",
+            )
         return state.outcome
 
     async def _repeated(

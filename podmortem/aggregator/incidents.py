@@ -28,7 +28,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from podmortem.aggregator.config import MAX_OPEN_PER_JOB, MAX_OPEN_PER_NAMESPACE
 from podmortem.aggregator.deciding import Decide, Deciding, Pending
 from podmortem.aggregator.decisions import ClosedBy, Decision
 from podmortem.aggregator.history import AttemptHistory
@@ -37,7 +39,6 @@ from podmortem.aggregator.intake import (
     MAX_MEMBERS_PER_JOB,
     MAX_NAMESPACES,
     MAX_OPEN_INCIDENTS,
-    MAX_WORLD_SIZE,
     LimitExceeded,
     bounded,
     is_failure,
@@ -48,12 +49,23 @@ from podmortem.aggregator.intake import (
 from podmortem.aggregator.members import MemberState
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core import repeats
-from podmortem.core.model import Incident, JobRef, Member, Verdict
+from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.wire import sanitized
 
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str, str]  # namespace, name, attempt
+K = TypeVar("K")
+
+
+def _add(counts: dict[K, int], key: K, step: int) -> None:
+    """Add `step` to a count kept only while it is above zero."""
+    left = counts.get(key, 0) + step
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,19 @@ class MemberKey:
 
 def job_key(job: JobRef, attempt: str) -> JobKey:
     return (job.namespace, job.name, attempt)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A verdict published before a restart (`StateStore.replay`): what the book needs to publish it not
+    again, and to file a later run of the job apart from it."""
+
+    verdict: Verdict  # its answer (pod, category, retryable): a revision is published only if it changes
+    revision: int
+    closed_by: ClosedBy
+    opened_at: float | None
+    members: tuple[str, ...]
+    final: bool
 
 
 @dataclass
@@ -85,6 +110,7 @@ class _JobState:
     # A capture round is out (`aggregator.stalls`): quorum waits for its answers (bounded by the desk's
     # wait; the quorum timer still closes the incident).
     capturing: bool = False
+    restored_final: bool = False  # its final verdict was published before a restart (`Restored`)
 
     @property
     def incident_id(self) -> str:
@@ -109,6 +135,8 @@ class IncidentBook:
         max_members: int = MAX_MEMBERS_PER_JOB,
         max_open: int = MAX_OPEN_INCIDENTS,
         max_namespaces: int = MAX_NAMESPACES,
+        max_open_per_job: int = MAX_OPEN_PER_JOB,
+        max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE,
         history: AttemptHistory | None = None,
     ) -> None:
         # Each job's attempts, by uid (`aggregator.history`): a decision records its own and carries the
@@ -122,7 +150,10 @@ class IncidentBook:
         self._metrics = metrics
         self._max_jobs = max_jobs
         self.max_members, self.max_open, self.max_namespaces = max_members, max_open, max_namespaces
+        self.max_open_per_job, self.max_open_per_namespace = max_open_per_job, max_open_per_namespace
         self._open_count = 0
+        self._open_by_job: dict[tuple[str, str], int] = {}  # (namespace, name) -> its attempts' open incidents
+        self._open_by_namespace: dict[str, int] = {}
         self._waiting: list[JobKey] = []  # jobs with a failure, refused an incident at the limit (oldest first)
         self._namespaces: dict[str, int] = {}  # namespace -> jobs held
         self._jobs: dict[JobKey, _JobState] = {}
@@ -139,12 +170,17 @@ class IncidentBook:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def register(self, reg: pb.Register, verified: bool = False) -> MemberKey:
+    def register(self, reg: pb.Register, verified: bool = False, filed_under: str | None = None) -> MemberKey:
         """A sidecar says who it is (again after every reconnect). Raises `LimitExceeded` for a job that
         would pass its member limit, or a namespace beyond the number tracked. `verified`: the
-        registration's job and position were checked against the API (see `is_verified`)."""
+        registration's job and position were checked against the API (see `is_verified`). `filed_under`:
+        the attempt it was kept under before a restart (a later run's `<attempt>.g2`), kept so."""
         job = JobRef(reg.job.namespace, reg.job.name, reg.job.kind, reg.job.uid)
-        attempt = self._attempt_for(job, reg.attempt, reg.pod)
+        if filed_under is None:
+            attempt = self._attempt_for(job, reg.attempt, reg.pod)
+        else:
+            attempt = filed_under
+            self._restore_generation(job, reg.attempt, filed_under)
         known = self._jobs.get(job_key(job, attempt))
         if known is None and job.namespace not in self._namespaces and len(self._namespaces) >= self.max_namespaces:
             self._limit_hit("namespaces")
@@ -171,6 +207,27 @@ class IncidentBook:
         member.streams += 1
         self._recount(state, member)
         return MemberKey(job_key(job, attempt), reg.pod)
+
+    def restore_decision(self, job: JobRef, attempt: str, restored: Restored) -> None:
+        """A verdict published before a restart: its incident is decided (not opened again by its replayed
+        events), its members are known, and a later run of the job is filed apart from it."""
+        state = self._job(job, attempt)
+        state.verdict, state.revision, state.closed_by = restored.verdict, restored.revision, restored.closed_by
+        state.opened_at, state.restored_final = restored.opened_at, restored.final
+        for pod in restored.members:
+            self._merge_identity(state, Member(pod=pod, namespace=job.namespace))
+        told = attempt.rpartition(".g")[0] if ".g" in attempt else ""
+        self._restore_generation(job, told, attempt)
+
+    def _restore_generation(self, job: JobRef, told: str, attempt: str) -> None:
+        """`attempt` is generation N of `told` (`<told>.gN`, or `gN` for ""): the newest run is the newest N."""
+        prefix = f"{told}.g" if told else "g"
+        number = attempt.removeprefix(prefix)
+        if attempt == told or not attempt.startswith(prefix) or not number.isdigit():
+            return
+        key = job_key(job, told)
+        if int(number) > self._generations.get(key, (told, 1))[1]:
+            self._generations[key] = (attempt, int(number))
 
     def disconnected(self, key: MemberKey) -> None:
         """A sidecar's stream ended: what it could say is said; quorum no longer waits on it."""
@@ -218,7 +275,7 @@ class IncidentBook:
         """The job's own size (from its spec or an annotation)."""
         attempt = self._generations.get(job_key(job, attempt), (attempt, 1))[0]
         state = self._job(job, attempt)
-        state.expected = world_size
+        state.expected = min(world_size, MAX_WORLD_SIZE)  # a spec's parallelism of 10**9 decides nothing
         self._check_quorum(state)
 
     def set_clock(self, key: MemberKey, offset: float, round_trip: float) -> None:
@@ -243,6 +300,10 @@ class IncidentBook:
                 self._recount(state, member)
                 self._check_quorum(state)
             return False
+        event, dropped = sanitized(event)
+        if dropped:
+            self.refused_value("timestamp", len(dropped))
+            log.warning("member %s: event %s: %s dropped (not a valid time)", key.pod, event.id, ", ".join(dropped))
         kind = event.WhichOneof("payload")
         log_text: str | None = None
         member.make_room(kind)
@@ -274,15 +335,16 @@ class IncidentBook:
         self._recount(state, member)
         self._count(kind)
         if state.opened_at is None and is_failure(event):
-            if self._open_count >= self.max_open:
+            if limit := self._open_limit(state):
                 if not state.refused:
                     state.refused = True
                     self._waiting.append(job_key(state.job, state.attempt))
-                    self._limit_hit("open_incidents")
+                    self._limit_hit(limit)
                     log.warning(
-                        "incident %s not opened: %d incidents are open (the limit); its events are kept",
+                        "incident %s not opened: too many incidents open (%s); its events are kept, and it opens "
+                        "when a place is free",
                         state.incident_id,
-                        self._open_count,
+                        limit,
                     )
             else:
                 self._open(state)
@@ -422,7 +484,7 @@ class IncidentBook:
         state = self._jobs.get(job_key(job, current))
         if state is None or pod in state.members or state.closed_by is None:
             return current
-        if self._reported(state) < self.world_size(state):
+        if self._reported(state) < self.world_size(state) and not state.restored_final:
             return current  # not final: a late member of this run
         number += 1
         current = f"{attempt}.g{number}" if attempt else f"g{number}"
@@ -499,12 +561,33 @@ class IncidentBook:
             state.reported += 1 if now else -1
             member.counted = now
 
+    def refused_value(self, field: str, count: int = 1) -> None:
+        """A value from the wire refused (`podmortem_values_refused_total{field}`)."""
+        if self._metrics:
+            self._metrics.values_refused.labels(field=field).inc(count)
+
     def _limit_hit(self, limit: str) -> None:
         if self._metrics:
             self._metrics.limit_hits.labels(limit=limit).inc()
 
+    def _open_limit(self, state: _JobState) -> str:
+        """The limit opening `state`'s incident would pass ("" when none): all incidents, the job's attempts,
+        the namespace's."""
+        if self._open_count >= self.max_open:
+            return "open_incidents"
+        if self._open_by_job.get((state.job.namespace, state.job.name), 0) >= self.max_open_per_job:
+            return "open_incidents_per_job"
+        if self._open_by_namespace.get(state.job.namespace, 0) >= self.max_open_per_namespace:
+            return "open_incidents_per_namespace"
+        return ""
+
+    def _count_open(self, state: _JobState, step: int) -> None:
+        self._open_count += step
+        _add(self._open_by_job, (state.job.namespace, state.job.name), step)
+        _add(self._open_by_namespace, state.job.namespace, step)
+
     def _open(self, state: _JobState) -> None:
-        self._open_count += 1
+        self._count_open(state, 1)
         state.opened_at = self._clock()
         log.info("incident %s opened (%d members known)", state.incident_id, len(state.members))
         if self._metrics:
@@ -545,16 +628,10 @@ class IncidentBook:
             state.timer.cancel()
             state.timer = None
         state.closed_by = closed_by
-        self._open_count -= 1
+        self._count_open(state, -1)
         if self._metrics:
             self._metrics.open_incidents.dec()
-        while self._waiting and self._open_count < self.max_open:  # a place is free: the oldest refused opens
-            waiting = self._jobs.get(self._waiting.pop(0))
-            if waiting is not None and waiting.opened_at is None:
-                waiting.refused = False
-                self._open(waiting)
-                loop = asyncio.get_running_loop()
-                loop.call_soon(self._check_quorum, waiting)
+        self._open_waiting()
         incident = self._incident(state)
         self._deciding.decide(
             state.pending,
@@ -563,6 +640,21 @@ class IncidentBook:
             lambda verdict: self._emit(state, closed_by, incident, verdict),
             inline=inline,
         )
+
+    def _open_waiting(self) -> None:
+        """A place is free: the refused incidents that now fit their limits open, oldest first."""
+        kept: list[JobKey] = []
+        for key in self._waiting:
+            waiting = self._jobs.get(key)
+            if waiting is None or waiting.opened_at is not None:
+                continue
+            if self._open_limit(waiting):
+                kept.append(key)
+                continue
+            waiting.refused = False
+            self._open(waiting)
+            asyncio.get_running_loop().call_soon(self._check_quorum, waiting)
+        self._waiting = kept
 
     def _revise(self, key: JobKey) -> None:
         state = self._jobs.get(key)

@@ -10,6 +10,7 @@ dropped. `is_failure` says which events open an incident. This module holds no s
 
 from __future__ import annotations
 
+from podmortem.core.model import MAX_WORLD_SIZE
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import WireError, check_capture_event, tail_text
@@ -19,12 +20,12 @@ RETAINED_TAIL_BYTES = 16 << 10  # of each member's log tail (see `retained`)
 HEAD_LINE_BYTES = 1 << 10
 # Of the kept bytes, what the line a rule names and the note of the bytes cut may take.
 HEAD_ROOM = HEAD_LINE_BYTES + 64
-# No training job has more pods than this; a larger world-size hint is capped (not trusted as is).
-MAX_WORLD_SIZE = 65_536
 # Limits against a flood (a bug or a hostile client): beyond each, new things are refused — with a
 # reason in the log and `podmortem_limit_hits_total{limit}` — and nothing already held is dropped.
 MAX_MEMBERS_PER_JOB = MAX_WORLD_SIZE
 MAX_OPEN_INCIDENTS = 1_000
+# Of those, how many one job or one namespace may hold open: aggregator.config's MAX_OPEN_PER_JOB and
+# MAX_OPEN_PER_NAMESPACE (settings).
 MAX_NAMESPACES = 1_000
 # Bytes kept per event and events kept per member: a hostile or broken client sending 4 MiB messages
 # or endless versions must not grow the book. A sidecar sends a handful per pod run.

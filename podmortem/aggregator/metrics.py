@@ -27,7 +27,19 @@ from podmortem.core.conditions import CONDITION_TYPES, VICTIM
 EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail", "activity", "capture")
 CAPTURE_TRIGGERS = ("stall", "first_timeout")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
-LIMITS = ("event_rate", "members_per_job", "member_events", "namespaces", "open_incidents")
+LIMITS = (
+    "event_rate",
+    "members_per_job",
+    "member_events",
+    "namespaces",
+    "open_incidents",
+    "open_incidents_per_job",
+    "open_incidents_per_namespace",
+)
+# Values from the wire refused (`podmortem_values_refused_total{field}`, `podmortem.protocol.wire`): a hold
+# timeout that is not a finite number >= 0, a time protobuf's Timestamp may not hold, an implausible clock
+# estimate.
+REFUSED_VALUES = ("hold_timeout", "timestamp", "clock_estimate")
 # Why a hardware root cause was not recorded on its node (podmortem/aggregator/kube/nodes.py, REFUSALS).
 NODE_FAULT_REFUSALS = ("job_counted", "namespace_rate")
 # Why a stream is refused (`podmortem_streams_rejected_total{reason}`): authentication and authorization
@@ -148,6 +160,20 @@ class Metrics:
             ["limit"],
             registry=self.registry,
         )
+        self.values_refused = Counter(
+            "podmortem_values_refused_total",
+            f"Values from the wire refused ({', '.join(REFUSED_VALUES)}): a time field is dropped, an "
+            "estimate ignored, a hold answered NOT_WRITTEN.",
+            ["field"],
+            registry=self.registry,
+        )
+        self.foreign_conditions = Counter(
+            "podmortem_foreign_conditions_total",
+            "podmortem.io/* conditions found on a pod that podmortem did not write and that disagree with its "
+            "verdict: never reported as written, by type.",
+            ["type"],
+            registry=self.registry,
+        )
         self.suspect_nodes = Gauge(
             "podmortem_suspect_nodes",
             "Nodes this aggregator has marked podmortem.io/SuspectHardware (repeated hardware root causes).",
@@ -244,6 +270,9 @@ class Metrics:
         )
         for condition_type in CONDITION_TYPES:
             self.pod_conditions.labels(type=condition_label(condition_type))
+            self.foreign_conditions.labels(type=condition_label(condition_type))
+        for field in REFUSED_VALUES:
+            self.values_refused.labels(field=field)
         for repeated in CATEGORIES:
             self.repeated_failures.labels(category=repeated)
         self._exception_label = _Bounded(MAX_EXCEPTION_TYPES, "none")

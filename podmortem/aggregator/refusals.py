@@ -40,7 +40,7 @@ class AuthRefused(StreamRefused):
     """Authentication or authorization said no (or could not say: UNAVAILABLE)."""
 
     code = "UNAUTHENTICATED"
-    allowed_codes = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "UNAVAILABLE"})
+    allowed_codes = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
 
 
 class Unavailable(StreamRefused):

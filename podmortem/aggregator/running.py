@@ -127,6 +127,8 @@ class Aggregator:
             default_world_size=config.world_size,
             clock=clock,
             metrics=self.metrics,
+            max_open_per_job=config.max_open_per_job,
+            max_open_per_namespace=config.max_open_per_namespace,
         )
         # Pod conditions (podmortem.io/Victim, ...): decided while each sidecar holds its pod, written by the
         # Lease holder only (`_may_act`). Without Kubernetes there is nothing to write: sidecars do not hold.

@@ -38,7 +38,7 @@ from podmortem.aggregator.stalls import StallDesk
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
-from podmortem.protocol.wire import to_ts
+from podmortem.protocol.wire import clock_estimate, to_ts
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,6 @@ MAX_RECEIVE_BYTES = 4 << 20
 # A stream must register within this many seconds: silent streams would otherwise be held for ever,
 # each with its memory (an open stream's RSS: bench/stream_rss.py).
 REGISTER_DEADLINE = 30.0
-# A stream refused before it registered is ended once its first message arrives, or after this long.
-REFUSAL_GRACE = 1.0
 REFUSAL_LOG_INTERVAL = 10.0
 EXPECTED_BURST = 20_000
 
@@ -239,11 +237,12 @@ class CollectorService(pb_grpc.CollectorServicer):
             if self.authenticator is not None:
                 identity = await self.authenticator.identify(bearer(context.invocation_metadata() or ()))
         except StreamRefused:
-            # Refused before its first message was read: ended now, the client's write of `register`
-            # may still be on its way, and the client then sees INTERNAL ("Internal error from Core")
-            # instead of this refusal. So the first message is awaited, briefly, before ending it.
+            # Refused before its first message was read. Ended while the client's write of `register` is
+            # on its way, the client sees INTERNAL ("Internal error from Core") instead of this refusal; a
+            # flood's clients write late, so no grace short of the register deadline is long enough. The
+            # first message is awaited as any stream's is (a silent stream is held that long anyway).
             with contextlib.suppress(TimeoutError, grpc.RpcError, StopAsyncIteration):
-                async with asyncio.timeout(REFUSAL_GRACE):
+                async with asyncio.timeout(self.register_deadline):
                     await anext(aiter(request_iterator))
             raise
         try:
@@ -353,8 +352,11 @@ class CollectorService(pb_grpc.CollectorServicer):
                     reply.t3.CopyFrom(to_ts(self.clock()))
                     yield pb.AggregatorMessage(clock_reply=reply)
                 elif body == "clock_estimate":
-                    est = msg.clock_estimate
-                    self.book.set_clock(key, est.offset_ns / 1e9, est.round_trip_ns / 1e9)
+                    estimate = clock_estimate(msg.clock_estimate)
+                    if estimate is None:  # implausible: ignored, the pod's clock is taken as it is
+                        self.book.refused_value("clock_estimate")
+                    else:
+                        self.book.set_clock(key, *estimate)
                 elif body == "register":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'register' may only be sent once")
         finally:

@@ -10,9 +10,14 @@ still alive reconnect and resend too; ids deduplicate.
 
 Rows of a job attempt are deleted once a final verdict on it has been published (every expected
 member had reported: nothing more is expected to change it), and rows older than `retention`
-seconds are dropped at start-up, so the file stays bounded. Journal mode WAL with
-`synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) — the case this is
-for — though not necessarily a power loss of the node.
+seconds are dropped at start-up, so the file stays bounded. Each verdict published is kept too (its
+answer, revision and members, `decisions`), final or not: a restarted aggregator knows what it decided,
+so replaying a decided incident's events publishes nothing again (a revision only if the answer
+changes), and a run of a job after a final verdict stays filed under the attempt it was filed under
+(`<attempt>.g2`: the book's generations), never under the decided one. A verdict published in the
+moment before the process died and before its row was committed is published again after the restart.
+Journal mode WAL with `synchronous=NORMAL`: a commit survives the process being killed (SIGKILL, OOM) —
+the case this is for — though not necessarily a power loss of the node.
 
 Each job's attempt history (`aggregator.history`) is kept here too, in `attempts`: one row per job uid
 and attempt, written when a verdict whose attempt is the job's own is published, at most MAX_ATTEMPTS
@@ -40,8 +45,9 @@ from typing import Any
 
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.history import MAX_JOBS
-from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
+from podmortem.aggregator.incidents import IncidentBook, MemberKey, Restored
 from podmortem.aggregator.intake import LimitExceeded
+from podmortem.core.model import JobRef, Verdict
 from podmortem.core.repeats import MAX_ATTEMPTS, Attempt
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -52,7 +58,11 @@ RETENTION = 7 * 24 * 3600.0
 
 # The layout's version, kept in the file's `PRAGMA user_version`. A file written before versioning
 # says 0 and has layout 1. Each step of `_MIGRATIONS` takes version N to N + 1 in one transaction.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+_DECISIONS = (
+    "ns", "job", "attempt", "kind", "uid", "revision", "closed_by", "opened_at", "pod", "category",
+    "retryable", "members", "final", "at",
+)  # fmt: skip
 _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
     1: {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at"),
@@ -67,7 +77,19 @@ _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
         "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
         "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
     },
+    4: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+        "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
+        "decisions": _DECISIONS,
+    },
 }
+_DECISIONS_TABLE = """CREATE TABLE decisions (
+    ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, kind TEXT NOT NULL, uid TEXT NOT NULL,
+    revision INTEGER NOT NULL, closed_by TEXT NOT NULL, opened_at REAL, pod TEXT, category TEXT,
+    retryable INTEGER, members TEXT NOT NULL, final INTEGER NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (ns, job, attempt)
+)"""
 _ATTEMPTS = """CREATE TABLE attempts (
     uid TEXT NOT NULL, attempt TEXT NOT NULL, ns TEXT NOT NULL, job TEXT NOT NULL,
     entry TEXT NOT NULL, at REAL NOT NULL,
@@ -88,6 +110,8 @@ CREATE TABLE events (
 );
 """
     + _ATTEMPTS
+    + ";\n"
+    + _DECISIONS_TABLE
     + ";"
 )
 _MIGRATIONS: dict[int, str] = {
@@ -96,6 +120,8 @@ _MIGRATIONS: dict[int, str] = {
     1: "ALTER TABLE registrations ADD COLUMN verified INTEGER NOT NULL DEFAULT 0",
     # 2 -> 3: each job's attempt history.
     2: _ATTEMPTS,
+    # 3 -> 4: the verdicts published (a restart does not publish them again).
+    3: _DECISIONS_TABLE,
 }
 # Attempts written between two trims of the whole history to MAX_JOBS jobs.
 TRIM_EVERY = 256
@@ -259,14 +285,6 @@ class StateStore:
         )
         self.events_written += 1
 
-    async def forget(self, job: JobKey) -> None:
-        await self._commit(
-            [
-                (f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", job)
-                for table in ("registrations", "events")
-            ]
-        )
-
     async def _room(self, size: int) -> int:
         """Wait until `size` more bytes fit under MAX_PENDING_BYTES (or nothing else waits); `size`."""
         while self._pending_bytes + size > MAX_PENDING_BYTES and self._pending:
@@ -326,9 +344,24 @@ class StateStore:
         entry = decision.attempt
         if decision.own_attempt and entry is not None:
             await self._commit(self._attempt_rows(decision, entry))
+        await self._commit(self._decision_rows(decision))
+
+    def _decision_rows(self, decision: Decision) -> list[Statement]:
+        """The verdict kept (`decisions`); a final one's job attempt forgotten."""
+        inc, verdict = decision.incident, decision.verdict
+        key = (inc.job.namespace, inc.job.name, inc.attempt)
+        retryable = None if verdict.retryable is None else int(verdict.retryable)
+        row = (
+            *key, inc.job.kind, inc.job.uid, decision.revision, decision.closed_by, inc.opened_at, verdict.pod,
+            verdict.category, retryable, json.dumps([m.pod for m in inc.members]), int(decision.final), self._clock(),
+        )  # fmt: skip
+        rows: list[Statement] = [(f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(row))})", row)]
         if decision.final:
-            inc = decision.incident
-            await self.forget((inc.job.namespace, inc.job.name, inc.attempt))
+            rows += [
+                (f"DELETE FROM {table} WHERE ns = ? AND job = ? AND attempt = ?", key)
+                for table in ("registrations", "events")
+            ]
+        return rows
 
     def _attempt_rows(self, decision: Decision, entry: Attempt) -> list[Statement]:
         job = decision.incident.job
@@ -364,6 +397,7 @@ class StateStore:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM registrations WHERE at < ?", (cutoff,))
             self._db.execute("DELETE FROM events WHERE at < ?", (cutoff,))
+            self._db.execute("DELETE FROM decisions WHERE at < ?", (cutoff,))
         self._db.execute(_TRIM_JOBS[0], _TRIM_JOBS[1])
         self._db.execute("DELETE FROM attempts WHERE at < ?", (cutoff,))
         uids: set[str] = set()
@@ -378,11 +412,32 @@ class StateStore:
             book.history.merge(uid, (entry,))
             uids.add(uid)
         jobs = len(uids)
+        for (
+            ns,
+            job,
+            attempt,
+            kind,
+            uid,
+            revision,
+            closed_by,
+            opened_at,
+            pod,
+            category,
+            retryable,
+            names,
+            final,
+        ) in self._db.execute(f"SELECT {', '.join(_DECISIONS[:-1])} FROM decisions ORDER BY at"):
+            verdict = Verdict(pod, category, None if retryable is None else bool(retryable), summary="")
+            book.restore_decision(
+                JobRef(ns, job, kind, uid),
+                attempt,
+                Restored(verdict, revision, closed_by, opened_at, tuple(json.loads(names)), bool(final)),
+            )
         members = events = 0
         known: dict[tuple[str, str, str, str], MemberKey] = {}
         for ns, job, attempt, pod, blob, verified in self._db.execute(
             "SELECT ns, job, attempt, pod, register, verified FROM registrations ORDER BY at"
-        ):
+        ):  # filed where they were (a later run: `<attempt>.g2`), not where the sidecar's attempt would put them
             reg = pb.Register()
             try:
                 reg.ParseFromString(blob)
@@ -390,7 +445,7 @@ class StateStore:
                 log.error("state: registration of %s/%s unreadable: %s", ns, pod, exc)
                 continue
             try:
-                key = book.register(reg, verified=bool(verified))
+                key = book.register(reg, verified=bool(verified), filed_under=attempt)
             except LimitExceeded as exc:
                 log.error("state: registration of %s/%s not replayed: %s", ns, pod, exc)
                 continue

@@ -167,6 +167,11 @@ class Member:
         return None
 
 
+# No training job has more pods than this. A larger size from outside (a sidecar's hint, a job's spec, a
+# bundle's incident.json) is capped or refused where it enters: the engine enumerates the ranks of a job.
+MAX_WORLD_SIZE = 65_536
+
+
 @dataclass(frozen=True)
 class Incident:
     job: JobRef

@@ -17,6 +17,7 @@ client library's exception.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,9 +101,10 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
         if key.lower() == "retry-after":
             value = v
     try:
-        return max(float(value), 0.0) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return max(seconds, 0.0) if seconds is not None and math.isfinite(seconds) else None
 
 
 def from_response(status: int, body: str | bytes | None, headers: Mapping[str, str] | None = None) -> KubeError:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import multiprocessing
 import os
 import stat
@@ -34,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core import errorfile, podstatus
+from podmortem.core.finite import finite_or_none
 from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
-from podmortem.core.model import Incident, JobRef, Member, WorkerCapture, evolve
+from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, WorkerCapture, evolve
 from podmortem.core.podstatus import assign_ranks
 
 __all__ = ["BundleError", "assign_ranks", "load_bundle", "load_member"]
@@ -94,8 +94,8 @@ def _read_regular(path: str | Path, what: str, limit: int, tail: bool = False) -
 
 
 def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
+    value = finite_or_none(float(text))
+    if value is None:
         raise ValueError(f"number {text[:20]} is out of range")
     return value
 
@@ -270,6 +270,11 @@ def load_bundle(path: str | Path) -> Incident:
     if not isinstance(meta, dict):
         raise BundleError(f"{meta_path}: must be a JSON object with 'job' and 'world_size'")
     job = _job_ref(meta, meta_path)
+    world = meta.get("world_size")
+    if world is not None and (isinstance(world, bool) or not isinstance(world, int) or world < 1):
+        raise BundleError(f"{meta_path}: 'world_size' must be a positive integer, got {world!r}")
+    if world is not None and world > MAX_WORLD_SIZE:
+        raise BundleError(f"{meta_path}: 'world_size' {world} is over {MAX_WORLD_SIZE}, the most pods podmortem takes")
     pods_dir = root / "pods"
     if not pods_dir.is_dir():
         raise BundleError(f"{root}: no pods/ directory")
@@ -278,7 +283,4 @@ def load_bundle(path: str | Path) -> Incident:
     if not pod_dirs:
         raise BundleError(f"{pods_dir}: no pod directories")
     members = assign_ranks(_load_members(pod_dirs))
-    world = meta.get("world_size", len(members))
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise BundleError(f"{meta_path}: 'world_size' must be a positive integer, got {world!r}")
-    return Incident(job=job, world_size=world, members=members, incident_id=root.name)
+    return Incident(job=job, world_size=world or len(members), members=members, incident_id=root.name)

@@ -22,6 +22,7 @@ from typing import Any, Literal, overload
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from podmortem.core.finite import finite_or_none, valid_timestamp
 from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
 from podmortem.core.model import Condition, ErrorRecord, Member, Termination, WorkerCapture, evolve
 from podmortem.core.podstatus import PodSnapshot
@@ -66,6 +67,68 @@ def from_ts(ts: Timestamp, present: bool = True) -> float | None:
     if not present:
         return None
     return ts.seconds + ts.nanos / 1e9
+
+
+# -- numbers from the wire: refused before anything keeps them (`podmortem.core.finite`) -------------------
+
+# The most a clock estimate may say the pod's clock is off by, or a probe's round trip took: beyond, the
+# estimate is a bug or a lie, and dropped (the pod's own clock is used as it is).
+MAX_CLOCK_OFFSET = 10 * 86400.0
+MAX_ROUND_TRIP = 3600.0
+# Timestamp fields of each payload (and the Event's own `wall_time`).
+_TIMESTAMPS: dict[str, tuple[str, ...]] = {
+    "termination": ("started_at", "finished_at"),
+    "condition": ("last_transition_time",),
+    "deletion": ("deletion_timestamp",),
+}
+
+
+def _bad_ts(holder: Any, name: str) -> bool:
+    if not holder.HasField(name):
+        return False
+    ts = getattr(holder, name)
+    return not valid_timestamp(ts.seconds, ts.nanos)
+
+
+def sanitized(event: pb.Event) -> tuple[pb.Event, tuple[str, ...]]:
+    """`event` without the times protobuf's `Timestamp` may not hold (nanos outside [0, 1e9), seconds
+    outside years 1-9999, an error file's own timestamp likewise): each such field is cleared, as if it had
+    not been sent, and named in the second element (the caller counts it). The event itself is kept; it is
+    returned as it came (not copied) when every time in it is valid."""
+    kind = event.WhichOneof("payload")
+    body = getattr(event, kind) if kind else None
+    bad: list[str] = []
+    if _bad_ts(event, "wall_time"):
+        bad.append("wall_time")
+    for name in _TIMESTAMPS.get(kind or "", ()):
+        if _bad_ts(body, name):
+            bad.append(f"{kind}.{name}")
+    if kind == "error_file" and event.error_file.HasField("timestamp"):
+        if not valid_timestamp(event.error_file.timestamp):
+            bad.append("error_file.timestamp")
+    if not bad:
+        return event, ()
+    kept = pb.Event()
+    kept.CopyFrom(event)
+    for name in bad:
+        holder, _, field = name.rpartition(".")
+        (getattr(kept, holder) if holder else kept).ClearField(field)
+    return kept, tuple(bad)
+
+
+def hold_seconds(hold: pb.Hold) -> float | None:
+    """A hold's timeout in seconds, or None when it is not a finite number >= 0 (NaN, infinite, negative)."""
+    seconds = finite_or_none(hold.timeout_seconds)
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def clock_estimate(estimate: pb.ClockEstimate) -> tuple[float, float] | None:
+    """(offset, round trip) in seconds of a sidecar's clock estimate, or None when it is not plausible:
+    an offset beyond MAX_CLOCK_OFFSET, a round trip negative or beyond MAX_ROUND_TRIP."""
+    offset, round_trip = estimate.offset_ns / 1e9, estimate.round_trip_ns / 1e9
+    if abs(offset) > MAX_CLOCK_OFFSET or not 0.0 <= round_trip <= MAX_ROUND_TRIP:
+        return None
+    return offset, round_trip
 
 
 def error_to_pb(rec: ErrorRecord) -> pb.ErrorFile:

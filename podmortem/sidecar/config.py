@@ -25,13 +25,13 @@ Linux, no watches left) the sidecar polls on its own and says so in its log.
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from podmortem import settings
+from podmortem.core.finite import finite
 from podmortem.settings import Setting
 
 POD_SOURCES = ("file", "api", "none")
@@ -275,9 +275,9 @@ def _convert(name: str, text: str) -> Any:
     if name in _INT_FIELDS:
         return int(text)
     if name in _FLOAT_FIELDS:
-        value = float(text)
-        if not math.isfinite(value) or value < 0:
-            raise ValueError("must be a finite number, not negative")
+        value = finite(float(text), name)  # NaN would pass the check below, and make a timer that never fires
+        if value < 0:
+            raise ValueError("must not be negative")
         return value
     if name in _PATH_FIELDS:
         return Path(text)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from podmortem.core import podstatus
+from podmortem.core.finite import finite_or_none
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -176,8 +177,8 @@ class PodReporter:
     async def observe(self, pod: dict[str, Any]) -> list[pb.Event]:
         snap = podstatus.snapshot(pod, self.container)
         grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-        if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
-            self.grace_seconds = float(grace)
+        if (seconds := finite_or_none(grace)) is not None and seconds >= 0:
+            self.grace_seconds = seconds
         if self.pod_name and snap.name and snap.name != self.pod_name and not self._warned_name:
             self._warned_name = True
             logger.warning("pod status names pod %r, but this sidecar is for %r", snap.name, self.pod_name)

@@ -52,6 +52,7 @@ from podmortem.k8s.backoff import Backoff
 from podmortem.protocol import wire
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.protocol.wire import MAX_CLOCK_OFFSET, MAX_ROUND_TRIP
 from podmortem.sidecar.outbox import Outbox, describe
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ class ClockFilter:
         self.samples += 1
         if sample.round_trip_ns < 0:
             return False  # a clock stepped during the probe: meaningless
+        if abs(sample.offset_ns) > MAX_CLOCK_OFFSET * 1e9 or sample.round_trip_ns > MAX_ROUND_TRIP * 1e9:
+            return False  # an aggregator's absurd times: no estimate the aggregator would take (nor an int64)
         if self.best is None or sample.round_trip_ns < self.best.round_trip_ns:
             self.best = sample
             return True
@@ -186,6 +189,7 @@ class StreamClient:
         self.aggregator_captures: bool | None = None  # ... and may send `capture_request`
         self.on_capture_request: Callable[[pb.CaptureRequest], object] | None = None
         self._hold: pb.Hold | None = None  # asked and not answered yet
+        self._hold_deadline = 0.0  # loop time the hold asked ends: a `Hold` sent again carries what is left
         self._hold_reply: asyncio.Future[pb.HoldReply | None] | None = None
         self._control: _Control | None = None  # of the registered stream, for a hold asked meanwhile
         self._call: Any = None  # the open stream
@@ -297,7 +301,7 @@ class StreamClient:
                         control.push(pb.SidecarMessage(clock_estimate=estimate))
                     if self._hold is not None:
                         if msg.registered.holds:
-                            control.push(pb.SidecarMessage(hold=self._hold))
+                            control.push(pb.SidecarMessage(hold=self._hold_left()))
                         else:
                             self._answer(None)  # an aggregator that does not hold: no reason to wait
                 elif kind == "hold_reply":
@@ -361,6 +365,7 @@ class StreamClient:
         loop = asyncio.get_running_loop()
         seq = (self._hold.seq if self._hold is not None else 0) + 1
         self._hold = pb.Hold(seq=seq, timeout_seconds=timeout_seconds)
+        self._hold_deadline = loop.time() + timeout_seconds
         self._hold_reply = loop.create_future()
         if self._control is not None and self.aggregator_holds:
             self._control.push(pb.SidecarMessage(hold=self._hold))
@@ -371,6 +376,13 @@ class StreamClient:
             return None
         finally:
             self._hold, self._hold_reply = None, None
+
+    def _hold_left(self) -> pb.Hold:
+        """The hold asked, with what is left of its timeout: an aggregator restarted meanwhile decides within
+        this sidecar's own deadline, not a fresh one (it would write a condition after the pod ended)."""
+        assert self._hold is not None
+        left = max(self._hold_deadline - asyncio.get_running_loop().time(), 0.0)
+        return pb.Hold(seq=self._hold.seq, timeout_seconds=left)
 
     def _answer(self, reply: pb.HoldReply | None) -> None:
         if self._hold_reply is not None and not self._hold_reply.done():

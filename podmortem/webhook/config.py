@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from podmortem import settings
+from podmortem.core.finite import finite
 from podmortem.settings import Setting
 from podmortem.webhook import mutation
 from podmortem.webhook.mutation import Injection
@@ -212,7 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _seconds(value: str) -> bool:
     try:
-        return 0 <= float(value) < float("inf")
+        return 0 <= finite(float(value), "seconds")
     except ValueError:
         return False
 
@@ -242,7 +243,7 @@ def load(ns: argparse.Namespace | None, env: Mapping[str, str] | None = None) ->
     grace = WebhookConfig.shutdown_grace
     if raw.get("shutdown_grace"):
         try:
-            grace = float(raw["shutdown_grace"])
+            grace = finite(float(raw["shutdown_grace"]), "shutdown_grace")
             if grace < 0:
                 raise ValueError
         except ValueError:

@@ -149,3 +149,31 @@ async def test_bytes_and_events_kept_per_member_are_bounded(agg: Aggregator) -> 
     assert hits(agg, "member_events") == 1
     kept = agg.book._member(MemberKey(("ml", "j", ""), "p0"))
     assert kept is not None and len(kept.events) == 256
+
+
+async def test_invented_attempts_open_at_most_the_jobs_bound(agg: Aggregator, decided: Collecting) -> None:
+    # One pod registers attempts n0 ... n29 (an unauthenticated stream's say-so), each with a failure: each
+    # would be an incident of its own. At most the job's bound open; the rest wait, counted. Another job's
+    # failure opens and is decided at once, before any of them.
+    for n in range(30):
+        invented = reg("p0", world=2)
+        invented.attempt = f"n{n}"
+        await stream(agg.port, invented, failed("p0", n))
+    assert len(agg.book.open_incidents()) == 4  # the default --max-open-incidents-per-job
+    assert hits(agg, "open_incidents_per_job") == 26
+    await stream(agg.port, reg("q0", job="other", world=1), failed("q0"))
+    await eventually(lambda: decided.jobs == ["other"], "the other job decided")
+    assert len(agg.book.open_incidents()) == 4
+
+
+async def test_a_namespace_past_its_bound_waits_and_others_do_not(agg: Aggregator, decided: Collecting) -> None:
+    agg.book.max_open_per_namespace = 2
+    for job in ("a", "b", "c"):
+        await stream(agg.port, reg(f"{job}0", job=job, world=2), failed(f"{job}0"))
+    assert sorted(agg.book.open_incidents()) == [("ml", "a", ""), ("ml", "b", "")]
+    assert hits(agg, "open_incidents_per_namespace") == 1
+    await stream(agg.port, reg("x0", job="x", namespace="other", world=1), failed("x0"))  # another namespace
+    await eventually(lambda: decided.jobs == ["x"], "the other namespace's job decided")
+    await stream(agg.port, reg("a1", job="a", world=2), failed("a1"))  # a closes; c takes its place
+    await eventually(lambda: ("ml", "c", "") in agg.book.open_incidents(), "c opened")
+    assert decided.jobs[:2] == ["x", "a"]

@@ -335,6 +335,77 @@ async def test_without_a_state_dir_the_same_death_blames_a_victim(tmp_path: Path
     assert doc["root_cause"]["pod"] != ROOT and doc["closed_by"] == "timeout"
 
 
+async def restarted(tmp_path: Path, port: int, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """SIGKILL the aggregator and start it again on the same port and state directory, serving."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    proc = start(tmp_path, port, True)
+    await eventually(lambda: (tmp_path / "ready").exists(), "serving again", within=60)
+    return proc
+
+
+async def stopped(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM: its stop path decides every open incident and pending revision and publishes them first."""
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 30) == 0
+
+
+def by_id(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    return {doc["incident"]["id"]: doc for doc in verdicts(tmp_path)}
+
+
+async def test_a_sigkill_after_a_verdict_does_not_publish_it_again(tmp_path: Path) -> None:
+    # The verdict came at the quorum timeout (one member silent: not final, so its rows stay); then the
+    # process is killed and restarted. The replayed incident is the one decided: nothing is published again,
+    # not even at the stop path, which decides whatever is open or due.
+    port = free_port()
+    proc = start(tmp_path, port, True)
+    try:
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving", within=60)
+        await report(port, register(ROOT, 1), root_events())
+        await report(port, register(PODS[0], 0), victim_events(PODS[0]))
+        await eventually(lambda: bool(verdicts(tmp_path)), "a verdict at the quorum timeout", within=30)
+        [before] = verdicts(tmp_path)
+        assert not before["final"] and before["root_cause"]["pod"] == ROOT
+        proc = await restarted(tmp_path, port, proc)
+        await stopped(proc)
+        assert verdicts(tmp_path) == [before]  # the same answer, revision, decided_at and latency
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+async def test_a_later_run_resent_after_a_restart_keeps_its_generation(tmp_path: Path) -> None:
+    # The job's first run is decided (final); a recreated pod (a new name: a new run, `g2`) fails, and the
+    # aggregator is killed before its verdict. Restarted, the pod's sidecar sends it all again, under the
+    # attempt it always told (""): it is filed under g2, and the first run's verdict stays as it was.
+    port = free_port()
+    proc = start(tmp_path, port, True)
+    recreated = "llm-worker-0-b"
+    try:
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving", within=60)
+        for i, pod in enumerate(PODS):
+            await report(port, register(pod, i), root_events() if pod == ROOT else victim_events(pod))
+        await eventually(lambda: "ml:llm" in by_id(tmp_path), "the first run's verdict", within=30)
+        first = by_id(tmp_path)["ml:llm"]
+        assert first["final"] and first["root_cause"]["pod"] == ROOT
+        second_run = failure(recreated, "ValueError: the second run's own bug", 1_800_000_100)
+        await report(port, register(recreated, 0), second_run)
+        proc = await restarted(tmp_path, port, proc)
+        await report(port, register(recreated, 0), second_run)  # the sidecar resends to the new incarnation
+        await eventually(lambda: "ml:llm:g2" in by_id(tmp_path), "the second run's verdict", within=30)
+        await stopped(proc)
+        docs = by_id(tmp_path)
+        assert docs["ml:llm"] == first
+        assert docs["ml:llm:g2"]["root_cause"]["pod"] == recreated
+        assert set(docs) == {"ml:llm", "ml:llm:g2"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 def decision_of(uid: str, attempt: str, at: float, own: bool = True) -> Decision:
     from podmortem.core.model import Incident, JobRef, Verdict
     from podmortem.core.repeats import Attempt

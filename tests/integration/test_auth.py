@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -60,16 +61,16 @@ async def report(
     namespace: str = NS,
     pod: str = POD,
     job: str = "mixtral-cpt",
-    **claims: int | None,
+    **claims: int | str | None,
 ) -> str:
-    """Register as namespace/pod of `job` (with `claims`: rank, replica_index, world_size_hint) and send
+    """Register as namespace/pod of `job` (with `claims`: rank, replica_index, world_size_hint, attempt) and send
     one event; "OK" or the status code's name."""
     creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     async with grpc.aio.secure_channel(f"127.0.0.1:{agg.port}", creds) as channel:
         call = pb_grpc.CollectorStub(channel).Report(metadata=metadata)  # type: ignore[no-untyped-call]
         try:
-            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod, attempt="0")
+            reg = pb.Register(job=pb.JobRef(namespace=namespace, name=job), pod=pod)
             for field, value in claims.items():
                 setattr(reg, field, value)
             await call.write(pb.SidecarMessage(register=reg))
@@ -83,6 +84,12 @@ async def report(
             return str(exc.code().name)
 
 
+def forged(agg: Aggregator, namespace: str = NS) -> bool:
+    """Did the stream's event reach the job's incident (the pod watch knows the job's pods regardless)?"""
+    incident = agg.book.incident((namespace, "mixtral-cpt", ""))
+    return incident is not None and any(m.error is not None for m in incident.members)
+
+
 def rejected(agg: Aggregator, reason: str) -> float:
     return agg.metrics.registry.get_sample_value("podmortem_streams_rejected_total", {"reason": reason}) or 0.0
 
@@ -93,8 +100,9 @@ async def test_a_pods_own_token_lets_it_speak_for_itself(
     token = jwt(time.time() + 3600)
     bind(kube_api, token, POD)
     assert await report(aggregator, ca, token) == "OK"
-    incident = aggregator.book.incident((NS, "mixtral-cpt", "0"))
-    assert incident is not None and [m.pod for m in incident.members] == [POD]
+    incident = aggregator.book.incident((NS, "mixtral-cpt", ""))
+    assert incident is not None and [m.error.message for m in incident.members if m.error] == ["ValueError: forged"]
+    assert [m.pod for m in incident.members if m.error] == [POD]  # beside its peers, which the pod watch knows
     # A reconnect is served from the cache: one TokenReview for the token, not one per stream.
     assert await report(aggregator, ca, token) == "OK"
     reviews = [p for m, p in kube_api.requests() if m == "POST" and "tokenreviews" in p]
@@ -153,7 +161,7 @@ async def test_streams_that_may_not_speak_are_refused_and_counted(
     assert await report(aggregator, ca, token, namespace, pod) == code
     assert rejected(aggregator, reason) == 1
     assert reviews(kube_api) == reviewed
-    assert aggregator.book.open_incidents() == [] and aggregator.book.incident((namespace, "mixtral-cpt", "0")) is None
+    assert aggregator.book.open_incidents() == [] and not forged(aggregator, namespace)
 
 
 async def test_a_refused_token_is_reviewed_once_however_many_streams_present_it(
@@ -184,7 +192,9 @@ async def test_token_reviews_wait_in_a_bounded_queue_on_a_client_of_their_own(
     outcomes = await asyncio.gather(*(small.identify(t) for t in tokens), return_exceptions=True)
     reasons = [o.reason if isinstance(o, AuthRefused) else repr(o) for o in outcomes]
     assert sorted(reasons) == ["rejected"] * 3 + ["review_busy"] * 7
-    assert [o.code for o in outcomes if isinstance(o, AuthRefused) and o.reason == "review_busy"] == ["UNAVAILABLE"] * 7
+    assert [o.code for o in outcomes if isinstance(o, AuthRefused) and o.reason == "review_busy"] == [
+        "RESOURCE_EXHAUSTED"
+    ] * 7
     assert small.reviews == 3 == reviews(kube_api)
     assert reviewer.kube.calls - review_calls == 3  # every review went through the reviews' own client
 
@@ -244,7 +254,7 @@ async def test_a_pod_outside_the_job_cannot_join_it(
     bind(kube_api, token, "notebook-0")
     assert await report(aggregator, ca, token, pod="notebook-0") == "PERMISSION_DENIED"
     assert rejected(aggregator, "not_member") == 1
-    assert aggregator.book.incident((NS, "mixtral-cpt", "0")) is None
+    assert not forged(aggregator, NS)
     assert aggregator.book.open_incidents() == []
 
 
@@ -260,7 +270,7 @@ async def test_a_member_cannot_claim_another_position_in_its_own_job(
     bind(kube_api, token, POD)
     assert await report(aggregator, ca, token, POD_NS, POD, "mixtral-cpt", **claims) == "PERMISSION_DENIED"
     assert rejected(aggregator, "claim_mismatch") == 1
-    assert aggregator.book.incident((NS, "mixtral-cpt", "0")) is None
+    assert not forged(aggregator, NS)
 
 
 async def test_a_members_place_comes_from_its_pod_object_and_is_marked_verified(
@@ -270,9 +280,55 @@ async def test_a_members_place_comes_from_its_pod_object_and_is_marked_verified(
     bind(kube_api, token, POD)
     # No rank claimed, and a world-size hint far above the job's own size (3 workers).
     assert await report(aggregator, ca, token, world_size_hint=64) == "OK"
-    incident = aggregator.book.incident((NS, "mixtral-cpt", "0"))
+    incident = aggregator.book.incident((NS, "mixtral-cpt", ""))
     assert incident is not None
-    [member] = incident.members
+    [member] = [m for m in incident.members if m.pod == POD]
     assert (member.rank, member.replica_index, member.replica_type, member.node) == (1, 1, "worker", "node-1")
     assert incident.world_size == 3 and incident.job.kind == "PyTorchJob"
-    assert aggregator.book.is_verified(MemberKey((NS, "mixtral-cpt", "0"), POD))
+    assert aggregator.book.is_verified(MemberKey((NS, "mixtral-cpt", ""), POD))
+
+
+async def test_an_attempt_its_pod_does_not_account_for_is_the_apis(
+    aggregator: Aggregator, kube_api: EmulatorHandle, ca: trustme.CA
+) -> None:
+    # A pod registers invented attempts to open incident after incident: each is filed under the attempt
+    # its pod object states (no JobSet attempt, no restart). A restart one ahead of the object is the
+    # sidecar's to see first, and is kept.
+    token = jwt(time.time() + 3600)
+    bind(kube_api, token, POD)
+    for attempt in ("n0", "n1", "r5"):
+        assert await report(aggregator, ca, token, attempt=attempt) == "OK"
+    assert await report(aggregator, ca, token, attempt="r1") == "OK"
+    filed = {key[2] for key in aggregator.book._jobs if key[:2] == (NS, "mixtral-cpt")}
+    assert filed == {"", "r1"}
+
+
+async def test_a_flood_of_unauthenticated_streams_ends_each_unauthenticated(
+    aggregator: Aggregator, ca: trustme.CA
+) -> None:
+    # 200 streams without a token or with garbage, over real TLS sockets; a quarter of them write their
+    # `register` 1.2 s after opening (a flood's client is slow to write). A stream refused before its first
+    # message arrived, ended while the client's write was on its way, ended INTERNAL for that client. Each
+    # is ended only after its first message is read: every client's write goes through, and every stream
+    # ends UNAUTHENTICATED.
+    creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
+
+    async def one(i: int) -> str:
+        metadata = () if i % 2 else (("authorization", f"Bearer garbage-{i}"),)
+        async with grpc.aio.secure_channel(f"127.0.0.1:{aggregator.port}", creds) as channel:
+            call = pb_grpc.CollectorStub(channel).Report(metadata=metadata)  # type: ignore[no-untyped-call]
+            if i % 4 == 3:
+                await asyncio.sleep(1.2)
+            try:
+                await call.write(
+                    pb.SidecarMessage(register=pb.Register(job=pb.JobRef(namespace=NS, name="j"), pod=POD))
+                )
+                await call.read()
+            except grpc.aio.AioRpcError as exc:
+                return str(exc.code().name)
+            except Exception as exc:  # the write refused: the call ended under it
+                return type(exc).__name__
+            return "OK"
+
+    endings = collections.Counter(await asyncio.gather(*(one(i) for i in range(200))))
+    assert endings == {"UNAUTHENTICATED": 200}

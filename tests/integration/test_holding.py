@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, make_kube, seed_pytorchjob
 
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
+from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.running import make_decide
 from podmortem.core.model import ErrorRecord, Termination
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -101,19 +103,46 @@ async def test_not_written_by_a_replica_that_may_not_act(kube_api: EmulatorHandl
     assert written.outcome == pb.HoldReply.WRITTEN
 
 
-async def test_a_condition_found_on_the_pod_is_not_written_again(kube_api: EmulatorHandle, tmp_path: Path) -> None:
-    # Written by an aggregator before its restart: this one finds it on the pod and answers from it.
+async def hold_with_a_victim_on(
+    kube_api: EmulatorHandle, tmp_path: Path, marked: int, root: str, **kwargs: Any
+) -> pb.HoldReply:
+    """Two workers, the pod of worker `marked` already carrying podmortem.io/Victim; worker 1 fails with
+    `root`, worker 0 with a gloo echo; the reply to worker `marked`'s hold."""
     _, pods = seed_pytorchjob(kube_api, workers=2)
-    found = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "earlier"}
-    kube_api.change(PODS, NS, pods[0], {"status": {"conditions": [found]}})
-    book, desk, kube = await desk_for(kube_api, tmp_path)
-    key = register(book, pods[0])
-    desk.pod_seen(key, kube_api.get(PODS, NS, pods[0]) or {})
-    failed(book, key, "ValueError: a different story now")
-    reply = await desk.hold(key, pb.Hold(seq=1, timeout_seconds=5))
+    victim = {"type": "podmortem.io/Victim", "status": "True", "reason": "Victim", "message": "earlier"}
+    kube_api.change(PODS, NS, pods[marked], {"status": {"conditions": [victim]}})
+    book, desk, kube = await desk_for(kube_api, tmp_path, **kwargs)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+    failed(book, keys[1], root)
+    failed(book, keys[0], GLOO)
+    reply = await desk.hold(keys[marked], pb.Hold(seq=1, timeout_seconds=5))
     kube.close()
+    return reply
+
+
+async def test_a_condition_found_on_the_pod_is_not_written_again(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # Written by an aggregator before its restart: this one finds it on the pod, decides the same, and answers
+    # from it.
+    reply = await hold_with_a_victim_on(kube_api, tmp_path, 0, "ValueError: label 7 out of range")
     assert (reply.outcome, reply.condition_type) == (pb.HoldReply.WRITTEN, "podmortem.io/Victim")
     assert patches(kube_api) == []
+
+
+async def test_a_forged_condition_that_disagrees_is_never_called_ours(
+    kube_api: EmulatorHandle, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Someone with pods/status rights marks the root a Victim (its failure would not count against the
+    # Job's retry budget). The desk decides otherwise: the hold is not answered "written", nothing is written
+    # beside it, and the forgery is logged and counted.
+    metrics = Metrics(CollectorRegistry())
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    reply = await hold_with_a_victim_on(kube_api, tmp_path, 1, ecc, metrics=metrics)
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "did not write" in reply.detail
+    assert patches(kube_api) == []
+    assert metrics.registry.get_sample_value("podmortem_foreign_conditions_total", {"type": "Victim"}) == 1.0
+    assert "which podmortem did not write" in caplog.text
 
 
 async def test_a_failed_write_is_not_written_and_a_later_hold_tries_again(
@@ -193,3 +222,29 @@ async def test_a_verdict_that_takes_long_to_decide_serves_holds_for_longer() -> 
     # keep the engine busy.
     assert await decisions_for_holds_apart(0.01, 0.3) == 5
     assert await decisions_for_holds_apart(0.15, 0.3) == 3
+
+
+async def test_a_pod_the_watch_shows_terminal_gets_no_condition(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+    # The root holds and waits for its peers; its pod turns Failed meanwhile (its sidecar's hold ran out, or
+    # it re-sent a hold with a full budget after an aggregator restart). The Job controller has acted on the
+    # pod as it was: the condition decided afterwards is never written, nor by a later hold.
+    _, pods = seed_pytorchjob(kube_api, workers=3)
+    book, desk, kube = await desk_for(kube_api, tmp_path)
+    keys = [register(book, p) for p in pods]
+    for key in keys:
+        desk.pod_seen(key, kube_api.get(PODS, NS, key.pod) or {})
+        desk.registered(key, holds=True)
+    root = keys[1]
+    failed(book, root, "RuntimeError: CUDA error: uncorrectable ECC error encountered")  # retryable
+    failed(book, keys[0], GLOO)  # a victim; keys[2] says nothing yet, so the root waits for it
+    holding = asyncio.get_running_loop().create_task(desk.hold(root, pb.Hold(seq=1, timeout_seconds=5)))
+    await asyncio.sleep(0.1)
+    ended = kube_api.get(PODS, NS, root.pod) or {}
+    ended["status"]["phase"] = "Failed"
+    desk.pod_seen(root, ended)
+    reply = await asyncio.wait_for(holding, 30)
+    again = await desk.hold(root, pb.Hold(seq=2, timeout_seconds=5))
+    kube.close()
+    assert reply.outcome == pb.HoldReply.NOT_WRITTEN and "terminal" in reply.detail
+    assert again.outcome == pb.HoldReply.NOT_WRITTEN
+    assert patches(kube_api) == []

@@ -21,6 +21,7 @@ from support.kube_objects import NS, make_kube
 
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.leader import LeaderElector, LeadershipLost, LeaseTimings
+from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
 
 LEASES = "coordination.k8s.io/v1/leases"
@@ -208,6 +209,10 @@ async def test_only_the_leader_serves_and_the_standby_takes_over_on_sigterm(
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stream = pb_grpc.CollectorStub(channel).Report(timeout=10)  # type: ignore[no-untyped-call]
             with pytest.raises(grpc.aio.AioRpcError) as refused:
+                # As a sidecar does: `register` first (a refused stream is ended once its first message is in).
+                await stream.write(
+                    pb.SidecarMessage(register=pb.Register(job=pb.JobRef(namespace=NS, name="j"), pod="p"))
+                )
                 await stream.read()
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         first.send_signal(signal.SIGTERM)

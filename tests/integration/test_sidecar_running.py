@@ -365,6 +365,10 @@ async def test_hold_is_asked_again_after_a_reconnect(tmp_path: Path, caplog: pyt
         code, _ = await _failed_and_stopped(served, tmp_path, POD, PODMORTEM_HOLD_TIMEOUT="30")
     assert code == 0
     assert len(fake.registers) == 2 and len(fake.hold_requests) == 2  # registered again, asked again
+    (first, _), (again, _) = fake.hold_requests
+    # Asked again with what is left of the sidecar's own deadline, not a fresh one: an aggregator restarted
+    # meanwhile must decide before this pod ends.
+    assert again.seq == first.seq and 0 < again.timeout_seconds < first.timeout_seconds
     assert "condition podmortem.io/Victim written on this pod" in caplog.text
 
 

@@ -18,6 +18,7 @@ from support.bundles import error_json, make_bundle, pod_json
 from support.properties import examples
 
 from podmortem.core.engine import decide
+from podmortem.core.model import MAX_WORLD_SIZE
 from podmortem.offline import analyze
 from podmortem.offline.bundle import BundleError, load_bundle
 
@@ -128,3 +129,15 @@ def test_the_loader_refuses_or_the_engine_decides(
         assert "\n" not in str(exc)
         return
     decide(incident)  # must not raise
+
+
+@pytest.mark.parametrize("world", [MAX_WORLD_SIZE + 1, 2**62])
+def test_an_enormous_world_size_is_refused_where_the_aggregator_bounds_it(tmp_path: Path, world: int) -> None:
+    # The engine enumerates a job's ranks: 2**62 of them was a MemoryError traceback. The bound is the
+    # aggregator's (`core.model.MAX_WORLD_SIZE`); the largest size it allows still loads.
+    bundle = _good(tmp_path / "b")
+    meta = json.loads((bundle / "incident.json").read_text())
+    (bundle / "incident.json").write_text(json.dumps({**meta, "world_size": world}))
+    _one_line_error(*_analyze(bundle)[::2], f"'world_size' {world} is over {MAX_WORLD_SIZE}")
+    (bundle / "incident.json").write_text(json.dumps({**meta, "world_size": MAX_WORLD_SIZE}))
+    assert load_bundle(bundle).world_size == MAX_WORLD_SIZE

@@ -40,6 +40,7 @@ from typing import Any
 
 from podmortem.aggregator.decisions import Term
 from podmortem.aggregator.kube.client import Kube
+from podmortem.core.finite import finite_or_none
 from podmortem.k8s.errors import ConflictError, KubeError, NotFoundError
 from podmortem.k8s.objects import resource_path
 
@@ -274,7 +275,7 @@ class LeaderElector:
         if spec != self._observed:
             self._observe(spec, now)
         holder = spec.get("holderIdentity") or ""
-        held_for = float(spec.get("leaseDurationSeconds") or duration)
+        held_for = finite_or_none(spec.get("leaseDurationSeconds")) or duration
         if holder and holder != self.identity and now < self._observed_at + held_for:
             return False  # held by another, and not expired
         mine = holder == self.identity

@@ -14,9 +14,11 @@ another job than it claims, `pod_uid` for a token of an earlier pod of the same 
 `claim_mismatch` for a rank, replica type or replica index the pod object contradicts. Where the pod
 object states a fact, it replaces the claim: the job's kind and uid, the node and pod IP, and the
 world size (the job's own size replaces the sidecar's hint). Where it states nothing (a rank the spec
-cannot give), the claim stays as the sidecar sent it. The attempt stays as claimed: the sidecar
-derives it from the container's restarts as they happen, which the pod object may show later; a
-member that lies about it can only split its own job's incident.
+cannot give), the claim stays as the sidecar sent it. The attempt is the sidecar's only where the pod
+object accounts for it: its JobSet restart attempt, and the training container's restarts at most one
+ahead of those the object shows (the sidecar sees a restart as it happens, the watch a moment later).
+Any other attempt (an invented `n7`, a restart the container never had) is replaced by the one the
+object states, so a pod cannot open incident after incident by naming new attempts.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from podmortem.core.model import JobRef
 from podmortem.k8s.errors import KubeError, NotFoundError, PermanentError
 from podmortem.k8s.objects import resource_path
 from podmortem.k8s.workloads import (
+    JOBSET_RESTART_ATTEMPT,
     WORKLOADS,
     OwnerRef,
+    attempt_from,
     attempt_of,
     controller_of,
     workload_from_labels,
@@ -138,6 +142,8 @@ class PodFacts:
     node: str
     pod_ip: str
     world_size: int | None
+    jobset_attempt: str = ""  # the pod's JobSet restart attempt label ("" for none)
+    restarts: int = 0  # the training container's restarts, as the object shows them
 
 
 def pod_facts(pod: JSON, resolved: ResolvedJob, snap: podstatus.PodSnapshot | None = None) -> PodFacts:
@@ -149,6 +155,8 @@ def pod_facts(pod: JSON, resolved: ResolvedJob, snap: podstatus.PodSnapshot | No
         uid=snap.uid,
         job=resolved.job,
         attempt=attempt_of(pod, snap.restart_count),
+        jobset_attempt=str(((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_ATTEMPT, "")),
+        restarts=snap.restart_count,
         rank=rank if rank is not None else snap.rank,
         replica_type=snap.replica_type,
         replica_index=snap.replica_index,
@@ -236,6 +244,13 @@ class MembershipVerifier:
         return verified_register(facts, reg)
 
 
+def accounted_attempts(facts: PodFacts) -> set[str]:
+    """The attempts a pod's sidecar may register under: its JobSet restart attempt with each restart count
+    from none to one past the object's (`k8s.workloads.attempt_from`)."""
+    labels = {JOBSET_RESTART_ATTEMPT: facts.jobset_attempt}
+    return {attempt_from(labels, n) for n in range(facts.restarts + 2)}
+
+
 def verified_register(facts: PodFacts, reg: pb.Register) -> pb.Register:
     """`reg` with what the pod object states put in; AuthRefused when a claim contradicts it."""
     who = f"pod {facts.namespace}/{facts.pod}"
@@ -257,6 +272,14 @@ def verified_register(facts: PodFacts, reg: pb.Register) -> pb.Register:
     out = pb.Register()
     out.CopyFrom(reg)
     out.job.kind, out.job.uid = facts.job.kind, facts.job.uid
+    if reg.attempt not in accounted_attempts(facts):
+        log.warning(
+            "%s registers as attempt %r, which its pod object does not account for: filed under %r",
+            who,
+            reg.attempt,
+            facts.attempt,
+        )
+        out.attempt = facts.attempt
     if facts.rank is not None:
         out.rank = facts.rank
     if facts.replica_index is not None:

@@ -57,13 +57,25 @@ class CollectorServicer:
         Error codes:
         INVALID_ARGUMENT     first message is not `register`, or a required field is empty.
         Not retried: the sidecar logs it and stops (a configuration bug).
-        RESOURCE_EXHAUSTED   a message is over the server's receive limit, or the server is at its
-        stream limit. Retried with backoff (the sidecar truncates payloads
-        to well below the limit before sending).
+        UNAUTHENTICATED      no token, or one the API server does not accept (`--auth tokenreview`).
+        PERMISSION_DENIED    a token for another pod, a namespace not watched, a pod outside the job or
+        position it claims. Both retried with backoff (a token may be rotated).
+        A stream refused before it registered is ended after its first message
+        arrives (or the register deadline), so the client sees this status, not
+        INTERNAL from a write in flight.
+        RESOURCE_EXHAUSTED   a message is over the server's receive limit, the server is at its
+        stream limit or another of its limits, or too many token reviews wait.
+        Retried with backoff (the sidecar truncates payloads to well below the
+        limit before sending).
         UNAVAILABLE          aggregator restarting or unreachable. Retried with exponential
         backoff and jitter; every unacknowledged event is sent again.
         CANCELLED / DEADLINE_EXCEEDED / INTERNAL / UNKNOWN
         retried like UNAVAILABLE.
+        Values the aggregator refuses without ending the stream (each counted in
+        `podmortem_values_refused_total{field}`): a `hold` whose timeout is not a finite number >= 0 is answered
+        NOT_WRITTEN at once; a time outside what google.protobuf.Timestamp may hold (seconds outside years
+        1-9999, nanos outside [0, 1e9)) is dropped from its event, which is kept and acknowledged; a clock
+        estimate beyond 10 days of offset or 1 h of round trip is ignored.
         Keepalive: clients ping every 20 s (without calls allowed); the server permits pings
         every 10 s.
 
