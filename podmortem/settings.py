@@ -134,6 +134,8 @@ PLATFORM: dict[str, str] = {
     "TORCH_WORKER_SERVER_SOCKET": "the user or the demo workload: torch's worker control-plane socket",
     "PODMORTEM_HARNESS_TORCH": "tests: 0 runs the local harness without torch",
     "PODMORTEM_WORKLOAD_FALLBACK": "tests: 1 makes the demo workload fall back as it does without torch",
+    "PODMORTEM_WORKLOAD_COOPERATE": "the local harness: 0 makes the demo workload a script that does nothing for "
+    "hang capture (no control plane, no faulthandler), to run the other capture paths or none",
 }
 
 

@@ -188,6 +188,22 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str, str, tuple[int, int]]] 
         (12, 8),
     ),
     (
+        "Hangs caught while the pods ran",
+        "Provisional verdicts on stalled jobs (every member quiet), stalls that were false alarms (the job moved "
+        "again), and the capture requests sent to sidecars, by trigger.",
+        [
+            ("provisional", f"sum(increase(podmortem_provisional_verdicts_total{{{JOB}}}[$__range]))"),
+            ("false alarms", f"sum(increase(podmortem_stall_false_alarms_total{{{JOB}}}[$__range]))"),
+            (
+                "capture requests ({{trigger}})",
+                f"sum by (trigger) (increase(podmortem_capture_requests_total{{{JOB}}}[$__range]))",
+            ),
+        ],
+        "bargauge",
+        "short",
+        (12, 8),
+    ),
+    (
         "Pods the webhook let through unchanged",
         "Admission reviews by outcome; 'unsupported' are training pods the webhook did not understand.",
         [

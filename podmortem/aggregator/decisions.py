@@ -12,7 +12,10 @@ from typing import Any, Literal
 from podmortem.core.model import Incident, Verdict
 from podmortem.core.repeats import Attempt, run_length
 
-ClosedBy = Literal["quorum", "timeout", "revision"]
+# quorum / timeout: the first verdict on a failure; revision: a later one. stall: a provisional verdict
+# on a job whose members all went quiet while the pods still run (`aggregator.stalls`); resumed: that
+# job made progress again, and the provisional verdict is withdrawn.
+ClosedBy = Literal["quorum", "timeout", "revision", "stall", "resumed"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,20 @@ class Decision:
         return run_length(self.history, self.attempt) if self.attempt is not None else 1
 
     @property
+    def provisional(self) -> bool:
+        """Decided while the pods still run (a stall, or its withdrawal): nothing has failed, so nothing
+        may act on it (no job or pod condition, no node record); annotations, Events and metrics say it."""
+        return self.closed_by in ("stall", "resumed")
+
+    @property
+    def first(self) -> bool:
+        """The incident's first verdict on a failure (quorum or timeout), which the metrics count once."""
+        return self.closed_by in ("quorum", "timeout")
+
+    @property
     def final(self) -> bool:
         """Every expected member had reported: nothing more is expected to change the verdict."""
-        return self.reported >= self.incident.world_size
+        return not self.provisional and self.reported >= self.incident.world_size
 
     @property
     def latency(self) -> float | None:
@@ -79,6 +93,7 @@ class Decision:
             "verdict": self.verdict.to_dict(),
             "revision": self.revision,
             "final": self.final,
+            "provisional": self.provisional,
             "closed_by": self.closed_by,
             "decided_at": self.decided_at,
             "latency_seconds": self.latency,

@@ -106,6 +106,10 @@ class _JobState:
     verdict: Verdict | None = None
     reported: int = 0  # members whose `reported()` is true, kept by IncidentBook._recount
     refused: bool = False  # not opened: too many incidents were open (counted once)
+    quiet: int = 0  # members whose sidecar's newest Activity says quiet (kept by IncidentBook._activity)
+    # A capture round is out (`aggregator.stalls`): quorum waits for its answers (bounded by the desk's
+    # wait; the quorum timer still closes the incident).
+    capturing: bool = False
     restored_final: bool = False  # its final verdict was published before a restart (`Restored`)
 
     @property
@@ -320,13 +324,16 @@ class IncidentBook:
         if from_sidecar and kind in ("termination", "deletion"):
             member.sidecar_saw_end = True
         member.events[event.id] = event
+        if kind == "activity":  # not folded into the member: it only says whether the job is stalled
+            if member.active(event):
+                state.quiet += 1 if member.quiet else -1
+            self._count(kind)
+            return True
         if log_text is not None:
             member.log_text = log_text
         member.added(event)
         self._recount(state, member)
-        if self._metrics and kind:
-            counter = self._metrics.events_by_kind.get(kind)
-            (counter if counter is not None else self._metrics.events.labels(kind=kind)).inc()
+        self._count(kind)
         if state.opened_at is None and is_failure(event):
             if limit := self._open_limit(state):
                 if not state.refused:
@@ -346,6 +353,79 @@ class IncidentBook:
             return True
         self._check_quorum(state)
         return True
+
+    def _count(self, kind: str | None) -> None:
+        if self._metrics and kind:
+            counter = self._metrics.events_by_kind.get(kind)
+            (counter if counter is not None else self._metrics.events.labels(kind=kind)).inc()
+
+    # -- stalls (aggregator.stalls asks; the book keeps the counts) -----------------------------------
+
+    def stalled(self, key: JobKey) -> bool:
+        """Has every expected member's sidecar said quiet (its newest Activity), with nothing failed yet?"""
+        state = self._jobs.get(key)
+        return (
+            state is not None and state.opened_at is None and state.quiet > 0 and state.quiet >= self.world_size(state)
+        )
+
+    def failed(self, key: JobKey) -> bool:
+        """Has this job attempt's incident opened (something failed)?"""
+        state = self._jobs.get(key)
+        return state is not None and state.opened_at is not None
+
+    def pods(self, key: JobKey) -> list[str]:
+        state = self._jobs.get(key)
+        return list(state.members) if state is not None else []
+
+    def incident_id(self, key: JobKey) -> str:
+        state = self._jobs.get(key)
+        return state.incident_id if state is not None else ":".join(p for p in key if p)
+
+    def capturing(self, key: JobKey, on: bool) -> None:
+        """A capture round is out (`on`), or over: quorum waits for it, and is checked again once it is."""
+        state = self._jobs.get(key)
+        if state is None:
+            return
+        state.capturing = on
+        if not on:
+            self._check_quorum(state)
+
+    def provisional(self, key: JobKey, closed_by: ClosedBy, note: str = "") -> bool:
+        """Decide and publish a provisional verdict on a job whose pods still run (`closed_by` "stall"; a
+        large job is decided off the loop, as any), or withdraw it ("resumed": the job made progress
+        again; `note` says so). Nothing is published once the job attempt's incident has opened: its
+        verdict on the failure takes over. False then."""
+        state = self._jobs.get(key)
+        if state is None or state.opened_at is not None:
+            return False
+        incident = dataclasses.replace(self._incident(state), provisional=True)
+        if closed_by != "stall":
+            verdict = Verdict(pod=None, category=None, retryable=None, summary=note, confidence=1.0)
+            self._publish_provisional(state, closed_by, incident, verdict)
+            return True
+        self._deciding.decide(
+            state.pending,
+            state.incident_id,
+            incident,
+            lambda verdict: self._publish_provisional(state, closed_by, incident, verdict),
+        )
+        return True
+
+    def _publish_provisional(self, state: _JobState, closed_by: ClosedBy, incident: Incident, verdict: Verdict) -> None:
+        if state.opened_at is not None:
+            return  # it failed while this was decided: the verdict on the failure takes over
+        state.revision += 1
+        self._publish(
+            Decision(
+                incident=incident,
+                verdict=verdict,
+                decided_at=self._clock(),
+                revision=state.revision,
+                closed_by=closed_by,
+                reported=self._reported(state),
+                verified=frozenset(pod for pod, m in state.members.items() if m.verified),
+            )
+        )
 
     def kept_event(self, key: MemberKey, event: pb.Event) -> pb.Event:
         """`event` as the book holds it, for the state file (`StateStore.event`): bounded, and a log tail
@@ -528,7 +608,7 @@ class IncidentBook:
             self._close(state, "timeout")
 
     def _check_quorum(self, state: _JobState) -> None:
-        if state.opened_at is None or state.closed_by is not None:
+        if state.opened_at is None or state.closed_by is not None or state.capturing:
             return
         if self._reported(state) >= self.world_size(state):
             self._close(state, "quorum")
@@ -588,10 +668,13 @@ class IncidentBook:
 
     def _revised(self, state: _JobState, incident: Incident, verdict: Verdict) -> None:
         old = state.verdict
-        same = old is not None and (old.pod, old.category, old.retryable) == (
+        # A capture arriving late may name the rank and the line without changing the pod: that is news too.
+        same = old is not None and (old.pod, old.category, old.retryable, old.global_rank, old.hang) == (
             verdict.pod,
             verdict.category,
             verdict.retryable,
+            verdict.global_rank,
+            verdict.hang,
         )
         if same:
             state.verdict = verdict  # same answer; evidence may have grown, nothing to republish

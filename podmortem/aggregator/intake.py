@@ -14,7 +14,7 @@ from podmortem.core.model import MAX_WORLD_SIZE
 from podmortem.core.names import DISRUPTION_TARGET
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 from podmortem.protocol.v1 import collector_pb2 as pb
-from podmortem.protocol.wire import tail_text
+from podmortem.protocol.wire import WireError, check_capture_event, tail_text
 
 RETAINED_TAIL_BYTES = 16 << 10  # of each member's log tail (see `retained`)
 # Of the line a rule names before the kept end of a tail: a single line can be the whole log.
@@ -63,6 +63,8 @@ def bounded(event: pb.Event) -> pb.Event:
     kind = event.WhichOneof("payload")
     if kind == "log_tail":
         return retained(event)
+    if kind in ("activity", "capture"):
+        return checked(event)
     fields = {
         "error_file": ("message", "traceback", "exception_type", "parse_error"),
         "termination": ("message", "reason", "container"),
@@ -82,6 +84,29 @@ def bounded(event: pb.Event) -> pb.Event:
     if kind == "error_file":
         kept.error_file.truncated = True
     return kept
+
+
+def checked(event: pb.Event) -> pb.Event:
+    """An `Activity` or `Capture` within the proto's bounds as it is; one outside them (a NaN, an unknown
+    path, a text over its bound) kept as what can be trusted of it: an activity that says nothing (not
+    quiet), a capture with its request id and trigger and, in `note`, why its workers were refused. The
+    event is still acknowledged and stored: a sidecar resending it for ever would gain nothing."""
+    try:
+        check_capture_event(event)
+    except WireError as exc:
+        kept = pb.Event(id=event.id, monotonic_ns=event.monotonic_ns)
+        if event.HasField("wall_time"):
+            kept.wall_time.CopyFrom(event.wall_time)
+        if event.WhichOneof("payload") == "activity":
+            kept.activity.SetInParent()
+        else:
+            c = event.capture
+            trigger = c.trigger if c.trigger in ("stall", "first_timeout", "teardown") else "teardown"
+            kept.capture.request_id = c.request_id.encode()[:128].decode("utf-8", "ignore")
+            kept.capture.trigger = trigger
+            kept.capture.note = f"refused by the aggregator: {exc}"[:1000]
+        return kept
+    return event
 
 
 def retained(event: pb.Event, keep: int = RETAINED_TAIL_BYTES) -> pb.Event:

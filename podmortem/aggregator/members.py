@@ -14,6 +14,11 @@ from podmortem.core.model import Member, evolve
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import apply_event
 
+# Capture events kept per member, the newest (each up to 64 workers x (32 KiB stack + 64 KiB Flight
+# Recorder summary), the proto's bounds, checked at intake): a few requests per incident
+# (`aggregator.stalls`), and the sidecar's own.
+MAX_MEMBER_CAPTURES = 4
+
 
 def is_terminal(member: Member) -> bool:
     """Has this member reported how it ended (so quorum need not wait for it)?"""
@@ -42,6 +47,10 @@ class MemberState:
     # it, so a tail is not held twice, in the protobuf event and in the folded member (the aggregator's
     # peak RSS under a burst: bench/burst.py, docs/benchmarks.md).
     log_text: str | None = None
+    # Its sidecar's newest `Activity`: quiet (no progress for its stall-after) or not, and when it was
+    # sent (pod clock: an older one resent after a reconnect does not undo a newer one).
+    quiet: bool = False
+    activity_at: tuple[int, int] | None = None
     # The fold of `events` is needed on every quorum check (for every member); it is kept until
     # something it depends on changes, so that an ingest does not re-fold the whole job.
     _folded: Member | None = field(default=None, repr=False)
@@ -62,6 +71,24 @@ class MemberState:
             for old in versions[1:]:
                 del self.events[old]
                 self.changed()
+        if kind == "activity":  # only the newest says anything (`quiet`); the fold does not read them
+            for old in [i for i, e in self.events.items() if e.WhichOneof("payload") == "activity"]:
+                del self.events[old]
+        if kind == "capture":  # the newest few (requests per incident are bounded: `aggregator.stalls`)
+            kept = [i for i, e in self.events.items() if e.WhichOneof("payload") == "capture"]
+            for old in kept[: max(len(kept) - MAX_MEMBER_CAPTURES + 1, 0)]:
+                del self.events[old]
+                self.changed()
+
+    def active(self, event: pb.Event) -> bool | None:
+        """Take an `Activity` event: did the member's quiet flag change (None: an older one, ignored)?"""
+        when = (event.wall_time.seconds, event.wall_time.nanos)
+        if self.activity_at is not None and when < self.activity_at:
+            return None
+        self.activity_at = when
+        changed = self.quiet != event.activity.quiet
+        self.quiet = event.activity.quiet
+        return changed
 
     def added(self, event: pb.Event) -> None:
         """One more event in `events`: folded onto the kept fold when it comes last in the fold's order

@@ -24,7 +24,8 @@ from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import CATEGORIES
 from podmortem.core.names import CONDITION_TYPES, VICTIM
 
-EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail")
+EVENT_KINDS = ("error_file", "termination", "condition", "deletion", "log_tail", "activity", "capture")
+CAPTURE_TRIGGERS = ("stall", "first_timeout")
 # Every limit the aggregator enforces (podmortem/aggregator/config.py says what each one bounds).
 LIMITS = (
     "event_rate",
@@ -239,6 +240,26 @@ class Metrics:
             "Victim conditions written: failed pods a podFailurePolicy need not count against the retry budget.",
             registry=self.registry,
         )
+        self.provisional = Counter(
+            "podmortem_provisional_verdicts_total",
+            "Provisional verdicts published on a stalled job while its pods still run, by category.",
+            ["category"],
+            registry=self.registry,
+        )
+        self.false_alarms = Counter(
+            "podmortem_stall_false_alarms_total",
+            "Stalls after which the job made progress again (its provisional verdict withdrawn).",
+            registry=self.registry,
+        )
+        self.capture_requests = Counter(
+            "podmortem_capture_requests_total",
+            "Capture requests sent to sidecars, by trigger (stall: every member quiet; first_timeout: "
+            "a member's first failure was a timeout).",
+            ["trigger"],
+            registry=self.registry,
+        )
+        for trigger in CAPTURE_TRIGGERS:
+            self.capture_requests.labels(trigger=trigger)
         self.repeated_failures = Counter(
             "podmortem_repeated_failures_total",
             "Root causes that repeated the job's previous attempts (the same signature, `--repeat-limit` "
@@ -260,6 +281,7 @@ class Metrics:
         # Series with a known label set exist from the first scrape (zero), so an alert has one to match.
         for category in (*CATEGORIES, NO_CATEGORY):
             self.verdicts_by_category.labels(category=category)
+            self.provisional.labels(category=category)
         for limit in LIMITS:
             self.limit_hits.labels(limit=limit)
         for reason in REJECT_REASONS:
@@ -279,8 +301,13 @@ class Metrics:
 
     def observe_decision(self, decision: Decision) -> None:
         category = decision.verdict.category or NO_CATEGORY
+        if decision.closed_by == "stall":
+            self.provisional.labels(category=category).inc()
+            return
+        if decision.closed_by == "resumed":
+            return  # the stall desk counts false alarms, published or not
         self.verdicts_by_category.labels(category=category).inc()
-        if decision.revision == 1:
+        if decision.first:
             self.incidents.labels(namespace=decision.incident.job.namespace, category=category).inc()
             if decision.latency is not None:
                 self.latency.observe(decision.latency)

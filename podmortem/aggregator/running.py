@@ -41,6 +41,7 @@ from podmortem.aggregator.kube.client import Kube, client_for
 from podmortem.aggregator.metrics import Metrics, MetricsPublisher
 from podmortem.aggregator.publishing import JsonFilePublisher, LogPublisher, Publisher, PublishQueue
 from podmortem.aggregator.server import CollectorService, create_server, set_serving
+from podmortem.aggregator.stalls import StallDesk
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.core import engine, rules
 from podmortem.core.model import Incident, Verdict
@@ -150,6 +151,8 @@ class Aggregator:
                 metrics=self.metrics,
                 verified=self.book.is_verified,  # the pod watch's members and streams verified against the API
             )
+        # Capture requests to the sidecars of a stalled job, or at a job's first timeout; a provisional verdict.
+        self.stalls = StallDesk(self.book, self.metrics, rules=ruleset)
         authenticator = None
         self._review_kube: Kube | None = None
         self.membership: MembershipVerifier | None = None
@@ -172,6 +175,7 @@ class Aggregator:
             store=self.store,
             membership=self.membership.verify if self.membership is not None else None,
             holds=self.holds,
+            stalls=self.stalls,
         )
         self.port = 0
         self.metrics_port = 0

@@ -5,7 +5,9 @@ into the incident book and acknowledged by id, duplicates included (the sidecar 
 not acknowledged after a reconnect) — and NTP-style clock probes answered with receive and send
 times of this server's clock. With a hold desk (`aggregator.holding`: pod conditions are written), the
 server says so in `Registered.holds` and answers each sidecar's `hold` with its pod's condition.
-`create_server(address)` returns `(server, port)` so tests bind port 0.
+`create_server(address)` returns `(server, port)` so tests bind port 0. A sidecar that answers capture
+requests (`Register.captures`) gets a stream the aggregator can also write to on its own: the stall desk
+(`aggregator.stalls`) pushes a `CaptureRequest` onto it, beside the answers to what the sidecar sent.
 
 Server options are set on purpose: receive size bounded (the sidecar truncates payloads far below
 it), keepalive policy that admits the sidecar's pings, and pending-request limits above the largest
@@ -20,6 +22,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 
 import grpc
@@ -31,6 +34,7 @@ from podmortem.aggregator.incidents import IncidentBook, MemberKey
 from podmortem.aggregator.intake import LimitExceeded
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.refusals import Exhausted, StreamRefused, TooSlow, Unavailable
+from podmortem.aggregator.stalls import StallDesk
 from podmortem.aggregator.state import StateError, StateStore
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
@@ -97,6 +101,75 @@ class _TokenBucket:
         return True
 
 
+# Messages read ahead of the one being handled, per stream that may also be written to: the reader waits
+# beyond this (gRPC's flow control then holds the sidecar back), as a plain `async for` would.
+READ_AHEAD = 8
+# Messages the aggregator may have queued on one stream of its own accord (capture requests: a few per
+# incident); beyond this the oldest are dropped (logged), since a sidecar that reads none is gone.
+MAX_PUSHED = 16
+_WAKE = object()  # put in the inbox to wake the handler for a pushed message
+
+
+class _End:
+    """The sidecar's side of the stream ended: normally (`error` None) or with an error to re-raise."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class _Duplex:
+    """One registered stream that the aggregator may write to unprompted: its messages are read by one
+    task into a short queue, and the handler takes from it either the next message or a message pushed
+    (`push`, from the stall desk), whichever comes first. The handler alone writes to the stream, so
+    answers and pushes never interleave inside a message."""
+
+    def __init__(self, requests: AsyncIterator[pb.SidecarMessage]) -> None:
+        self._inbox: asyncio.Queue[object] = asyncio.Queue(maxsize=READ_AHEAD)
+        self._pushed: deque[pb.AggregatorMessage] = deque()
+        self._reader = asyncio.get_running_loop().create_task(self._read(requests), name="stream-reader")
+
+    async def _read(self, requests: AsyncIterator[pb.SidecarMessage]) -> None:
+        end = _End()
+        try:
+            async for msg in requests:
+                await self._inbox.put(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken stream: the handler re-raises it, as `async for` would
+            end = _End(exc)
+        await self._inbox.put(end)
+
+    def push(self, message: pb.AggregatorMessage) -> None:
+        """Queue `message` to be written on this stream (from the loop's thread)."""
+        if len(self._pushed) >= MAX_PUSHED:
+            dropped = self._pushed.popleft()
+            log.warning("a stream reads nothing: dropped a queued %s", dropped.WhichOneof("body"))
+        self._pushed.append(message)
+        if not self._inbox.full():  # else the handler is busy and looks at `_pushed` before its next read
+            self._inbox.put_nowait(_WAKE)
+
+    async def messages(self) -> AsyncIterator[pb.SidecarMessage | pb.AggregatorMessage]:
+        """The sidecar's messages, and among them the pushed ones (AggregatorMessage), until the end."""
+        try:
+            while True:
+                while self._pushed:
+                    yield self._pushed.popleft()
+                item = await self._inbox.get()
+                if isinstance(item, _End):
+                    while self._pushed:
+                        yield self._pushed.popleft()
+                    if item.error is not None:
+                        raise item.error
+                    return
+                if isinstance(item, pb.SidecarMessage):
+                    yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._reader.cancel()
+
+
 # Membership: the registration as the API states it, or AuthRefused (aggregator.kube.membership).
 VerifyMembership = Callable[[Identity, pb.Register], Awaitable[pb.Register]]
 
@@ -116,8 +189,10 @@ class CollectorService(pb_grpc.CollectorServicer):
         event_burst: int = EVENT_BURST,
         membership: VerifyMembership | None = None,
         holds: HoldDesk | None = None,
+        stalls: StallDesk | None = None,
     ) -> None:
         self.event_rate, self.event_burst = event_rate, event_burst
+        self.stalls = stalls  # None: no capture requests (sidecars are told `Registered.captures` false)
         self.holds = holds  # None: no pod conditions written here; sidecars are told not to hold
         self.book = book
         self.store = store  # --state-dir: registrations and events committed before they are acked
@@ -217,11 +292,20 @@ class CollectorService(pb_grpc.CollectorServicer):
             self.metrics.connected.inc()
         if self.holds is not None:
             self.holds.registered(key, reg.holds)
+        duplex = _Duplex(request_iterator) if self.stalls is not None and reg.captures else None
         try:
-            registered = pb.Registered(aggregator_id=self.aggregator_id, holds=self.holds is not None)
+            registered = pb.Registered(
+                aggregator_id=self.aggregator_id, holds=self.holds is not None, captures=self.stalls is not None
+            )
             yield pb.AggregatorMessage(registered=registered)
+            if duplex is not None and self.stalls is not None:
+                self.stalls.opened(key, duplex.push)
             bucket = _TokenBucket(self.event_rate, self.event_burst)
-            async for msg in request_iterator:
+            messages = duplex.messages() if duplex is not None else request_iterator
+            async for msg in messages:
+                if isinstance(msg, pb.AggregatorMessage):  # pushed by the stall desk
+                    yield msg
+                    continue
                 body = msg.WhichOneof("body")
                 if body == "event":
                     if not bucket.take():
@@ -247,6 +331,8 @@ class CollectorService(pb_grpc.CollectorServicer):
                             )
                     if self.holds is not None:
                         self.holds.changed(key.job)
+                    if self.stalls is not None:
+                        self.stalls.ingested(key, msg.event)
                     yield pb.AggregatorMessage(ack=pb.Ack(event_ids=[msg.event.id]))
                 elif body == "hold":
                     if self.holds is None:
@@ -274,6 +360,9 @@ class CollectorService(pb_grpc.CollectorServicer):
                 elif body == "register":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'register' may only be sent once")
         finally:
+            if self.stalls is not None and duplex is not None:
+                self.stalls.closed(key, duplex.push)
+                duplex.close()
             self.book.disconnected(key)
             if self.metrics:
                 self.metrics.connected.dec()

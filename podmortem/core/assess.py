@@ -30,6 +30,7 @@ from podmortem.core.logtail import (
     time_hint,
 )
 from podmortem.core.model import Member
+from podmortem.core.names import DISRUPTION_TARGET
 from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet, SecondaryKind
 
 Role = Literal["primary", "secondary", "clean", "unknown"]
@@ -179,7 +180,7 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         if not (log.log_rule[0].secondary == "teardown" and own_exit):
             out.append(_Cand("log", log.log_rule[0], log.log_rule[1]))
     for c in member.conditions:
-        if c.type == "DisruptionTarget" and c.status == "True":
+        if c.type == DISRUPTION_TARGET and c.status == "True":
             r = rules.classify_disruption(c.reason)
             # A node-pressure eviction (TerminationByKubelet) names the resource the node ran short of in
             # its message: memory is the host running out of memory, disk the storage — more than "evicted".
@@ -267,7 +268,7 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
     teardown = cand is not None and cand.rule.secondary == "teardown"
     if source == "condition" and cand is not None and cand.rule.category not in (None, "node_lost"):
         for c in member.conditions:
-            if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
+            if c.type == DISRUPTION_TARGET and _finite(c.last_transition_time) is not None:
                 return c.last_transition_time, 1.0  # control-plane clock: not skewed
     lo: float | None = None
     hi: float | None = None
@@ -301,7 +302,7 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
         return observed - 0.5, 0.5  # seen by the sidecar shortly after it happened
     if mid is None:
         for c in member.conditions:
-            if c.type == "DisruptionTarget" and _finite(c.last_transition_time) is not None:
+            if c.type == DISRUPTION_TARGET and _finite(c.last_transition_time) is not None:
                 return c.last_transition_time, 1.0
         if _finite(member.deleted_at) is not None:
             return member.deleted_at, 2.0

@@ -36,6 +36,8 @@ VERDICT_ANNOTATION = PREFIX + "verdict"
 PUBLISHED_ANNOTATION = PREFIX + "published"  # `<incident id>#<revision>`, the idempotency key
 ROOT_CAUSE_CONDITION = "PodmortemRootCause"
 ROOT_CAUSE_EVENT = "PodmortemRootCause"
+STALL_EVENT = "PodmortemStall"  # a provisional verdict's Event (the job stalled, pods still running)
+STALL_CLEARED_EVENT = "PodmortemStallCleared"  # its withdrawal's (the job moved again)
 REPEATED_FAILURE_EVENT = "PodmortemRepeatedFailure"
 
 # On the job, set by its owner.

@@ -5,10 +5,18 @@ this runs `podmortem.local.harness.LocalJob` — real torchrun agents as "pods",
 real aggregator — injects the chosen fault into one pod, and prints the published verdict with its
 explanation (summary, evidence, victims) next to the ground truth and the measured time from the fault
 to the verdict. Returns 0 when a verdict was printed.
+
+For the faults that hang a worker (`hang`, `dataloader`, `desync`) the demo turns stall detection on, well below the
+job's collective timeout, with a workload that cooperates (torch's worker control plane, faulthandler on
+SIGTERM): the sidecars report their pods quiet, the aggregator asks them for their workers' stacks and
+publishes a provisional verdict while the pods still run, and the final verdict names the worker, its
+pod and the line it waits on. The demo prints the hung worker's global rank and pod beforehand, so that
+the verdict can be checked, and says which capture path named it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -18,6 +26,13 @@ from typing import Any, TextIO
 
 from podmortem.local.faults import EXPECTED_CATEGORY, FAULTS
 from podmortem.local.harness import JobResult, JobSpec, LocalJob
+
+# The faults that hang a worker get stall detection (seconds of silence) well below their collective
+# timeout (seconds): a sidecar reports quiet after STALL_AFTER (1.5 x with the control plane's progress
+# sample), the captures take about 2 s, and the provisional verdict is out long before the timeout.
+HANG_FAULTS = ("hang", "dataloader", "desync")
+STALL_AFTER = 4.0
+HANG_PG_TIMEOUT = 20.0
 
 
 def _say(out: TextIO, text: str = "") -> None:
@@ -78,12 +93,48 @@ def render(result: JobResult, out: TextIO) -> bool:
         f"  ground truth: {result.root_pod} was made to fail ({result.spec.fault} -> {expected_cat}, "
         f"retryable={expected_retry}) — {'podmortem got it right' if ok else 'podmortem named ' + str(named)}",
     )
+    _say_hang(result, verdict, out)
     f2v = result.fault_to_verdict
     if f2v is not None:
         first = result.fault_to_first_verdict
         extra = f" (first revision after {first:.1f} s)" if first is not None and abs(first - f2v) > 0.05 else ""
         _say(out, f"  fault -> verdict: {f2v:.1f} s{extra}")
     return True
+
+
+def _say_hang(result: JobResult, verdict: dict[str, Any], out: TextIO) -> None:
+    """For a hang: the provisional verdict, what the captured evidence says, and which path said it."""
+    if result.spec.fault not in HANG_FAULTS:
+        return
+    provisional = result.provisional_doc
+    if provisional is not None and result.fault_to_provisional is not None:
+        p = provisional.get("verdict") or {}
+        state = "while every pod still ran" if result.running_at_provisional else "as the pods were ending"
+        _say(
+            out,
+            f"  provisional : {result.fault_to_provisional:.1f} s after the fault, {state}: "
+            f"{p.get('pod')} ({p.get('category')}, rank {p.get('global_rank')})",
+        )
+    elif result.spec.stall_after > 0:
+        _say(out, "  provisional : none (the job was not seen stalled before it failed)")
+    hang = verdict.get("hang") or {}
+    if not hang:
+        _say(out, "  hang        : no captured evidence named a rank (today's behaviour: pod and category only)")
+        return
+    frame = hang.get("frame") or {}
+    where = f"{frame.get('file')}:{frame.get('line')} in {frame.get('function')}" if frame else "no frame"
+    _say(
+        out,
+        f"  hang        : {hang.get('finding')}: rank(s) {hang.get('stuck_ranks')} {hang.get('stuck_pods')}, {where}",
+    )
+    _say(out, f"  named by    : the {hang.get('path')} capture path")
+    named_rank = verdict.get("global_rank")
+    ok = named_rank == result.fail_rank and verdict.get("pod") == result.root_pod
+    _say(
+        out,
+        f"  hung worker : global rank {result.fail_rank} on {result.root_pod} — "
+        + ("the verdict names both" if ok else f"the verdict names rank {named_rank} on {verdict.get('pod')}"),
+    )
 
 
 PageWriter = Callable[[Path, Mapping[str, Any]], Path]
@@ -114,6 +165,10 @@ def main(
             return 2
         where.mkdir(parents=True, exist_ok=True)
     spec = JobSpec(fault=fault, pods=pods, nproc=nproc, fail_pod=fail_rank, workdir=keep or "")
+    if fault in HANG_FAULTS:
+        spec = dataclasses.replace(
+            spec, stall_after=STALL_AFTER, pg_timeout=HANG_PG_TIMEOUT, capture="cooperative", deadline=240.0
+        )
     job = LocalJob(spec, progress=lambda text: _say(out, f"  {text}"))
     target = spec.failing_pod()
     _say(
@@ -121,7 +176,16 @@ def main(
         f"podmortem demo: job {job.job_name}, {pods} pods x {job.nproc} worker(s)"
         + ("" if job.torch else " — without torch: plain worker processes stand in for torchrun"),
     )
-    _say(out, f"  fault: pod {job.pod_name(target)} (node rank {target}) {FAULTS[fault].text}")
+    _say(
+        out,
+        f"  fault: pod {job.pod_name(target)} (node rank {target}, global rank {job.fail_rank()}) {FAULTS[fault].text}",
+    )
+    if fault in HANG_FAULTS:
+        _say(
+            out,
+            f"  stall detection: a pod is quiet after {spec.stall_after:g} s of silence (collective timeout "
+            f"{spec.pg_timeout:g} s); the workload serves torch's worker control plane",
+        )
     result = job.run()
     shown = render(result, out)
     if keep is not None:

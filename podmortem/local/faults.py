@@ -23,6 +23,9 @@ FAULTS: dict[str, Fault] = {
     "sigkill": Fault("is OOM-killed: the container's processes get SIGKILL (exit 137, OOMKilled)", "host_oom", False),
     "segfault": Fault("segfaults in native code (SIGSEGV)", "crash", False),
     "hang": Fault("blocks forever in load_batch; its peers hit the collective timeout", "hang", True),
+    "dataloader": Fault(
+        "waits forever for its DataLoader worker, which blocks fetching a sample; its peers time out", "hang", True
+    ),
     "desync": Fault("skips one gradient all_reduce; its collectives no longer match its peers'", "user_code", False),
     "preempt": Fault("is preempted by the scheduler (DisruptionTarget, SIGTERM)", "preemption", True),
     "multi": Fault("raises ValueError; a second pod independently raises KeyError ~1 s later", "user_code", False),

@@ -109,9 +109,21 @@ class JobSpec:
     # is written at once and the sidecars are stopped only after the verdict (the friendliest order).
     kubelet_order: bool = False
     status_lag: float = 0.5
+    # Hangs. `stall_after`: seconds of silence after which each pod's sidecar says its training container
+    # is quiet (PODMORTEM_STALL_AFTER; 0: stall detection off); keep it below `pg_timeout`. `capture`: how
+    # the workers' stacks can be had: "faulthandler" (the workload registers faulthandler for SIGTERM, its
+    # stack reaches the log tail at teardown; the sidecars get no capture dir), "cooperative" (that, and
+    # the workload serves torch's worker control plane in the sidecars' capture dir), "py_spy" (the
+    # sidecar runs py-spy; the workload does nothing), "sitecustomize" (the injected start-up hook
+    # registers faulthandler; the workload does nothing) or "none" (no capture path at all).
+    stall_after: float = 0.0
+    capture: str = "faulthandler"
 
     def failing_pod(self) -> int:
         return self.pods - 1 if self.fail_pod is None else self.fail_pod
+
+
+CAPTURE_MODES = ("faulthandler", "cooperative", "py_spy", "sitecustomize", "none")
 
 
 @dataclass
@@ -146,6 +158,16 @@ class JobResult:
     started_at: float
     ended_at: float
     error: str = ""
+    fail_rank: int | None = None  # the global rank of the worker made to fail
+    provisional_doc: dict[str, Any] | None = None  # the first provisional verdict (a stall) after the fault
+    provisional_time: float | None = None  # when it was written
+    running_at_provisional: bool = False  # every pod's training container still ran when it was seen
+
+    @property
+    def fault_to_provisional(self) -> float | None:
+        if self.fault_time is None or self.provisional_time is None:
+            return None
+        return self.provisional_time - self.fault_time
 
     @property
     def verdict(self) -> dict[str, Any] | None:
@@ -225,6 +247,8 @@ class LocalJob:
             raise ValueError(f"fail pod {spec.failing_pod()} is not a node rank of a {spec.pods}-pod job")
         if spec.fault == "multi" and spec.pods < 2:
             raise ValueError("the multi fault needs at least two pods")
+        if spec.capture not in CAPTURE_MODES:
+            raise ValueError(f"capture {spec.capture!r} is not one of {', '.join(CAPTURE_MODES)}")
         self.spec = spec
         self.torch = torch_available() if spec.use_torch is None else spec.use_torch
         self.nproc = spec.nproc if self.torch else 1
@@ -232,6 +256,7 @@ class LocalJob:
         self.job_uid = str(uuid.uuid4())
         self._progress = progress
         self._tmp: str | None = None
+        self._capture_root: str | None = None  # the pods' capture dirs (sockets, Flight Recorder dumps)
         # Resolved once, here: every child runs in its own pod's directory and is handed absolute paths.
         self.workdir = Path(spec.workdir).resolve() if spec.workdir else Path()
         self.pods: list[Pod] = []
@@ -246,6 +271,7 @@ class LocalJob:
         self._first_verdict: float | None = None
         self._last_doc: dict[str, Any] | None = None
         self._last_doc_time: float | None = None
+        self._provisionals: list[tuple[dict[str, Any], float, bool]] = []  # doc, mtime, pods all running
         self.kubelet = Kubelet(
             namespace=spec.namespace,
             job_name=self.job_name,
@@ -259,6 +285,28 @@ class LocalJob:
     def pod_name(self, node_rank: int) -> str:
         """Kubeflow naming with a Master replica: <job>-master-0, then <job>-worker-<node rank - 1>."""
         return f"{self.job_name}-master-0" if node_rank == 0 else f"{self.job_name}-worker-{node_rank - 1}"
+
+    def fail_rank(self) -> int:
+        """The global rank of the worker made to fail (torchrun numbers a pod's workers consecutively)."""
+        s = self.spec
+        return s.failing_pod() * self.nproc + min(s.fail_local_rank, self.nproc - 1)
+
+    def _capture_env(self, pod: Pod) -> dict[str, str]:
+        """What the pod's containers share for captures (the webhook's part in a cluster): the capture dir
+        for sockets and Flight Recorder dumps, and the recorder's settings."""
+        if self.spec.capture in ("none", "faulthandler"):
+            return {}
+        if self._capture_root is None:
+            # Short: a unix socket's path is at most 107 bytes, and a run's workdir (pytest's tmp_path) is long.
+            self._capture_root = tempfile.mkdtemp(prefix="pm-")
+        capture_dir = Path(self._capture_root) / str(pod.index)
+        capture_dir.mkdir(exist_ok=True)
+        return {
+            "PODMORTEM_CAPTURE_DIR": str(capture_dir),
+            "TORCH_FR_BUFFER_SIZE": "2000",
+            "TORCH_FR_DUMP_TEMP_FILE": str(capture_dir / "fr-"),
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(capture_dir / "fr-"),
+        }
 
     def _note(self, text: str) -> None:
         if self._progress is not None:
@@ -286,6 +334,8 @@ class LocalJob:
         finally:
             self._stop_everything()
         result = self._result(started, error)
+        if self._capture_root is not None:
+            shutil.rmtree(self._capture_root, ignore_errors=True)
         if self._tmp and not self.spec.keep_workdir:
             shutil.rmtree(self._tmp, ignore_errors=True)
         return result
@@ -407,6 +457,11 @@ class LocalJob:
                 "PODMORTEM_LOG_FILE": str(pod.log_file),
             }
         )
+        env.update(self._capture_env(pod))
+        if self.spec.stall_after > 0:
+            env["PODMORTEM_STALL_AFTER"] = f"{self.spec.stall_after:g}"
+        if self.spec.capture == "py_spy":
+            env["PODMORTEM_PYSPY"] = "1"
         env.update(self.spec.sidecar_extra_env)
         env.update(self._shim_env(pod, env))  # the sidecar shares its node's clock
         pod.sidecar_log = (pod.dir / "sidecar.log").open("wb")
@@ -421,12 +476,11 @@ class LocalJob:
 
     def _workload_args(self) -> list[str]:
         s = self.spec
-        fail_rank = s.failing_pod() * self.nproc + min(s.fail_local_rank, self.nproc - 1)
         args = [
             "--fault",
             s.fault,
             "--fail-rank",
-            str(fail_rank),
+            str(self.fail_rank()),
             "--fail-step",
             str(s.fail_step),
             "--pg-timeout",
@@ -441,6 +495,15 @@ class LocalJob:
             args += ["--second-rank", str(second * self.nproc), "--second-delay", str(s.second_delay)]
         return args
 
+    def _workload_capture_env(self, env: dict[str, str]) -> dict[str, str]:
+        """How the workload takes part in captures (`JobSpec.capture`)."""
+        mode = self.spec.capture
+        out = {"PODMORTEM_WORKLOAD_COOPERATE": "1" if mode in ("cooperative", "faulthandler") else "0"}
+        if mode == "sitecustomize":
+            inject = str(Path(__file__).resolve().parent.parent / "inject")  # podmortem/inject
+            out["PYTHONPATH"] = inject + os.pathsep + env.get("PYTHONPATH", "")
+        return out
+
     def _start_agent(self, pod: Pod, master_port: int) -> None:
         env = _base_env()
         env.update(
@@ -453,6 +516,8 @@ class LocalJob:
                 "PET_NNODES": str(self.spec.pods),
             }
         )
+        env.update(self._capture_env(pod))
+        env.update(self._workload_capture_env(env))
         env.update(self._shim_env(pod, env))
         # torchrun and torch keep scratch directories (torchelastic_*, torchinductor_*) in the temporary
         # directory and leave them when torn down: in the run's own `tmp/` they go with the run.
@@ -563,6 +628,12 @@ class LocalJob:
             self._controller_fired = True
             self._cleanup_at = time.monotonic() + self.spec.controller_delay
 
+    def _provisional(self) -> tuple[dict[str, Any], float, bool] | None:
+        """The first provisional verdict after the fault (a silent start-up can look like a stall too)."""
+        fault = self._fault_time()
+        after = [p for p in self._provisionals if fault is None or p[1] >= fault]
+        return after[0] if after else None
+
     def _fault_time(self) -> float | None:
         times = []
         for m in self._markers.values():
@@ -585,8 +656,12 @@ class LocalJob:
                 continue
             if not isinstance(doc, dict):
                 continue
-            if self._first_verdict is None:
-                self._first_verdict = mtime
+            if doc.get("closed_by") == "stall":
+                running = all(p.running for p in self.pods)
+                self._provisionals.append((doc, mtime, running))
+                self._note(f"provisional verdict (pods {'still running' if running else 'ending'})")
+            if self._first_verdict is None and not doc.get("provisional"):
+                self._first_verdict = mtime  # the first verdict on the failure (provisional ones are apart)
             root = doc.get("root_cause") or {}
             final = "final" if doc.get("final") else "not final"
             self._note(f"verdict revision {doc.get('revision')} ({final}): {root.get('pod')} — {root.get('category')}")
@@ -634,6 +709,7 @@ class LocalJob:
         self._scan_verdicts()  # the aggregator may publish once more while stopping
 
     def _result(self, started: float, error: str) -> JobResult:
+        provisional = self._provisional()
         outcomes = []
         for pod in self.pods:
             err: dict[str, Any] | None = None
@@ -671,6 +747,10 @@ class LocalJob:
             started_at=started,
             ended_at=time.time(),
             error=error,
+            fail_rank=self.fail_rank(),
+            provisional_doc=copy.deepcopy(provisional[0]) if provisional else None,
+            provisional_time=provisional[1] if provisional else None,
+            running_at_provisional=provisional[2] if provisional else False,
         )
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from podmortem.core.names import DISRUPTION_TARGET
 from podmortem.k8s.objects import rfc3339
 
 TOKEN_ENV = "PODMORTEM_HARNESS_POD"
@@ -263,7 +264,7 @@ class Kubelet:
         if pod.disruption_at is not None:
             conditions.append(
                 {
-                    "type": "DisruptionTarget",
+                    "type": DISRUPTION_TARGET,
                     "status": "True",
                     "lastProbeTime": None,
                     "lastTransitionTime": rfc3339(pod.disruption_at),

@@ -21,6 +21,8 @@ sigkill     host OOM-killer stand-in: SIGKILL to this pod's torchrun agent and t
             harness reports the container as OOMKilled, exit 137
 segfault    a real SIGSEGV (`ctypes.string_at(0)`)
 hang        blocks forever in `load_batch` (the data step) while the peers hit the collective timeout
+dataloader  its DataLoader worker (a process of its own) blocks forever fetching a sample; the rank waits
+            for it in `load_batch` while the peers hit the collective timeout
 desync      skips one gradient all_reduce and goes on to the step's metrics all_reduce (another process
             group): each side waits in a collective the other never enters (category user_code)
 preempt     nothing in-process: the marker tells the harness to preempt this pod (SIGTERM to the
@@ -39,6 +41,8 @@ thread's stack goes to stderr when torchrun tears a worker down), records its co
 Flight Recorder (`TORCH_FR_BUFFER_SIZE`, unless set), and with `PODMORTEM_CAPTURE_DIR` set serves torch's
 worker control plane (`worker_main()`) on `$PODMORTEM_CAPTURE_DIR/worker-<RANK>.sock`
 (`TORCH_WORKER_SERVER_SOCKET`, unless set), where the sidecar asks for stacks and Flight Recorder state.
+With `PODMORTEM_WORKLOAD_COOPERATE=0` it does none of this: a script that does not cooperate (the local
+harness then runs the other capture paths, py-spy or the injected sitecustomize, or none).
 
 The collectives run on a gloo device bound to the pod's own address (`--pod-ip`, any 127.0.0.0/8
 address works on loopback), so gloo messages name the pod IPs the way they do in a real cluster.
@@ -219,6 +223,27 @@ def load_batch(step: int, rank: int, stuck: bool) -> tuple[Any, Any]:
     return torch.randn(8, 16), torch.randn(8, 4)
 
 
+class _StuckSamples:
+    """A dataset whose samples never come: `__getitem__` blocks (in the DataLoader's worker process)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> Any:
+        threading.Event().wait()
+
+
+def load_batch_from_workers(rank: int) -> tuple[Any, Any]:
+    """The step's batch from a DataLoader with one worker process, which blocks fetching it (the
+    `dataloader` fault): this rank waits for its worker here, outside any collective."""
+    import torch.utils.data
+
+    log(rank, "waiting for a DataLoader worker that never delivers ...")
+    loader: Any = torch.utils.data.DataLoader(_StuckSamples(), batch_size=8, num_workers=1)  # type: ignore[arg-type]
+    batch = next(iter(loader))
+    return batch, batch
+
+
 def _gloo_group_on(address: str, rank: int, world: int, timeout: timedelta) -> Any:
     """A second gloo group whose device binds `address`, so gloo messages name the pod IPs.
 
@@ -268,14 +293,16 @@ def train(args: argparse.Namespace) -> int:
     log(rank, f"training: world size {world}, fault {args.fault} on rank {args.fail_rank} at step {args.fail_step}")
     for step in range(args.steps):
         failing = step == args.fail_step and rank == args.fail_rank and args.fault != "none"
-        if failing and args.fault in ("hang", "desync"):
+        if failing and args.fault in ("hang", "dataloader", "desync"):
             write_marker(args.fault_dir, rank, args.fault, step)
+        if failing and args.fault == "dataloader":
+            x, y = load_batch_from_workers(rank)
         x, y = load_batch(step, rank, stuck=failing and args.fault == "hang")
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         if step == args.fail_step:
-            if failing and args.fault not in ("hang", "desync"):
+            if failing and args.fault not in ("hang", "dataloader", "desync"):
                 write_marker(args.fault_dir, rank, args.fault, step)
                 inject(args.fault, rank, step, kill_agent=True)
             elif args.fault in ("multi", "skew") and args.second_rank is not None and same_pod(rank, args.second_rank):
@@ -317,11 +344,13 @@ def cooperate(rank: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    cooperate(settings.platform("RANK") or "0")
+    cooperating = settings.platform("PODMORTEM_WORKLOAD_COOPERATE") != "0"
+    if cooperating:
+        cooperate(settings.platform("RANK") or "0")
     from torch.distributed.elastic.multiprocessing.errors import record
 
     with contextlib.ExitStack() as stack:
-        if settings.platform("TORCH_WORKER_SERVER_SOCKET"):
+        if cooperating and settings.platform("TORCH_WORKER_SERVER_SOCKET"):
             stack.enter_context(_control_plane())
         # worker_main's own `record` covers only the call that makes its context manager: the error file of an
         # exception in training comes from this one.
@@ -438,7 +467,7 @@ def _fallback_loop(args: argparse.Namespace, rank: int, world: int, hb: Path) ->
                 write_marker(args.fault_dir, rank, args.fault, step)
                 if args.fault == "oom":
                     raise OutOfMemoryError(OOM_MESSAGE)
-                if args.fault == "hang":
+                if args.fault in ("hang", "dataloader"):
                     load_batch(step, rank, stuck=True)
                 if args.fault == "desync":  # what gloo says when a peer's collective does not match (an imitation)
                     raise RuntimeError(GLOO_MISMATCH)

@@ -258,6 +258,8 @@ def _victim_table(tl: Timeline) -> list[dict[str, Any]]:
 def _plain(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, Mapping) and {"file", "line", "function"} <= value.keys():  # a stack frame
+        return f"{value['file']}:{value['line']} in {value['function']}"
     if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
         return ", ".join(str(v) for v in value)
     return json.dumps(value, sort_keys=True, default=str)

@@ -23,7 +23,8 @@ from typing import Any, Literal, overload
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from podmortem.core.finite import finite_or_none, valid_timestamp
-from podmortem.core.model import Condition, ErrorRecord, Member, Termination, evolve
+from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
+from podmortem.core.model import Condition, ErrorRecord, Member, Termination, WorkerCapture, evolve
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -407,7 +408,37 @@ def apply_event(member: Member, event: pb.Event, clock_offset: float | None = No
         )
     if kind == "log_tail":
         return evolve(member, log_tail=tail_text(event.log_tail.text))
+    if kind == "capture":
+        return evolve(member, captures=(*member.captures, *captures_from_pb(event.capture, observed)))
     return member
+
+
+def captures_from_pb(msg: pb.Capture, observed: float | None = None) -> tuple[WorkerCapture, ...]:
+    """A `Capture`'s workers as the engine reads them. A Flight Recorder summary that does not read back
+    (`FRSummary.from_json`: not JSON, a newer version, a field out of bounds) is left out and its worker's
+    note says why; the worker's stack and the other workers are kept."""
+    out = []
+    for w in msg.workers:
+        summary, note = None, w.note
+        if w.flight_recorder:
+            try:
+                summary = FRSummary.from_json(w.flight_recorder)
+            except FlightRecorderError as exc:
+                why = f"flight recorder summary unreadable: {exc}"
+                note = f"{note}; {why}" if note else why
+        out.append(
+            WorkerCapture(
+                path=w.path,
+                local_rank=w.local_rank if w.HasField("local_rank") else None,
+                global_rank=w.global_rank if w.HasField("global_rank") else None,
+                stack=w.stack,
+                flight_recorder=summary,
+                note=note,
+                trigger=msg.trigger,
+                captured_at=observed,
+            )
+        )
+    return tuple(out)
 
 
 # Captures and activity (proto `Activity`, `Capture`, `CaptureRequest`). The bounds are the proto's: a

@@ -41,6 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
         ("errorfile_speed", ["--mib", "2", "--repeat", "1"], "ms (best of 1)"),
         # The book's share of a burst, in process; exits 1 when the verdict names someone else.
         ("ingest_speed", ["--pods", "16", "--tail-kib", "4", "--repeat", "1", "--profile"], "ingest W=16"),
+        # A hang's first timeout: every member asked to capture; exits 1 unless the verdict names the culprit.
+        ("first_timeout", ["--members", "4", "--rounds", "1"], "names the culprit's rank"),
     ],
 )
 def test_benchmark_runs_and_prints_its_figures(script: str, args: list[str], expect: str, tmp_path: Path) -> None:

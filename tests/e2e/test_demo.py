@@ -58,6 +58,20 @@ def test_demo_with_torchrun() -> None:
     assert "ValueError" in output
 
 
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_demo_hang_names_the_worker_and_its_line_before_the_timeout() -> None:
+    code, output = _demo("--fault", "hang", "--pods", "2", "--nproc", "2", "--fail-rank", "1", torch=True)
+    assert code == 0, output
+    _assert_names_the_failed_pod(output, "hang")
+    told = re.search(r"fault: pod \S+ \(node rank 1, global rank (\d+)\)", output)
+    assert told and told.group(1) == "2", output  # the demo says which worker hangs, so it can be checked
+    assert "the verdict names both" in output, output
+    assert re.search(r"provisional : [\d.]+ s after the fault, while every pod still ran", output), output
+    assert re.search(r"hang\s+: behind: rank\(s\) \[2\] .*workload\.py:\d+ in load_batch", output), output
+    assert "named by    : the control_plane capture path" in output, output
+
+
 def test_demo_without_torch() -> None:
     code, output = _demo("--fault", "segfault", "--pods", "3", torch=False)
     assert code == 0, output

@@ -37,6 +37,7 @@ def ml_decision(category: str | None, revision: int = 1, namespace: str = "ml") 
         retryable=None,
         opened_at=100.0,
         decided_at=103.5,
+        closed_by="quorum" if revision == 1 else "revision",  # as the book closes and revises
     )
 
 
@@ -117,6 +118,13 @@ async def test_real_prometheus_scrapes_the_aggregator(prometheus: tuple[Path, in
         assert [(r["metric"]["category"], r["value"][1]) for r in result] == [("gpu_oom", "1")]
         zeros = await asyncio.to_thread(_query, prom_port, "podmortem_verdicts_total == 0")
         assert {r["metric"]["category"] for r in zeros} == {*CATEGORIES, "none"} - {"gpu_oom"}
+        # The hang series exist before any stall: an alert on a provisional verdict has a series to match.
+        provisional = await asyncio.to_thread(_query, prom_port, "podmortem_provisional_verdicts_total == 0")
+        assert {r["metric"]["category"] for r in provisional} == {*CATEGORIES, "none"}
+        requests = await asyncio.to_thread(_query, prom_port, "podmortem_capture_requests_total == 0")
+        assert {r["metric"]["trigger"] for r in requests} == {"stall", "first_timeout"}
+        alarms = await asyncio.to_thread(_query, prom_port, "podmortem_stall_false_alarms_total")
+        assert [r["value"][1] for r in alarms] == ["0"]
         # A repeated failure stopped (the hold desk counts it when its condition is written): one series per
         # category from the first scrape, at 0, so an alert has one to match.
         repeated = await asyncio.to_thread(_query, prom_port, "podmortem_repeated_failures_total == 0")

@@ -271,3 +271,36 @@ async def test_nothing_is_written_outside_the_watched_namespaces(kube_api: Emula
     for p in kube_publishers(KubeSettings(reporting_instance="aggregator-0", namespaces=(NS,)), kube):
         await p.publish(decision())
     assert writes(kube_api) != []  # the same decision in a watched namespace is written
+
+
+async def test_a_provisional_verdict_is_annotated_and_evented_but_sets_no_condition(
+    kube_api: EmulatorHandle, kube: Kube
+) -> None:
+    # A stalled job whose pods still run: nothing has failed, so nothing may act on it.
+    job, _ = seed_pytorchjob(kube_api)
+    await publish_all(kube, decision(category="hang", closed_by="stall"))
+    stored = kube_api.get(PYTORCHJOBS, NS, job["metadata"]["name"])
+    assert stored is not None
+    assert stored["status"]["conditions"] == job["status"]["conditions"]  # no PodmortemRootCause
+    annotations = stored["metadata"]["annotations"]
+    doc = json.loads(annotations[VERDICT_ANNOTATION])
+    assert (doc["final"], doc["provisional"], doc["category"]) == (False, True, "hang")
+    assert annotations[SUMMARY_ANNOTATION].startswith("provisional (the pods still run): ")
+    events = kube_api.list("v1/events", NS)
+    assert sorted((e["type"], e["reason"]) for e in events) == [("Warning", "PodmortemStall")] * 2
+
+    # The job moved again: the annotations say so, a Normal Event on the job; still no condition.
+    await publish_all(kube, decision(pod=None, category=None, revision=2, closed_by="resumed"))
+    stored = kube_api.get(PYTORCHJOBS, NS, job["metadata"]["name"])
+    assert stored is not None and stored["status"]["conditions"] == job["status"]["conditions"]
+    doc = json.loads(stored["metadata"]["annotations"][VERDICT_ANNOTATION])
+    assert (doc["revision"], doc["pod"], doc["provisional"], doc["final"]) == (2, None, True, False)
+    cleared = [e for e in kube_api.list("v1/events", NS) if e["reason"] == "PodmortemStallCleared"]
+    assert [(e["type"], e["involvedObject"]["kind"]) for e in cleared] == [("Normal", "PyTorchJob")]
+
+    # It failed after all: the final verdict takes over, condition included.
+    await publish_all(kube, decision(category="hang", revision=3))
+    stored = kube_api.get(PYTORCHJOBS, NS, job["metadata"]["name"])
+    assert stored is not None
+    assert [c["reason"] for c in stored["status"]["conditions"] if c["type"] == ROOT_CAUSE_CONDITION] == ["Hang"]
+    assert json.loads(stored["metadata"]["annotations"][VERDICT_ANNOTATION])["final"] is True

@@ -373,3 +373,10 @@ def test_written_to_names_the_job_and_the_nodes_record() -> None:
         ("node/gpu-7", "condition podmortem.io/SuspectHardware=True (Repeated)"),
     ]
     assert written_to(job, {}) == written_to(job, {})[:2]
+
+
+def test_a_hang_frame_reads_as_file_line_and_function() -> None:
+    incident = small_incident()
+    doc = decide(incident).to_dict()
+    doc["hang"] = {"finding": "behind", "frame": {"file": "train.py", "line": 211, "function": "load_batch"}}
+    assert "train.py:211 in load_batch" in Parsed(render(incident, doc)).all_text

@@ -342,8 +342,8 @@ class NodeFaultPublisher:
 
     async def publish(self, decision: Decision) -> None:
         v = decision.verdict
-        if v.category != "hardware" or not v.pod or not v.node:
-            return
+        if decision.provisional or v.category != "hardware" or not v.pod or not v.node:
+            return  # a provisional verdict (pods still running) records nothing on a node
         path = resource_path("v1", "nodes", None, v.node)
         fault = fault_of(decision)
         now = self._clock() if self._clock is not None else decision.decided_at

@@ -21,6 +21,11 @@ failing — say, RBAC forbids Events — does not stop the rest):
 * `EventPublisher` — a `Warning` core/v1 Event on the job and on the root-cause pod. Its name is
   derived from the incident and revision, so publishing twice is a 409 AlreadyExists: nothing new.
 
+A provisional verdict (`Decision.provisional`: a stalled job whose pods still run, `aggregator.stalls`)
+gets the annotations (`final: false`, `provisional: true`) and an Event (reason `PodmortemStall`), never
+the condition: nothing has failed. Its withdrawal (the job moved again) updates the annotations and
+posts a `Normal` Event on the job (reason `PodmortemStallCleared`).
+
 Each decision is published once per incident revision: a publisher first reads the object and skips
 it when it already shows this incident at this revision or a later one (an aggregator restart, or the
 queue replaying). The builders — decision -> annotations, condition list, Event body — are pure
@@ -45,6 +50,8 @@ from podmortem.core.names import (
     PUBLISHED_ANNOTATION,
     ROOT_CAUSE_CONDITION,
     ROOT_CAUSE_EVENT,
+    STALL_CLEARED_EVENT,
+    STALL_EVENT,
     SUMMARY_ANNOTATION,
     VERDICT_ANNOTATION,
 )
@@ -93,6 +100,8 @@ def summary(decision: Decision) -> str:
     v = decision.verdict
     if v.pod is None:
         return cut(v.summary or "no failed pod", MAX_SUMMARY)
+    if decision.closed_by == "stall":  # the engine's own words: nothing failed yet, pods still run
+        return cut(f"provisional (the pods still run): {v.summary}", MAX_SUMMARY)
     where = f" on {v.node}" if v.node else ""
     who = f"rank {v.rank} (pod {v.pod}{where})" if v.rank is not None else f"pod {v.pod}{where}"
     retry = "retryable" if v.retryable else "not retryable" if v.retryable is not None else "retryability unknown"
@@ -141,6 +150,7 @@ def verdict_document(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> J
         "incidentId": inc.incident_id,
         "revision": decision.revision,
         "final": decision.final,
+        "provisional": decision.provisional,
         "decidedAt": rfc3339(decision.decided_at),
         "job": {"kind": inc.job.kind, "name": inc.job.name, "namespace": inc.job.namespace},
         "attempt": inc.attempt,
@@ -158,6 +168,9 @@ def verdict_document(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> J
         "secondary": [{"pod": s.pod, "reason": cut(s.reason, 200)} for s in v.secondary[:MAX_SECONDARY]],
         "confidence": round(v.confidence, 3),
         "rule": v.rule or None,
+        "globalRank": v.global_rank,
+        # A hang's captured evidence: the stuck ranks, the collective they did not enter, the culprit's frame.
+        "hang": v.hang.to_dict() if v.hang is not None else None,
         "signature": decision.attempt.signature if decision.attempt is not None else None,
         "repeats": decision.repeats,
         "attemptHistory": [a.to_dict() for a in attempt_history(decision, earlier)],
@@ -264,7 +277,7 @@ def event_body(target: JSON, decision: Decision, now: float, instance: str = "")
         namespace=str(meta.get("namespace", "")),
         involved=involved,
         type_="Warning" if decision.verdict.pod is not None else "Normal",
-        reason=ROOT_CAUSE_EVENT,
+        reason={"stall": STALL_EVENT, "resumed": STALL_CLEARED_EVENT}.get(decision.closed_by, ROOT_CAUSE_EVENT),
         message=cut(f"{summary(decision)} [incident {publication_key(decision)}]", MAX_NOTE),
         action="Diagnosed",
         component=COMPONENT,
@@ -341,8 +354,8 @@ class ConditionPublisher:
 
     async def publish(self, decision: Decision) -> None:
         path = job_path(decision)
-        if path is None:
-            return
+        if path is None or decision.provisional:
+            return  # a provisional verdict: nothing has failed, so no condition says it did
         for attempt in range(self.attempts):
             try:
                 job = await self.kube.get(path)
@@ -375,7 +388,7 @@ class EventPublisher:
         self.created = 0
 
     async def publish(self, decision: Decision) -> None:
-        if decision.verdict.pod is None:
+        if decision.verdict.pod is None and decision.closed_by != "resumed":
             return  # nothing failed: the annotations and the condition say so; no Warning
         for path in _targets(decision):
             try:

@@ -1,0 +1,143 @@
+"""Capture requests over real gRPC streams: the aggregator writes a `CaptureRequest` onto the streams its
+sidecars already have when every member went quiet, publishes a provisional verdict file once they
+answered, and keeps the activity and captures in its state file across a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+from support.common import eventually
+
+from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.running import Aggregator
+from podmortem.protocol.v1 import collector_pb2 as pb
+from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.protocol.wire import activity_to_pb, capture_to_pb, make_event, worker_capture_to_pb
+
+JOB = pb.JobRef(namespace="ml", name="llm", kind="PyTorchJob")
+T0 = 1_800_000_000.0
+STACK = 'Thread 0x01 (most recent call first):\n  File "/w/train.py", line 12 in load_batch\n'
+
+
+class Sidecar:
+    """A raw client stream, as the sidecar speaks it: register, events acked, requests read."""
+
+    def __init__(self, port: int, pod: str, rank: int, captures: bool = True) -> None:
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.call = pb_grpc.CollectorStub(self.channel).Report()  # type: ignore[no-untyped-call]
+        self.reg = pb.Register(job=JOB, pod=pod, rank=rank, world_size_hint=2, attempt="0", captures=captures)
+
+    async def register(self) -> pb.Registered:
+        await self.call.write(pb.SidecarMessage(register=self.reg))
+        reply: pb.AggregatorMessage = await self.call.read()
+        return reply.registered
+
+    async def send(self, event: pb.Event) -> None:
+        await self.call.write(pb.SidecarMessage(event=event))
+        reply = await self.call.read()
+        assert list(reply.ack.event_ids) == [event.id]
+
+    async def request(self) -> pb.CaptureRequest:
+        reply: pb.AggregatorMessage = await asyncio.wait_for(self.call.read(), 10)
+        assert reply.WhichOneof("body") == "capture_request", reply
+        return reply.capture_request
+
+    async def close(self) -> None:
+        await self.call.done_writing()
+        await self.channel.close()
+
+
+def quiet(pod: str) -> pb.Event:
+    return make_event(activity_to_pb(True, 30.0, T0 - 30), f"{pod}/activity/1", wall=T0)
+
+
+def answer(pod: str, request: pb.CaptureRequest, rank: int) -> pb.Event:
+    worker = worker_capture_to_pb("control_plane", local_rank=0, global_rank=rank, stack=STACK if rank == 1 else "")
+    return make_event(capture_to_pb(request.request_id, request.trigger, [worker]), f"{pod}/capture/1", wall=T0 + 1)
+
+
+@pytest.fixture
+async def aggregator(tmp_path: Path) -> AsyncIterator[Aggregator]:
+    config = AggregatorConfig(
+        listen="127.0.0.1:0",
+        metrics_listen="",
+        verdict_dir=str(tmp_path / "verdicts"),
+        state_dir=str(tmp_path / "state"),
+    )
+    agg = Aggregator(config, registry=CollectorRegistry())
+    await agg.start()
+    try:
+        yield agg
+    finally:
+        await agg.stop(grace=1)
+
+
+async def test_a_stalled_job_is_asked_over_its_streams_and_gets_a_provisional_verdict(
+    aggregator: Aggregator, tmp_path: Path
+) -> None:
+    sidecars = [Sidecar(aggregator.port, f"llm-worker-{i}", i) for i in range(2)]
+    try:
+        for s in sidecars:
+            registered = await s.register()
+            assert registered.captures
+        await sidecars[0].send(quiet("llm-worker-0"))
+        await sidecars[1].send(quiet("llm-worker-1"))
+        # Both streams get the request, pushed by the aggregator on its own (nothing was asked).
+        requests = [await s.request() for s in sidecars]
+        assert {r.trigger for r in requests} == {"stall"} and requests[0].request_id == requests[1].request_id
+        for i, s in enumerate(sidecars):
+            await s.send(answer(f"llm-worker-{i}", requests[i], i))
+        files = tmp_path / "verdicts"
+        await eventually(lambda: any(files.glob("*.json")), "a provisional verdict file")
+        [path] = files.glob("*.json")
+        doc = json.loads(path.read_text())
+        assert (doc["provisional"], doc["final"], doc["closed_by"]) == (True, False, "stall")
+        assert doc["incident"]["opened_at"] is None
+        category = doc["verdict"]["category"] or "none"
+        sample = aggregator.metrics.registry.get_sample_value
+        assert sample("podmortem_provisional_verdicts_total", {"category": category}) == 1
+        assert sample("podmortem_capture_requests_total", {"trigger": "stall"}) == 2
+    finally:
+        for s in sidecars:
+            await s.close()
+    # Durable: a restarted aggregator replays the activity and the captures into its book.
+    await aggregator.stop(grace=1)
+    again = Aggregator(
+        AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir="", state_dir=str(tmp_path / "state")),
+        registry=CollectorRegistry(),
+    )
+    await again.start()
+    try:
+        job = ("ml", "llm", "0")
+        assert again.book.stalled(job)
+        incident = again.book.incident(job)
+        assert incident is not None
+        stacks = {m.pod: [c.stack for c in m.captures] for m in incident.members}
+        assert stacks == {"llm-worker-0": [""], "llm-worker-1": [STACK]}
+    finally:
+        await again.stop(grace=1)
+
+
+async def test_a_sidecar_that_does_not_answer_captures_gets_no_request(aggregator: Aggregator) -> None:
+    plain, capturing = (
+        Sidecar(aggregator.port, "llm-worker-0", 0, captures=False),
+        Sidecar(aggregator.port, "llm-worker-1", 1),
+    )
+    try:
+        await plain.register()
+        await capturing.register()
+        await plain.send(quiet("llm-worker-0"))
+        await capturing.send(quiet("llm-worker-1"))
+        assert (await capturing.request()).trigger == "stall"
+        await plain.call.done_writing()
+        reply = await asyncio.wait_for(plain.call.read(), 5)
+        assert reply is grpc.aio.EOF  # its stream ends with nothing pushed on it
+    finally:
+        await capturing.close()
+        await plain.channel.close()
