@@ -121,36 +121,23 @@ def client_for(settings: KubeSettings, role: Role, threads: int = 0) -> Kube:
       retry, `threads` threads (a flood of reviews never holds the threads the publishers' calls need).
     """
     configuration = load_configuration(settings)
-    backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+    qps, burst, retries, executor = settings.qps, settings.burst, settings.retries, None
     if role == "conditions":
         configuration.connection_pool_maxsize = threads
-        return Kube(
-            configuration,
-            qps=settings.condition_qps,
-            burst=settings.condition_burst,
-            retries=settings.retries,
-            backoff=backoff,
-            request_timeout=settings.request_timeout,
-            executor=ThreadPoolExecutor(threads, thread_name_prefix="podmortem-conditions"),
-        )
-    if role == "reviews":
-        return Kube(
-            configuration,
-            qps=settings.qps,
-            burst=settings.burst,
-            retries=1,
-            backoff=backoff,
-            request_timeout=settings.request_timeout,
-            executor=ThreadPoolExecutor(threads, thread_name_prefix="podmortem-review"),
-        )
+        qps, burst = settings.condition_qps, settings.condition_burst
+        executor = ThreadPoolExecutor(threads, thread_name_prefix="podmortem-conditions")
+    elif role == "reviews":
+        retries = 1
+        executor = ThreadPoolExecutor(threads, thread_name_prefix="podmortem-review")
     return Kube(
         configuration,
-        qps=settings.qps,
-        burst=settings.burst,
-        retries=settings.retries,
-        backoff=backoff,
+        qps=qps,
+        burst=burst,
+        retries=retries,
+        backoff=Backoff(settings.backoff_initial, settings.backoff_max),
         request_timeout=settings.request_timeout,
         watch_timeout=settings.watch_timeout,
+        executor=executor,
     )
 
 
