@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +29,10 @@ FIXTURES = ROOT / "tests" / "fixtures" / "flightrecorder"
 
 def _start(cmd: list[str], env: dict[str, str], ready: str, log: Path) -> subprocess.Popen[bytes]:
     out = log.open("wb")
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    # Its own process group, so that `_stop` ends a forked child too (a DataLoader worker's stand-in).
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + HANG_GUARD * 2
     while ready not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -38,7 +43,8 @@ def _start(cmd: list[str], env: dict[str, str], ready: str, log: Path) -> subpro
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
