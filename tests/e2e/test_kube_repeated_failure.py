@@ -41,6 +41,7 @@ from support.kubelet_order import (
     Kubelet,
     Sidecar,
     error_doc,
+    kill_remaining,
     our_condition,
     start_sidecar,
     with_sidecar,
@@ -312,10 +313,7 @@ async def test_a_pytorchjob_restarted_in_place_says_the_failure_repeats(
                 kubelet.tasks.append(asyncio.create_task(kubelet.exited(sidecar, 1)))
             await kubelet.done()
         finally:
-            for sidecar in sidecars:
-                if sidecar.proc.returncode is None:
-                    sidecar.proc.kill()
-                    await sidecar.proc.wait()
+            await kill_remaining(sidecars)
     second = verdict_file(tmp_path, "r1", name)
     assert second is not None and second["verdict"]["category"] == "network"
     assert [a["attempt"] for a in second["attempt_history"]] == [""] and second["repeats"] == 2

@@ -239,11 +239,16 @@ async def fail_pods(
                 kubelet.fail(sidecar, GLOO_PEER.format(ip=f"10.1.0.{10 + root}"))
         await kubelet.done()
     finally:
-        for sidecar in sidecars:
-            if sidecar.proc.returncode is None:
-                sidecar.proc.kill()
-                await sidecar.proc.wait()
+        await kill_remaining(sidecars)
     return sidecars
+
+
+async def kill_remaining(sidecars: list[Sidecar]) -> None:
+    """Kill and reap every sidecar process still running (a test's clean-up, whatever it ended with)."""
+    for sidecar in sidecars:
+        if sidecar.proc.returncode is None:
+            sidecar.proc.kill()
+            await sidecar.proc.wait()
 
 
 def says(log: Path, text: str) -> bool:
