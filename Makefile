@@ -1,5 +1,5 @@
 # The two commands of the README:  `make demo`  and  `make test`.  Both do all set-up on a fresh machine.
-# `make test` = `make check` (lint, types, import contracts, unit tests; about a minute)
+# `make test` = `make check` (lint, types, import contracts, unit tests; about 70 s)
 #             + `make e2e`  (integration and end-to-end: real gRPC, sidecar processes, the Kubernetes
 #                            emulator, kubectl, Prometheus, torchrun).
 VENV   ?= .venv
