@@ -388,3 +388,58 @@ def test_every_uncertain_verdict_names_a_runner_up() -> None:
     assert uncertain and all(v.runner_up_pod not in (None, v.pod) for v in uncertain), [v.rule for v in uncertain]
     lone = decide(job(pod("w-0", 0), pod("w-1", 1, msg=GLOO_CLOSED.format(n=1))))  # a bare exit 1, an echo
     assert lone.uncertain and lone.runner_up_pod == "w-1" and "Runner-up: w-1" in lone.summary
+
+
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.15 GiB of which 1.02 GiB is free."
+)
+
+
+@pytest.mark.parametrize(
+    ("victim_log", "kind"),
+    [
+        # The store's host went away before this pod got in: its connect attempts time out (ETIMEDOUT).
+        (
+            "[W socket.cpp:601] [c10d] The client socket has failed to connect to [trainer-0.ml.svc]:29400 "
+            "(errno: 110 - Connection timed out).\n" * 3,
+            "store",
+        ),
+        # The elastic agent died inside the rendezvous backend's state exchange, its exception line cut off.
+        (
+            '  File "/usr/lib/python3/site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", '
+            "line 420, in sync\n    get_response = self._backend.get_state()\n"
+            '  File "/usr/lib/python3/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", '
+            "line 75, in get_state\n    base64_state: bytes = self._call_store(",
+            "store",
+        ),
+        # absl's failure-signal handler in a Ray worker that was told to stop.
+        (
+            "[2026-11-27 08:00:00,001 E 411 902] logging.cc:440: *** SIGTERM received at time=1795766400 on cpu 3 ***\n"
+            "[2026-11-27 08:00:00,001 E 411 902] logging.cc:440: PC: @     0x7f3a2c1e2f3e  (unknown)  epoll_wait",
+            "teardown",
+        ),
+    ],
+)
+def test_a_victim_that_only_waited_for_the_store_or_was_told_to_stop_leaves_the_root_clear(
+    victim_log: str, kind: str
+) -> None:
+    root = pod("w-0", 0, msg=OOM_LINE, ts=T0)
+    victim = pod("w-1", 1, log=victim_log, ts=T0 + 0.5)
+    v = decide(job(root, victim))
+    assert (v.pod, v.category, v.confidence) == ("w-0", "gpu_oom", 0.9)
+    assert assess(victim, DEFAULT_RULES).secondary == kind
+
+
+def test_a_refused_store_connection_is_what_a_healthy_start_prints_and_is_no_echo() -> None:
+    # errno 111: the store is not listening yet; torch retries, so the line alone says nothing.
+    f = assess(
+        pod(
+            "w-1",
+            1,
+            log="[W socket.cpp:601] [c10d] The client socket has failed to connect to [trainer-0]:29400 "
+            "(errno: 111 - Connection refused).",
+        ),
+        DEFAULT_RULES,
+    )
+    assert f.secondary is None

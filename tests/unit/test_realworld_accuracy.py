@@ -92,7 +92,7 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 # not get the threshold (its max_confidence in rules.yaml); coverage at the threshold stays near what was measured
 # (`bench/realworld.py --calibration`; the figures are in docs/engine.md).
 RULE_PRECISION_FLOOR = 0.99
-COVERAGE_FLOORS = {"train": 0.74, "heldout": 0.71, "fresh": 0.62, "fresh2": 0.60}
+COVERAGE_FLOORS = {"train": 0.79, "heldout": 0.74, "fresh": 0.62, "fresh2": 0.60}
 
 
 @pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2"])
