@@ -29,6 +29,9 @@ FLOORS = {
     "heldout": (0.92, 0.83, 0.89),
     "fresh": (0.93, 0.93, 0.93),
     "fresh2": (0.95, 0.86, 0.94),
+    # scored once, blind, 2026-11-27: 0.67 / 0.71 / 0.82 (n=153); one victim's bare TCPStore connect timeout is
+    # read as the root in 44 of its 56 misses (docs/engine.md, "The third fresh split")
+    "fresh3": (0.64, 0.68, 0.79),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -65,7 +68,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2"])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3"])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -92,10 +95,10 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 # not get the threshold (its max_confidence in rules.yaml); coverage at the threshold stays near what was measured
 # (`bench/realworld.py --calibration`; the figures are in docs/engine.md).
 RULE_PRECISION_FLOOR = 0.99
-COVERAGE_FLOORS = {"train": 0.79, "heldout": 0.74, "fresh": 0.62, "fresh2": 0.60}
+COVERAGE_FLOORS = {"train": 0.79, "heldout": 0.74, "fresh": 0.62, "fresh2": 0.60, "fresh3": 0.33}
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2"])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3"])
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
     wrong = {
