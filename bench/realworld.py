@@ -1,6 +1,7 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
-    python -m bench.realworld [--split train|heldout|both|fresh|fresh2|fresh3] [--seeds N] [--misses] [--from-line N] [--cross]
+    python -m bench.realworld [--split train|heldout|both|fresh|fresh2|fresh3] [--seeds N] [--misses]
+                              [--from-line N] [--cross]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
 log tails are victims' messages of the same split; victims end no later than the root and the root's
