@@ -1,8 +1,10 @@
 """Aggregator settings, read in one place: flags override environment, environment overrides defaults.
 
 Two groups, each a table of `podmortem.settings.Setting` rows: the aggregator's own (`SETTINGS`) and
-how it talks to Kubernetes (`KUBE_SETTINGS`, read into `KubeSettings`). `podmortem aggregator --help`
-and the README's Aggregator table show them (tests/unit/test_readme.py holds the two together).
+how it talks to Kubernetes (`KUBE_SETTINGS`, read into `KubeSettings`, which groups them by concern:
+`ClientBudget`, `ConditionWrites`, `NodeActions`, `LeaderElection`). A default is written once, as a
+row's text; the dataclasses parse their defaults from it. `podmortem aggregator --help` and the README's
+Aggregator table show them (tests/unit/test_readme.py holds the two together).
 
 Fixed limits (each refusal is logged and counted in `podmortem_limit_hits_total{limit}`; nothing already
 held is dropped): 50 events/s per stream with a burst of 500 (`event_rate`: the stream ends
@@ -357,9 +359,64 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+def _kube_default(dest: str) -> str:
+    return _default(KUBE_SETTINGS, dest)
+
+
+@dataclass(frozen=True)
+class ClientBudget:
+    """The API client's pace and patience (`--kube-qps`, `--kube-burst`; the rest fixed)."""
+
+    qps: float = float(_kube_default("kube_qps"))
+    burst: int = int(_kube_default("kube_burst"))
+    retries: int = 6
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    request_timeout: float = 30.0
+    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
+
+
+@dataclass(frozen=True)
+class ConditionWrites:
+    """Pod conditions' own client-side budget (`kube.podconditions`, `--condition-qps`, `--condition-burst`):
+    a 4,096-pod job's conditions within the sidecar's default 15 s hold, and never ahead of the verdict's
+    publishers."""
+
+    qps: float = float(_kube_default("condition_qps"))
+    burst: int = int(_kube_default("condition_burst"))
+
+
+@dataclass(frozen=True)
+class NodeActions:
+    """What the aggregator does to nodes (podmortem.aggregator.kube.nodes; `--node-actions`,
+    `--suspect-node-*`, `--node-faults-per-namespace`): hardware root causes recorded on their node; a node
+    with `threshold` of them within `window` seconds is marked (tainted only if asked). How far a tenant's
+    text is trusted with nodes: a node is marked only on faults from `min_jobs` different jobs and
+    `min_namespaces` namespaces, and one namespace records at most `per_namespace_per_hour` faults an hour."""
+
+    enabled: bool = _kube_default("node_actions") == "on"
+    threshold: int = int(_kube_default("suspect_node_threshold"))
+    window: float = duration("suspect_node_window", _kube_default("suspect_node_window"))
+    taint: bool = False
+    min_jobs: int = int(_kube_default("suspect_node_min_jobs"))
+    min_namespaces: int = int(_kube_default("suspect_node_min_namespaces"))
+    per_namespace_per_hour: int = int(_kube_default("node_faults_per_namespace"))
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader;
+    `--leader-elect`, `--lease-name`, `--lease-namespace`)."""
+
+    enabled: bool = False
+    lease_name: str = _kube_default("lease_name")
+    lease_namespace: str = _kube_default("lease_namespace")
+
+
 @dataclass(frozen=True)
 class KubeSettings:
-    """How the aggregator talks to Kubernetes (`KUBE_SETTINGS`, read by `load_kube_settings`)."""
+    """How the aggregator talks to Kubernetes (`KUBE_SETTINGS`, read by `load_kube_settings`): what it
+    watches and writes here, each other concern in its own group."""
 
     enabled: bool = False
     kubeconfig: str | None = None  # None: in-cluster when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config
@@ -367,36 +424,14 @@ class KubeSettings:
     namespaces: tuple[str, ...] = ()  # () = every namespace (needs a ClusterRole)
     pod_selectors: tuple[str, ...] = DEFAULT_POD_SELECTORS
     publish: frozenset[str] = PUBLISH_TARGETS
-    qps: float = float(_default(KUBE_SETTINGS, "kube_qps"))
-    burst: int = int(_default(KUBE_SETTINGS, "kube_burst"))
-    # Pod conditions' own client-side budget (`kube.podconditions`): a 4,096-pod job's conditions within
-    # the sidecar's default 15 s hold, and never ahead of the verdict's publishers.
-    condition_qps: float = float(_default(KUBE_SETTINGS, "condition_qps"))
-    condition_burst: int = int(_default(KUBE_SETTINGS, "condition_burst"))
-    retries: int = 6
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    request_timeout: float = 30.0
-    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
     # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
     # sidecar sent none and whose termination carries no message.
-    pod_log_bytes: int = int(_default(KUBE_SETTINGS, "pod_log_bytes"))
-    # Bad nodes (podmortem.aggregator.kube.nodes): hardware root causes recorded on their node; a node with
-    # `suspect_node_threshold` of them within `suspect_node_window` seconds is marked (tainted only if asked).
-    node_actions: bool = _default(KUBE_SETTINGS, "node_actions") == "on"
-    suspect_node_threshold: int = int(_default(KUBE_SETTINGS, "suspect_node_threshold"))
-    suspect_node_window: float = duration("suspect_node_window", _default(KUBE_SETTINGS, "suspect_node_window"))
-    suspect_node_taint: bool = False
-    # How far a tenant's text is trusted with nodes: a node is marked only on faults from this many different
-    # jobs and namespaces, and one namespace records at most `node_faults_per_namespace` faults an hour.
-    suspect_node_min_jobs: int = int(_default(KUBE_SETTINGS, "suspect_node_min_jobs"))
-    suspect_node_min_namespaces: int = int(_default(KUBE_SETTINGS, "suspect_node_min_namespaces"))
-    node_faults_per_namespace: int = int(_default(KUBE_SETTINGS, "node_faults_per_namespace"))
-    # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
-    leader_elect: bool = False
-    lease_name: str = _default(KUBE_SETTINGS, "lease_name")
-    lease_namespace: str = _default(KUBE_SETTINGS, "lease_namespace")
+    pod_log_bytes: int = int(_kube_default("pod_log_bytes"))
     reporting_instance: str = os.uname().nodename  # this replica in Events and the Lease
+    client: ClientBudget = ClientBudget()
+    conditions: ConditionWrites = ConditionWrites()
+    nodes: NodeActions = NodeActions()
+    leader: LeaderElection = LeaderElection()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -511,32 +546,34 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
     if node_actions not in ("on", "off"):
         raise ConfigError(f"{name('node_actions')} = {node_actions!r} is not on or off")
     return KubeSettings(
-        node_actions=node_actions == "on",
-        suspect_node_threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
-        suspect_node_window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
-        suspect_node_taint=settings.is_true(raw.get("suspect_node_taint")),
-        suspect_node_min_jobs=int(_number(name("suspect_node_min_jobs"), raw["suspect_node_min_jobs"], int, 1)),
-        suspect_node_min_namespaces=int(
-            _number(name("suspect_node_min_namespaces"), raw["suspect_node_min_namespaces"], int, 1)
-        ),
-        node_faults_per_namespace=int(
-            _number(name("node_faults_per_namespace"), raw["node_faults_per_namespace"], int, 1)
-        ),
         enabled=settings.is_true(raw.get("kube")),
         kubeconfig=raw.get("kubeconfig") or None,
         context=raw.get("kube_context") or None,
         namespaces=tuple(n.strip() for n in raw.get("namespaces", "").split(",") if n.strip()),
         pod_selectors=selectors or DEFAULT_POD_SELECTORS,
         publish=targets,
-        qps=qps,
-        burst=burst,
-        condition_qps=condition_qps,
-        condition_burst=condition_burst,
         pod_log_bytes=pod_log_bytes,
-        leader_elect=settings.is_true(raw.get("leader_elect")),
-        lease_name=raw["lease_name"] or KubeSettings.lease_name,
-        lease_namespace=raw["lease_namespace"] or KubeSettings.lease_namespace,
         reporting_instance=raw.get("reporting_instance") or KubeSettings.reporting_instance,
+        client=ClientBudget(qps=qps, burst=burst),
+        conditions=ConditionWrites(qps=condition_qps, burst=condition_burst),
+        nodes=NodeActions(
+            enabled=node_actions == "on",
+            threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
+            window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
+            taint=settings.is_true(raw.get("suspect_node_taint")),
+            min_jobs=int(_number(name("suspect_node_min_jobs"), raw["suspect_node_min_jobs"], int, 1)),
+            min_namespaces=int(
+                _number(name("suspect_node_min_namespaces"), raw["suspect_node_min_namespaces"], int, 1)
+            ),
+            per_namespace_per_hour=int(
+                _number(name("node_faults_per_namespace"), raw["node_faults_per_namespace"], int, 1)
+            ),
+        ),
+        leader=LeaderElection(
+            enabled=settings.is_true(raw.get("leader_elect")),
+            lease_name=raw["lease_name"] or LeaderElection.lease_name,
+            lease_namespace=raw["lease_namespace"] or LeaderElection.lease_namespace,
+        ),
     )
 
 
