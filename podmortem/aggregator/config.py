@@ -166,9 +166,13 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
+def _row(table: tuple[Setting, ...], dest: str) -> Setting:
+    return next(s for s in table if s.dest == dest)
+
+
 def _default(table: tuple[Setting, ...], dest: str) -> str:
     """A setting's default text: the one place a default is written (the dataclasses below parse it)."""
-    default = next(s for s in table if s.dest == dest).default
+    default = _row(table, dest).default
     if default is None:
         raise LookupError(f"setting {dest!r} has no default text")
     return default
@@ -465,7 +469,7 @@ def setting_name(dest: str) -> str:
 
 
 def _name(table: tuple[Setting, ...], dest: str) -> str:
-    return next(s for s in table if s.dest == dest).name
+    return _row(table, dest).name
 
 
 def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: bool = False) -> AggregatorConfig:
