@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.common import REALWORLD_CORPUS
 from podmortem.core.assess import assess
+from podmortem.core.conditions import PERMANENT_CONFIDENCE
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident
 from podmortem.offline.corpus import Answer, Case, Excerpt, at_threshold, compose, load, score
@@ -45,11 +46,6 @@ def table(cases: list[Case]) -> str:
             f"{b['pod']:.2f} / {b['category']:.2f} / {b['retryable']:.2f}"
         )
     return "\n".join(lines)
-
-
-# The aggregator's --permanent-confidence default: PermanentFailure is written only at or above it, and only for a
-# verdict that says a retry will not help.
-PERMANENT_CONFIDENCE = 0.9
 
 
 def permanent_precision(cases: list[Case]) -> tuple[int, int]:

@@ -1,8 +1,10 @@
 """Aggregator settings, read in one place: flags override environment, environment overrides defaults.
 
 Two groups, each a table of `podmortem.settings.Setting` rows: the aggregator's own (`SETTINGS`) and
-how it talks to Kubernetes (`KUBE_SETTINGS`, read into `KubeSettings`). `podmortem aggregator --help`
-and the README's Aggregator table show them (tests/unit/test_readme.py holds the two together).
+how it talks to Kubernetes (`KUBE_SETTINGS`, read into `KubeSettings`, which groups them by concern:
+`ClientBudget`, `ConditionWrites`, `NodeActions`, `LeaderElection`). A default is written once, as a
+row's text; the dataclasses parse their defaults from it. `podmortem aggregator --help` and the README's
+Aggregator table show them (tests/unit/test_readme.py holds the two together).
 
 Fixed limits (each refusal is logged and counted in `podmortem_limit_hits_total{limit}`; nothing already
 held is dropped): 50 events/s per stream with a burst of 500 (`event_rate`: the stream ends
@@ -47,43 +49,8 @@ AUTH_MODES = ("tokenreview", "none")
 VERDICT_FILE_MODES = ("0600", "0640", "0644")
 
 
-# Incidents open at once for one job (its attempts) and for one namespace, by default: a pod that registers
-# attempt after attempt, or a tenant's many jobs, wait for a place rather than crowd out everyone else's
-# incidents (the book's limits beside aggregator.intake's).
-MAX_OPEN_PER_JOB = 4
-MAX_OPEN_PER_NAMESPACE = 100
-
-
 class ConfigError(ValueError):
     """A setting has a value we cannot use; the message says which and why."""
-
-
-# Of the peers' first evidence, the most a member that failed on its own waits for (seconds, `--peer-wait`);
-# the root usually ends a second or more before its victims.
-PEER_WAIT = 5.0
-
-
-@dataclass(frozen=True)
-class AggregatorConfig:
-    listen: str = CLUSTER_LISTEN
-    metrics_listen: str = CLUSTER_METRICS
-    verdict_dir: str = "podmortem-verdicts"
-    verdict_file_mode: int = 0o600
-    world_size: int | None = None
-    quorum_timeout: float = 60.0
-    rules: str = ""
-    ready_file: str = ""
-    shutdown_grace: float = 20.0
-    log_level: str = "INFO"
-    auth: str = "none"  # "tokenreview" (the default with --kube) or "none"
-    tls_cert: str = ""
-    tls_key: str = ""
-    state_dir: str = ""  # "": incidents live in memory only
-    permanent_confidence: float = PERMANENT_CONFIDENCE
-    peer_wait: float = PEER_WAIT
-    max_open_per_job: int = MAX_OPEN_PER_JOB
-    max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE
-    repeat_limit: int = DEFAULT_LIMIT
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -160,7 +127,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PODMORTEM_PEER_WAIT",
         "seconds a held pod that failed on its own waits for its peers' first evidence before its condition "
         "is decided (within its sidecar's hold)",
-        default=f"{PEER_WAIT:g}",
+        default="5",
     ),
     Setting(
         "max_open_per_job",
@@ -168,14 +135,14 @@ SETTINGS: tuple[Setting, ...] = (
         "PODMORTEM_MAX_OPEN_INCIDENTS_PER_JOB",
         "incidents open at once for one job's attempts; more wait, their events kept, and are counted in "
         "podmortem_limit_hits_total",
-        default=str(MAX_OPEN_PER_JOB),
+        default="4",
     ),
     Setting(
         "max_open_per_namespace",
         "--max-open-incidents-per-namespace",
         "PODMORTEM_MAX_OPEN_INCIDENTS_PER_NAMESPACE",
         "incidents open at once in one namespace; more wait likewise",
-        default=str(MAX_OPEN_PER_NAMESPACE),
+        default="100",
     ),
     Setting(
         "repeat_limit",
@@ -198,6 +165,66 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls_key", "--tls-key", "PODMORTEM_TLS_KEY", "the PEM private key of --tls-cert"),
 )
 
+
+def _row(table: tuple[Setting, ...], dest: str) -> Setting:
+    return next(s for s in table if s.dest == dest)
+
+
+def _default(table: tuple[Setting, ...], dest: str) -> str:
+    """A setting's default text: the one place a default is written (the dataclasses below parse it)."""
+    default = _row(table, dest).default
+    if default is None:
+        raise LookupError(f"setting {dest!r} has no default text")
+    return default
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(name: str, text: str) -> float:
+    """Seconds from '604800', '90m', '36h' or '7d'; ConfigError naming the setting otherwise."""
+    text = text.strip().lower()
+    unit = _UNITS.get(text[-1:], 0.0)
+    number = text[:-1] if unit else text
+    try:
+        value = finite(float(number) * (unit or 1.0), name)
+    except ValueError:
+        raise ConfigError(f"{name} = {text!r} is not a duration (seconds, or a number with s, m, h or d)") from None
+    if value <= 0:
+        raise ConfigError(f"{name} = {text!r}: must be > 0")
+    return value
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    """The aggregator's own settings (`SETTINGS`, read by `load`); the defaults are the table's."""
+
+    listen: str = CLUSTER_LISTEN
+    metrics_listen: str = CLUSTER_METRICS
+    verdict_dir: str = _default(SETTINGS, "verdict_dir")
+    verdict_file_mode: int = int(_default(SETTINGS, "verdict_file_mode"), 8)
+    world_size: int | None = None
+    quorum_timeout: float = float(_default(SETTINGS, "quorum_timeout"))
+    rules: str = ""
+    ready_file: str = ""
+    shutdown_grace: float = float(_default(SETTINGS, "shutdown_grace"))
+    log_level: str = _default(SETTINGS, "log_level")
+    auth: str = "none"  # "tokenreview" (the default with --kube) or "none"
+    tls_cert: str = ""
+    tls_key: str = ""
+    state_dir: str = ""  # "": incidents live in memory only
+    permanent_confidence: float = PERMANENT_CONFIDENCE
+    # Of the peers' first evidence, the most a member that failed on its own waits for; the root usually
+    # ends a second or more before its victims.
+    peer_wait: float = float(_default(SETTINGS, "peer_wait"))
+    # Incidents open at once for one job (its attempts) and for one namespace: a pod that registers attempt
+    # after attempt, or a tenant's many jobs, wait for a place rather than crowd out everyone else's
+    # incidents (the book's limits beside aggregator.intake's).
+    max_open_per_job: int = int(_default(SETTINGS, "max_open_per_job"))
+    max_open_per_namespace: int = int(_default(SETTINGS, "max_open_per_namespace"))
+    repeat_limit: int = DEFAULT_LIMIT
+
+
 # The largest --repeat-limit (and podmortem.io/repeat-limit): a job's history keeps MAX_ATTEMPTS attempts.
 MAX_REPEAT_LIMIT = 8
 
@@ -210,48 +237,6 @@ DEFAULT_POD_SELECTORS: tuple[str, ...] = (
 )
 PUBLISH_TARGETS = frozenset({"annotations", "condition", "events", "pod-conditions"})
 MAX_POD_LOG_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class KubeSettings:
-    """How the aggregator talks to Kubernetes (`KUBE_SETTINGS`, read by `load_kube_settings`)."""
-
-    enabled: bool = False
-    kubeconfig: str | None = None  # None: in-cluster when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config
-    context: str | None = None
-    namespaces: tuple[str, ...] = ()  # () = every namespace (needs a ClusterRole)
-    pod_selectors: tuple[str, ...] = DEFAULT_POD_SELECTORS
-    publish: frozenset[str] = PUBLISH_TARGETS
-    qps: float = 20.0
-    burst: int = 40
-    # Pod conditions' own client-side budget (`kube.podconditions`): a 4,096-pod job's conditions within
-    # the sidecar's default 15 s hold, and never ahead of the verdict's publishers.
-    condition_qps: float = 400.0
-    condition_burst: int = 400
-    retries: int = 6
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    request_timeout: float = 30.0
-    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
-    # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
-    # sidecar sent none and whose termination carries no message.
-    pod_log_bytes: int = 64 << 10
-    # Bad nodes (podmortem.aggregator.kube.nodes): hardware root causes recorded on their node; a node with
-    # `suspect_node_threshold` of them within `suspect_node_window` seconds is marked (tainted only if asked).
-    node_actions: bool = True
-    suspect_node_threshold: int = 2
-    suspect_node_window: float = 7 * 86400.0
-    suspect_node_taint: bool = False
-    # How far a tenant's text is trusted with nodes: a node is marked only on faults from this many different
-    # jobs and namespaces, and one namespace records at most `node_faults_per_namespace` faults an hour.
-    suspect_node_min_jobs: int = 2
-    suspect_node_min_namespaces: int = 1
-    node_faults_per_namespace: int = 4
-    # Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader).
-    leader_elect: bool = False
-    lease_name: str = "podmortem-aggregator"
-    lease_namespace: str = "default"
-    reporting_instance: str = os.uname().nodename  # this replica in Events and the Lease
 
 
 KUBE_SETTINGS: tuple[Setting, ...] = (
@@ -278,7 +263,7 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
         "--kube-publish",
         "PODMORTEM_KUBE_PUBLISH",
         "what to write: a comma-separated subset of annotations,condition,events,pod-conditions, or none",
-        default="annotations,condition,events,pod-conditions",
+        default=",".join(sorted(PUBLISH_TARGETS)),
     ),
     Setting("kube_qps", "--kube-qps", "PODMORTEM_KUBE_QPS", "client-side rate limit, requests/s", default="20"),
     Setting("kube_burst", "--kube-burst", "PODMORTEM_KUBE_BURST", "client-side burst", default="40"),
@@ -378,6 +363,81 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+def _kube_default(dest: str) -> str:
+    return _default(KUBE_SETTINGS, dest)
+
+
+@dataclass(frozen=True)
+class ClientBudget:
+    """The API client's pace and patience (`--kube-qps`, `--kube-burst`; the rest fixed)."""
+
+    qps: float = float(_kube_default("kube_qps"))
+    burst: int = int(_kube_default("kube_burst"))
+    retries: int = 6
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    request_timeout: float = 30.0
+    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
+
+
+@dataclass(frozen=True)
+class ConditionWrites:
+    """Pod conditions' own client-side budget (`kube.podconditions`, `--condition-qps`, `--condition-burst`):
+    a 4,096-pod job's conditions within the sidecar's default 15 s hold, and never ahead of the verdict's
+    publishers."""
+
+    qps: float = float(_kube_default("condition_qps"))
+    burst: int = int(_kube_default("condition_burst"))
+
+
+@dataclass(frozen=True)
+class NodeActions:
+    """What the aggregator does to nodes (podmortem.aggregator.kube.nodes; `--node-actions`,
+    `--suspect-node-*`, `--node-faults-per-namespace`): hardware root causes recorded on their node; a node
+    with `threshold` of them within `window` seconds is marked (tainted only if asked). How far a tenant's
+    text is trusted with nodes: a node is marked only on faults from `min_jobs` different jobs and
+    `min_namespaces` namespaces, and one namespace records at most `per_namespace_per_hour` faults an hour."""
+
+    enabled: bool = _kube_default("node_actions") == "on"
+    threshold: int = int(_kube_default("suspect_node_threshold"))
+    window: float = duration("suspect_node_window", _kube_default("suspect_node_window"))
+    taint: bool = False
+    min_jobs: int = int(_kube_default("suspect_node_min_jobs"))
+    min_namespaces: int = int(_kube_default("suspect_node_min_namespaces"))
+    per_namespace_per_hour: int = int(_kube_default("node_faults_per_namespace"))
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Two or more replicas: only the holder of this Lease serves (podmortem.aggregator.kube.leader;
+    `--leader-elect`, `--lease-name`, `--lease-namespace`)."""
+
+    enabled: bool = False
+    lease_name: str = _kube_default("lease_name")
+    lease_namespace: str = _kube_default("lease_namespace")
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """How the aggregator talks to Kubernetes (`KUBE_SETTINGS`, read by `load_kube_settings`): what it
+    watches and writes here, each other concern in its own group."""
+
+    enabled: bool = False
+    kubeconfig: str | None = None  # None: in-cluster when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config
+    context: str | None = None
+    namespaces: tuple[str, ...] = ()  # () = every namespace (needs a ClusterRole)
+    pod_selectors: tuple[str, ...] = DEFAULT_POD_SELECTORS
+    publish: frozenset[str] = PUBLISH_TARGETS
+    # The pod watch reads a failed container's log tail (this many bytes; 0: never) for members whose
+    # sidecar sent none and whose termination carries no message.
+    pod_log_bytes: int = int(_kube_default("pod_log_bytes"))
+    reporting_instance: str = os.uname().nodename  # this replica in Events and the Lease
+    client: ClientBudget = ClientBudget()
+    conditions: ConditionWrites = ConditionWrites()
+    nodes: NodeActions = NodeActions()
+    leader: LeaderElection = LeaderElection()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.add_arguments(parser, SETTINGS, "aggregator settings")
 
@@ -409,7 +469,7 @@ def setting_name(dest: str) -> str:
 
 
 def _name(table: tuple[Setting, ...], dest: str) -> str:
-    return next(s for s in table if s.dest == dest).name
+    return _row(table, dest).name
 
 
 def load(ns: argparse.Namespace, env: Mapping[str, str] | None = None, kube: bool = False) -> AggregatorConfig:
@@ -490,50 +550,35 @@ def load_kube_settings(ns: argparse.Namespace, env: Mapping[str, str] | None = N
     if node_actions not in ("on", "off"):
         raise ConfigError(f"{name('node_actions')} = {node_actions!r} is not on or off")
     return KubeSettings(
-        node_actions=node_actions == "on",
-        suspect_node_threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
-        suspect_node_window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
-        suspect_node_taint=settings.is_true(raw.get("suspect_node_taint")),
-        suspect_node_min_jobs=int(_number(name("suspect_node_min_jobs"), raw["suspect_node_min_jobs"], int, 1)),
-        suspect_node_min_namespaces=int(
-            _number(name("suspect_node_min_namespaces"), raw["suspect_node_min_namespaces"], int, 1)
-        ),
-        node_faults_per_namespace=int(
-            _number(name("node_faults_per_namespace"), raw["node_faults_per_namespace"], int, 1)
-        ),
         enabled=settings.is_true(raw.get("kube")),
         kubeconfig=raw.get("kubeconfig") or None,
         context=raw.get("kube_context") or None,
         namespaces=tuple(n.strip() for n in raw.get("namespaces", "").split(",") if n.strip()),
         pod_selectors=selectors or DEFAULT_POD_SELECTORS,
         publish=targets,
-        qps=qps,
-        burst=burst,
-        condition_qps=condition_qps,
-        condition_burst=condition_burst,
         pod_log_bytes=pod_log_bytes,
-        leader_elect=settings.is_true(raw.get("leader_elect")),
-        lease_name=raw["lease_name"] or KubeSettings.lease_name,
-        lease_namespace=raw["lease_namespace"] or "default",
         reporting_instance=raw.get("reporting_instance") or KubeSettings.reporting_instance,
+        client=ClientBudget(qps=qps, burst=burst),
+        conditions=ConditionWrites(qps=condition_qps, burst=condition_burst),
+        nodes=NodeActions(
+            enabled=node_actions == "on",
+            threshold=int(_number(name("suspect_node_threshold"), raw["suspect_node_threshold"], int, 1)),
+            window=duration(name("suspect_node_window"), raw["suspect_node_window"]),
+            taint=settings.is_true(raw.get("suspect_node_taint")),
+            min_jobs=int(_number(name("suspect_node_min_jobs"), raw["suspect_node_min_jobs"], int, 1)),
+            min_namespaces=int(
+                _number(name("suspect_node_min_namespaces"), raw["suspect_node_min_namespaces"], int, 1)
+            ),
+            per_namespace_per_hour=int(
+                _number(name("node_faults_per_namespace"), raw["node_faults_per_namespace"], int, 1)
+            ),
+        ),
+        leader=LeaderElection(
+            enabled=settings.is_true(raw.get("leader_elect")),
+            lease_name=raw["lease_name"] or LeaderElection.lease_name,
+            lease_namespace=raw["lease_namespace"] or LeaderElection.lease_namespace,
+        ),
     )
-
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def duration(name: str, text: str) -> float:
-    """Seconds from '604800', '90m', '36h' or '7d'; ConfigError naming the setting otherwise."""
-    text = text.strip().lower()
-    unit = _UNITS.get(text[-1:], 0.0)
-    number = text[:-1] if unit else text
-    try:
-        value = finite(float(number) * (unit or 1.0), name)
-    except ValueError:
-        raise ConfigError(f"{name} = {text!r} is not a duration (seconds, or a number with s, m, h or d)") from None
-    if value <= 0:
-        raise ConfigError(f"{name} = {text!r}: must be > 0")
-    return value
 
 
 def writable_directory(name: str, path: str) -> None:

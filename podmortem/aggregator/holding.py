@@ -52,7 +52,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
-from podmortem.aggregator.config import PEER_WAIT
+from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide, Deciding, Reused
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
 from podmortem.aggregator.members import is_terminal
@@ -138,7 +138,7 @@ class HoldDesk:
         *,
         rules: RuleSet = DEFAULT_RULES,
         permanent_confidence: float = conditions.PERMANENT_CONFIDENCE,
-        peer_wait: float = PEER_WAIT,
+        peer_wait: float = AggregatorConfig.peer_wait,
         metrics: Metrics | None = None,
         fence: Fence | None = None,
         verified: Callable[[MemberKey], bool] | None = None,

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from podmortem.aggregator.config import MAX_OPEN_PER_JOB, MAX_OPEN_PER_NAMESPACE
+from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.deciding import Decide, Deciding, Pending
 from podmortem.aggregator.decisions import ClosedBy, Decision
 from podmortem.aggregator.history import AttemptHistory
@@ -135,8 +135,8 @@ class IncidentBook:
         max_members: int = MAX_MEMBERS_PER_JOB,
         max_open: int = MAX_OPEN_INCIDENTS,
         max_namespaces: int = MAX_NAMESPACES,
-        max_open_per_job: int = MAX_OPEN_PER_JOB,
-        max_open_per_namespace: int = MAX_OPEN_PER_NAMESPACE,
+        max_open_per_job: int = AggregatorConfig.max_open_per_job,
+        max_open_per_namespace: int = AggregatorConfig.max_open_per_namespace,
         history: AttemptHistory | None = None,
     ) -> None:
         # Each job's attempts, by uid (`aggregator.history`): a decision records its own and carries the

@@ -25,8 +25,8 @@ HEAD_ROOM = HEAD_LINE_BYTES + 64
 # reason in the log and `podmortem_limit_hits_total{limit}` — and nothing already held is dropped.
 MAX_MEMBERS_PER_JOB = MAX_WORLD_SIZE
 MAX_OPEN_INCIDENTS = 1_000
-# Of those, how many one job or one namespace may hold open: aggregator.config's MAX_OPEN_PER_JOB and
-# MAX_OPEN_PER_NAMESPACE (settings).
+# Of those, how many one job or one namespace may hold open: aggregator.config's AggregatorConfig
+# max_open_per_job and max_open_per_namespace (settings).
 MAX_NAMESPACES = 1_000
 # Bytes kept per event and events kept per member: a hostile or broken client sending 4 MiB messages
 # or endless versions must not grow the book. A sidecar sends a handful per pod run.

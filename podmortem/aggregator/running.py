@@ -388,7 +388,7 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     elector = None
-    if kube_settings is not None and kube_settings.enabled and kube_settings.leader_elect:
+    if kube_settings is not None and kube_settings.enabled and kube_settings.leader.enabled:
         elector = _elector(kube_settings)
     aggregator = Aggregator(config, kube_settings=kube_settings)
     ended = None
@@ -426,7 +426,8 @@ def _elector(settings: KubeSettings) -> LeaderElector:
     from podmortem.aggregator.kube.leader import LeaderElector
 
     identity = f"{settings.reporting_instance}_{uuid.uuid4().hex[:8]}"
-    return LeaderElector(client_for(settings, "lease"), settings.lease_namespace, settings.lease_name, identity)
+    lease = settings.leader
+    return LeaderElector(client_for(settings, "lease"), lease.lease_namespace, lease.lease_name, identity)
 
 
 def _is_leadership_lost(error: BaseException | None) -> bool:

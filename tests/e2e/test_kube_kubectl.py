@@ -23,7 +23,7 @@ from support.kube_objects import (
 )
 
 from podmortem import kubectl_plugin
-from podmortem.aggregator.config import KubeSettings
+from podmortem.aggregator.config import KubeSettings, NodeActions
 from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.core.model import JobRef
@@ -121,7 +121,7 @@ def documented_clearing_commands() -> list[str]:
 async def test_the_documented_commands_clear_a_suspect_node(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     kube_api.put("v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "status": {}})
     kube = make_kube(kube_api, tmp_path)
-    settings = KubeSettings(suspect_node_taint=True, publish=frozenset())
+    settings = KubeSettings(nodes=NodeActions(taint=True), publish=frozenset())
     for n in (1, 2):
         d = decision(category="hardware", job=JobRef(NS, f"j{n}", "Job", f"uid-j{n}"))  # two jobs mark a node
         d = dataclasses.replace(d, incident=dataclasses.replace(d.incident, incident_id=f"{NS}.j.{n}"))

@@ -14,7 +14,7 @@ from support.common import eventually
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import CONTROLLER_CONDITIONS, NS, pytorchjob, terminated, training_pod
 
-from podmortem.aggregator.config import AggregatorConfig, KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, ClientBudget, KubeSettings
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.names import PUBLISHED_ANNOTATION, ROOT_CAUSE_CONDITION, VERDICT_ANNOTATION
 
@@ -50,7 +50,7 @@ async def test_every_incident_is_visible_exactly_once_through_api_faults(
         kube_api.fail(status, 100_000, methods=("POST", "PUT", "PATCH"), probability=0.09)
     settings = KubeSettings(
         enabled=True, kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)), namespaces=(NS,),
-        reporting_instance="podmortem-aggregator-0", backoff_initial=0.01, backoff_max=0.05,
+        reporting_instance="podmortem-aggregator-0", client=ClientBudget(backoff_initial=0.01, backoff_max=0.05),
     )  # fmt: skip
     agg = Aggregator(
         AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir="", quorum_timeout=600),

@@ -126,7 +126,7 @@ def test_the_rate_limit_defaults_are_20_per_second_in_bursts_of_40() -> None:
     parser = argparse.ArgumentParser()
     settings_mod.add_kube_arguments(parser)
     settings = settings_mod.load_kube_settings(parser.parse_args([]), {})
-    assert (settings.qps, settings.burst) == (20, 40)  # as the README's table says
+    assert (settings.client.qps, settings.client.burst) == (20, 40)  # as the README's table says
 
 
 @pytest.mark.looptime
@@ -163,7 +163,12 @@ def test_settings_from_flags_and_environment() -> None:
         ),
         env,
     )
-    assert s.namespaces == ("c",) and s.publish == frozenset({"annotations"}) and s.kubeconfig == "/k" and s.qps == 5
+    assert (
+        s.namespaces == ("c",)
+        and s.publish == frozenset({"annotations"})
+        and s.kubeconfig == "/k"
+        and s.client.qps == 5
+    )
     assert not settings_mod.load_kube_settings(parser.parse_args([]), {}).enabled
     assert settings_mod.load_kube_settings(parser.parse_args(["--kube-publish", "none"]), {}).publish == frozenset()
     with pytest.raises(ValueError):

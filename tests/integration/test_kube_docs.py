@@ -13,11 +13,11 @@ from support.common import eventually
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, decision, make_kube, seed_pytorchjob, terminated
 
-from podmortem.aggregator.config import KubeSettings
+from podmortem.aggregator.config import KubeSettings, NodeActions
 from podmortem.aggregator.incidents import IncidentBook
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.leader import LeaderElector, LeaseTimings
-from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
+from podmortem.aggregator.kube.nodes import NodeFaultPublisher
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.kube.podwatch import PodWatch
 from podmortem.core.conditions import PodCondition

@@ -23,7 +23,7 @@ from support.common import eventually, jwt
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, pytorchjob, training_pod
 
-from podmortem.aggregator.config import KubeSettings
+from podmortem.aggregator.config import KubeSettings, NodeActions
 from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.model import ErrorRecord
@@ -44,7 +44,7 @@ def ca() -> trustme.CA:
 
 @pytest.fixture
 async def aggregator(kube_api: EmulatorHandle, tmp_path: Path, ca: trustme.CA) -> AsyncIterator[Aggregator]:
-    kube = {"suspect_node_taint": True}
+    kube = {"nodes": NodeActions(taint=True)}
     async with secure_aggregator(kube_api, tmp_path, ca, kube, quorum_timeout=1.0) as agg:
         yield agg
 
@@ -133,7 +133,7 @@ async def test_many_one_pod_jobs_of_one_namespace_mark_at_most_two_nodes(
     for i in range(12):
         job = f"ecc-{i}"
         await report_ecc(aggregator, ca, job, one_pod_job(kube_api, job, names[i % 6]), "0")
-    limit = KubeSettings().node_faults_per_namespace
+    limit = KubeSettings().nodes.per_namespace_per_hour
 
     def settled() -> bool:
         recorded = sum(len(record(kube_api, n)) for n in names)

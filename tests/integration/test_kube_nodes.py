@@ -13,11 +13,11 @@ import kubernetes_validate
 import pytest
 from support.kube_emulator import EVENTS, NS, EmulatorHandle, decision, make_kube
 
-from podmortem.aggregator.config import KubeSettings
+from podmortem.aggregator.config import KubeSettings, NodeActions
 from podmortem.aggregator.decisions import Decision, Term
 from podmortem.aggregator.kube import nodes
 from podmortem.aggregator.kube.client import Kube
-from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
+from podmortem.aggregator.kube.nodes import NodeFaultPublisher
 from podmortem.aggregator.kube.publish import kube_publishers
 from podmortem.aggregator.publishing import PublishQueue
 from podmortem.core.model import JobRef
@@ -183,7 +183,7 @@ async def test_only_hardware_root_causes_with_a_node_and_only_when_allowed(
 
 async def test_node_actions_off_adds_no_node_publisher(kube: Kube) -> None:
     on = [p.name for p in kube_publishers(KubeSettings(), kube)]
-    off = [p.name for p in kube_publishers(KubeSettings(node_actions=False), kube)]
+    off = [p.name for p in kube_publishers(KubeSettings(nodes=NodeActions(enabled=False)), kube)]
     assert "kube-nodes" in on and "kube-nodes" not in off
 
 

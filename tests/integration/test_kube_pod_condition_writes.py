@@ -20,7 +20,7 @@ from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import JOB, NS, make_kube, seed_pytorchjob
 
 from podmortem.aggregator import config
-from podmortem.aggregator.config import AggregatorConfig, ConfigError, KubeSettings
+from podmortem.aggregator.config import AggregatorConfig, ConditionWrites, ConfigError, KubeSettings
 from podmortem.aggregator.kube.podconditions import PodConditionWriter
 from podmortem.aggregator.running import Aggregator
 from podmortem.core.conditions import PodCondition
@@ -77,8 +77,7 @@ async def test_the_verdict_s_writes_do_not_wait_for_a_queue_of_conditions(
         enabled=True,
         kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)),
         namespaces=(NS,),
-        condition_qps=1,
-        condition_burst=1,
+        conditions=ConditionWrites(qps=1, burst=1),
     )
     agg = Aggregator(
         AggregatorConfig(listen="127.0.0.1:0", metrics_listen="", verdict_dir=""),
@@ -108,13 +107,13 @@ def test_the_conditions_budget_defaults_and_its_settings() -> None:
     parser = argparse.ArgumentParser()
     config.add_kube_arguments(parser)
     defaults = config.load_kube_settings(parser.parse_args([]), {})
-    assert (defaults.condition_qps, defaults.condition_burst) == (400, 400)  # as the README's table says
-    assert (defaults.qps, defaults.burst) == (20, 40)  # the shared client's stays as it was
+    assert (defaults.conditions.qps, defaults.conditions.burst) == (400, 400)  # as the README's table says
+    assert (defaults.client.qps, defaults.client.burst) == (20, 40)  # the shared client's stays as it was
     env = {"PODMORTEM_CONDITION_QPS": "50", "PODMORTEM_CONDITION_BURST": "10"}
     from_env = config.load_kube_settings(parser.parse_args([]), env)
-    assert (from_env.condition_qps, from_env.condition_burst) == (50, 10)
+    assert (from_env.conditions.qps, from_env.conditions.burst) == (50, 10)
     flags = config.load_kube_settings(parser.parse_args(["--condition-qps", "7"]), env)
-    assert flags.condition_qps == 7  # flags over the environment
+    assert flags.conditions.qps == 7  # flags over the environment
     with pytest.raises(ConfigError, match="--condition-qps"):
         config.load_kube_settings(parser.parse_args(["--condition-qps", "0"]), {})
     with pytest.raises(ConfigError, match="--condition-burst"):

@@ -12,7 +12,7 @@ import pytest
 from support.kube_emulator import JOBS, PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import NS, decision, indexed_job, indexed_pod, make_kube, seed_pytorchjob
 
-from podmortem.aggregator.config import KubeSettings
+from podmortem.aggregator.config import KubeSettings, NodeActions
 from podmortem.aggregator.kube import publish as kp
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.publish import (
@@ -218,10 +218,10 @@ def test_merged_conditions_keeps_the_transition_time_when_status_holds() -> None
 
 def test_kube_publishers_follows_the_settings(kube_api: EmulatorHandle, tmp_path: Path) -> None:
     client = make_kube(kube_api, tmp_path)
-    settings = KubeSettings(publish=frozenset({"annotations", "events"}), node_actions=False)
+    settings = KubeSettings(publish=frozenset({"annotations", "events"}), nodes=NodeActions(enabled=False))
     names = [p.name for p in kube_publishers(settings, client)]
     assert names == ["kube-annotations", "kube-events"]
-    assert kube_publishers(KubeSettings(publish=frozenset(), node_actions=False), client) == []
+    assert kube_publishers(KubeSettings(publish=frozenset(), nodes=NodeActions(enabled=False)), client) == []
     assert [p.name for p in kube_publishers(KubeSettings(publish=frozenset()), client)] == ["kube-nodes"]
     assert isinstance(kube_publishers(KubeSettings(), client)[0], AnnotationPublisher)
     assert isinstance(kube_publishers(KubeSettings(), client)[2], EventPublisher)

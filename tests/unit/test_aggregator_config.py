@@ -53,13 +53,13 @@ def test_node_action_settings() -> None:
     from podmortem.aggregator.config import duration, load_kube_settings
 
     default = load_kube_settings(argparse.Namespace(), {})
-    assert (default.node_actions, default.suspect_node_threshold, default.suspect_node_taint) == (True, 2, False)
-    assert default.suspect_node_window == 7 * 86400
-    bounds = (default.suspect_node_min_jobs, default.suspect_node_min_namespaces, default.node_faults_per_namespace)
+    assert (default.nodes.enabled, default.nodes.threshold, default.nodes.taint) == (True, 2, False)
+    assert default.nodes.window == 7 * 86400
+    bounds = (default.nodes.min_jobs, default.nodes.min_namespaces, default.nodes.per_namespace_per_hour)
     assert bounds == (2, 1, 4)
     strict = {"PODMORTEM_SUSPECT_NODE_MIN_NAMESPACES": "2", "PODMORTEM_NODE_FAULTS_PER_NAMESPACE": "1"}
     s = load_kube_settings(argparse.Namespace(), strict)
-    assert (s.suspect_node_min_namespaces, s.node_faults_per_namespace) == (2, 1)
+    assert (s.nodes.min_namespaces, s.nodes.per_namespace_per_hour) == (2, 1)
     env = {
         "PODMORTEM_NODE_ACTIONS": "off",
         "PODMORTEM_SUSPECT_NODE_THRESHOLD": "3",
@@ -67,14 +67,14 @@ def test_node_action_settings() -> None:
         "PODMORTEM_SUSPECT_NODE_TAINT": "1",
     }
     s = load_kube_settings(argparse.Namespace(), env)
-    assert (s.node_actions, s.suspect_node_threshold, s.suspect_node_window, s.suspect_node_taint) == (
+    assert (s.nodes.enabled, s.nodes.threshold, s.nodes.window, s.nodes.taint) == (
         False,
         3,
         36 * 3600,
         True,
     )
     flags = argparse.Namespace(node_actions="on", suspect_node_window="90m")
-    assert load_kube_settings(flags, env).node_actions and load_kube_settings(flags, env).suspect_node_window == 5400
+    assert load_kube_settings(flags, env).nodes.enabled and load_kube_settings(flags, env).nodes.window == 5400
     assert duration("w", "604800") == 604800
     for bad in ({"PODMORTEM_NODE_ACTIONS": "maybe"}, {"PODMORTEM_SUSPECT_NODE_WINDOW": "7x"},
                 {"PODMORTEM_SUSPECT_NODE_WINDOW": "0d"}, {"PODMORTEM_SUSPECT_NODE_THRESHOLD": "0"},

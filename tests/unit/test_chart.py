@@ -173,19 +173,19 @@ def test_node_rbac_only_while_node_actions_are_on() -> None:
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     env = env_of(one(docs, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
     settings = load_kube_settings(argparse.Namespace(), env)
-    assert settings.node_actions and settings.suspect_node_threshold == 2
-    assert settings.suspect_node_window == 7 * 86400 and not settings.suspect_node_taint
+    assert settings.nodes.enabled and settings.nodes.threshold == 2
+    assert settings.nodes.window == 7 * 86400 and not settings.nodes.taint
     off = render({"aggregator": {"nodeActions": {"enabled": False}}})
     assert not [d for d in off if d["metadata"]["name"].endswith("-nodes")]
     env = env_of(one(off, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
-    assert not load_kube_settings(argparse.Namespace(), env).node_actions
+    assert not load_kube_settings(argparse.Namespace(), env).nodes.enabled
     strict = {"taint": True, "suspectWindow": "36h", "suspectMinNamespaces": 2, "faultsPerNamespacePerHour": 1}
     tainting = render({"aggregator": {"nodeActions": strict}})
     env = env_of(one(tainting, "Deployment", "-aggregator")["spec"]["template"]["spec"]["containers"][0])
     settings = load_kube_settings(argparse.Namespace(), env)
-    assert settings.suspect_node_taint and settings.suspect_node_window == 36 * 3600
-    assert (settings.suspect_node_min_jobs, settings.suspect_node_min_namespaces) == (2, 2)
-    assert settings.node_faults_per_namespace == 1
+    assert settings.nodes.taint and settings.nodes.window == 36 * 3600
+    assert (settings.nodes.min_jobs, settings.nodes.min_namespaces) == (2, 2)
+    assert settings.nodes.per_namespace_per_hour == 1
 
 
 def test_namespace_mode_has_roles_and_no_webhook() -> None:
@@ -228,7 +228,7 @@ def test_leader_election_runs_two_replicas_with_a_lease_role() -> None:
     env = env_of(container)
     assert env["PODMORTEM_LEADER_ELECT"] == "1" and env["PODMORTEM_LEASE_NAME"] == "podmortem-aggregator"
     settings = load_kube_settings(argparse.Namespace(), {**env, "POD_NAMESPACE": "podmortem"})
-    assert settings.leader_elect and settings.lease_name == "podmortem-aggregator"
+    assert settings.leader.enabled and settings.leader.lease_name == "podmortem-aggregator"
     role = one(docs, "Role", "-leader-election")
     assert role["metadata"]["namespace"] == "podmortem"
     assert role["rules"] == documented_role("Role", "podmortem-aggregator-leader-election")

@@ -45,7 +45,7 @@ def test_every_name_podmortem_writes_has_a_row() -> None:
         names.INJECTED_ANNOTATION,
         names.RETRY_POLICY_ADDED_ANNOTATION,
         f"podReplacementPolicy: {retrypolicy.REPLACEMENT_POLICY}",
-        KubeSettings().lease_name,
+        KubeSettings().leader.lease_name,
     }
     rows = action_column()
     documented = set().union(*(named(cell) for cell in rows))

@@ -121,10 +121,11 @@ def client_for(settings: KubeSettings, role: Role, threads: int = 0) -> Kube:
       retry, `threads` threads (a flood of reviews never holds the threads the publishers' calls need).
     """
     configuration = load_configuration(settings)
-    qps, burst, retries, executor = settings.qps, settings.burst, settings.retries, None
+    budget = settings.client
+    qps, burst, retries, executor = budget.qps, budget.burst, budget.retries, None
     if role == "conditions":
         configuration.connection_pool_maxsize = threads
-        qps, burst = settings.condition_qps, settings.condition_burst
+        qps, burst = settings.conditions.qps, settings.conditions.burst
         executor = ThreadPoolExecutor(threads, thread_name_prefix="podmortem-conditions")
     elif role == "reviews":
         retries = 1
@@ -134,9 +135,9 @@ def client_for(settings: KubeSettings, role: Role, threads: int = 0) -> Kube:
         qps=qps,
         burst=burst,
         retries=retries,
-        backoff=Backoff(settings.backoff_initial, settings.backoff_max),
-        request_timeout=settings.request_timeout,
-        watch_timeout=settings.watch_timeout,
+        backoff=Backoff(budget.backoff_initial, budget.backoff_max),
+        request_timeout=budget.request_timeout,
+        watch_timeout=budget.watch_timeout,
         executor=executor,
     )
 

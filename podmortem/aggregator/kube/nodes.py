@@ -45,10 +45,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from podmortem.aggregator.config import KubeSettings
+from podmortem.aggregator.config import NodeActions
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube
 from podmortem.core.names import (
@@ -89,32 +88,6 @@ HOUR = 3600.0
 JOB_COUNTED = "job_counted"
 NAMESPACE_RATE = "namespace_rate"
 REFUSALS = (JOB_COUNTED, NAMESPACE_RATE)
-
-
-@dataclass(frozen=True)
-class NodeActions:
-    """What the aggregator does to nodes (`--node-actions`, `--suspect-node-*`, `--node-faults-per-namespace`);
-    the defaults are the settings'."""
-
-    enabled: bool = KubeSettings.node_actions
-    threshold: int = KubeSettings.suspect_node_threshold
-    window: float = KubeSettings.suspect_node_window
-    taint: bool = KubeSettings.suspect_node_taint
-    min_jobs: int = KubeSettings.suspect_node_min_jobs
-    min_namespaces: int = KubeSettings.suspect_node_min_namespaces
-    per_namespace_per_hour: int = KubeSettings.node_faults_per_namespace
-
-    @classmethod
-    def from_settings(cls, settings: KubeSettings) -> NodeActions:
-        return cls(
-            enabled=settings.node_actions,
-            threshold=settings.suspect_node_threshold,
-            window=settings.suspect_node_window,
-            taint=settings.suspect_node_taint,
-            min_jobs=settings.suspect_node_min_jobs,
-            min_namespaces=settings.suspect_node_min_namespaces,
-            per_namespace_per_hour=settings.node_faults_per_namespace,
-        )
 
 
 # -- pure builders -------------------------------------------------------------------------------

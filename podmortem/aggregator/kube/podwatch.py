@@ -79,7 +79,7 @@ class PodWatch:
         self.settings = settings
         self.resolver = resolver or JobResolver(kube)
         self.index = index  # where stream registrations are checked against what the watch resolved
-        self.backoff = backoff or Backoff(settings.backoff_initial, settings.backoff_max)
+        self.backoff = backoff or Backoff(settings.client.backoff_initial, settings.client.backoff_max)
         self._known: dict[str, _Known] = {}  # pod uid (or ns/name) -> last observation
         self._expected: dict[tuple[str, str, str], int] = {}
         self.relists = 0  # lists done (the first one included), for tests and logs

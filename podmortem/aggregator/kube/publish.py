@@ -42,7 +42,7 @@ from collections.abc import Callable
 from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.decisions import Decision
 from podmortem.aggregator.kube.client import Kube
-from podmortem.aggregator.kube.nodes import NodeActions, NodeFaultPublisher
+from podmortem.aggregator.kube.nodes import NodeFaultPublisher
 from podmortem.aggregator.publishing import Publisher
 from podmortem.core.categories import condition_reason
 from podmortem.core.names import (
@@ -444,7 +444,7 @@ def kube_publishers(
     """The publishers `settings.publish` asks for (and the node actions unless off), sharing one client (and so
     one rate limit). `on_suspects`: the suspect-node gauge;
     `on_node_refused`: a hardware fault not recorded on its node, by reason."""
-    if not settings.publish and not settings.node_actions:
+    if not settings.publish and not settings.nodes.enabled:
         return []
     client = kube if kube is not None else Kube.from_settings(settings)
     out: list[Publisher] = []
@@ -454,11 +454,11 @@ def kube_publishers(
         out.append(ConditionPublisher(client))
     if "events" in settings.publish:
         out.append(EventPublisher(client, settings.reporting_instance))
-    if settings.node_actions:
+    if settings.nodes.enabled:
         out.append(
             NodeFaultPublisher(
                 client,
-                NodeActions.from_settings(settings),
+                settings.nodes,
                 on_suspects=on_suspects,
                 on_refused=on_node_refused,
                 instance=settings.reporting_instance,
