@@ -236,3 +236,24 @@ def test_a_worker_that_exited_1_while_its_peers_waited_is_the_root_not_a_hang() 
 def test_a_pool_s_eviction_a_lost_execute_host_and_a_kernel_looked_at_in_cuda_gdb(line: str, category: str) -> None:
     v = decide(cascade(line, "", victim_first=False))
     assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    ("victim", "kind"),
+    [
+        ("[E1127 06:40:00.118 TCPStore.cpp:411] Timed out after 601 seconds waiting for clients. 3/4 clients joined.", "store"),
+        ("[rank: 2] Received SIGTERM: 15", "teardown"),
+        ("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", "teardown"),
+        ("./run_pretrain.sh: line 9:  4411 Terminated              python pretrain.py", "teardown"),
+        ("step 4100 loss 2.117\nTerminated", "teardown"),
+    ],
+)
+def test_the_store_s_server_and_stopped_launchers_are_echoes(victim: str, kind: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
+
+
+def test_a_nic_completion_with_an_error_status_is_the_network() -> None:
+    line = "NET/IBP:Got completion from peer 10.0.4.7<40123> with status=12 opcode=0 len=0 vendor err 129 (Send)"
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
