@@ -167,9 +167,9 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             name = SIGNAL_NAMES.get(sig, f"signal {sig}")
             out.append(_Cand("log", r, f"a worker died of {name} (the agent's log)", ""))
     elif log.agent_exitcode is not None and log.agent_exitcode > 0:
-        # The launcher's own word that a worker exited non-zero (torchrun's "failed (exitcode: 1)", its Failures list, a
-        # subprocess launcher's "returned non-zero exit status 1"): this pod's own failure, in words of its own — weak, as
-        # any worker that died of anything exits so, but more than the container's exit code.
+        # The launcher's own word that a worker exited non-zero (torchrun's "failed (exitcode: 1)", its Failures list,
+        # a subprocess launcher's "returned non-zero exit status 1"): this pod's own failure, in words of its own —
+        # weak, as any worker that died of anything exits so, but more than the container's exit code.
         r = rules.classify_exit_code(log.agent_exitcode)
         if r is not None:
             out.append(_Cand("log", r, f"a worker exited with code {log.agent_exitcode} (the launcher's log)", ""))

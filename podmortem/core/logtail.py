@@ -78,11 +78,14 @@ _AGENT_EXIT = re.compile(
 _WATCHDOG_WORK = re.compile(
     r"\[Rank (\d{1,6})\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d{1,12}), OpType=(\w{1,40})"
 )
-# The launcher saying the pod was told to stop from outside: torchrun's agent ("Received 15 death signal"), a worker's
-# "got signal: 15", DeepSpeed's signal handler ("Killing subprocess"), absl's "SIGTERM received", Slurm's "CANCELLED AT".
-# Not a launcher stopping the pod's other workers after one of its own failed (torchrun's "closing signal SIGTERM",
-# mp.spawn's "Terminating process ... via signal", srun's "task N: Terminated"): those follow a failure of the pod's own.
-_TOLD_TO_STOP = re.compile(r"death signal|got signal: ?(?:15|SIGTERM)\b|SIGTERM received|Killing subprocess \d|CANCELLED AT")
+# The launcher saying the pod was told to stop from outside: torchrun's agent ("Received 15 death signal"), a
+# worker's "got signal: 15", DeepSpeed's signal handler ("Killing subprocess"), absl's "SIGTERM received", Slurm's
+# "CANCELLED AT". Not a launcher stopping the pod's other workers after one of its own failed (torchrun's "closing
+# signal SIGTERM", mp.spawn's "Terminating process ... via signal", srun's "task N: Terminated"): those follow a
+# failure of the pod's own.
+_TOLD_TO_STOP = re.compile(
+    r"death signal|got signal: ?(?:15|SIGTERM)\b|SIGTERM received|Killing subprocess \d|CANCELLED AT"
+)
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",

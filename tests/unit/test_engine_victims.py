@@ -7,24 +7,14 @@ for these tests in the formats the tools print."""
 from __future__ import annotations
 
 import pytest
+from support.common import GLOO_PEER
+from support.members import T0, member
 
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
-from podmortem.core.model import Incident, JobRef, Member, Termination
+from podmortem.core.model import Incident, JobRef
 
-T0 = 1_800_000_000.0
 PERMANENT = 0.9
-
-
-def member(name: str, rank: int, log: str, exit_code: int = 1, finished: float = T0) -> Member:
-    return Member(
-        pod=name,
-        rank=rank,
-        node=f"node-{rank}",
-        phase="Failed",
-        termination=Termination(exit_code=exit_code, reason="Error", finished_at=finished),
-        log_tail=log,
-    )
 
 
 def cascade(root_log: str, victim_log: str, root_exit: int = 1, victim_first: bool = True) -> Incident:
@@ -53,7 +43,9 @@ STORE_CREATE_TIMEOUT = (
     "    store = TCPStore(master_addr, master_port, world_size, start_daemon, timeout)\n"
     "RuntimeError: Connection timed out"
 )
-OLD_STORE_CONNECT = STORE_CREATE_TIMEOUT.replace("RuntimeError: Connection timed out", "RuntimeError: connect() timed out.")
+OLD_STORE_CONNECT = STORE_CREATE_TIMEOUT.replace(
+    "RuntimeError: Connection timed out", "RuntimeError: connect() timed out."
+)
 FILE_STORE_WAIT = (
     '  File "/srv/job/launch.py", line 41, in setup\n'
     '    dist.init_process_group("gloo", init_method="file:///shared/rdzv/job-17", rank=3, world_size=4)\n'
@@ -106,7 +98,8 @@ def test_a_configuration_error_raised_while_the_store_is_created_stays_the_progr
         "time. Please check the reason for the rank being stuck",
         "EI0002: The wait execution of the Notify register times out. Reason: The Notify register has not received the "
         "Notify record from remote rank [3].",
-        "[rank2]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1721] [PG ID 0 PG GUID 0(default_pg) Rank 2] failure detected "
+        "[rank2]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1721] [PG ID 0 PG GUID 0(default_pg) Rank 2] failure "
+        "detected "
         "by watchdog at work sequence id: 918 PG status: last enqueued work: 918, last completed work: 917",
         "[rank2]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1709] [PG 0 Rank 2] Timeout at NCCL work: 918, last enqueued "
         "NCCL work: 918, last completed NCCL work: 917.",
@@ -147,40 +140,42 @@ def test_a_program_error_before_the_launcher_stops_the_others_stays_the_pod_s_ow
     assert (f.role, f.category) == ("primary", "user_code")
 
 
-# --- the program's own fault, in torch's words ---------------------------------------------------------------------
+# --- own failures in one family's words: torch's checks of the program's tensors, a node the scheduler lost ------
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "category"),
     [
-        "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cpu!",
-        "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
-        "RuntimeError: Error(s) in loading state_dict for GPTModel:\n\tsize mismatch for lm_head.weight: copying a "
-        "param with shape torch.Size([32000, 2048]) from checkpoint, the shape in current model is "
-        "torch.Size([32128, 2048]).",
-        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x768 and 1024x10)",
+        (
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and "
+            "cpu!",
+            "user_code",
+        ),
+        (
+            "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
+            "user_code",
+        ),
+        (
+            "RuntimeError: Error(s) in loading state_dict for GPTModel:\n\tsize mismatch for lm_head.weight: copying a "
+            "param with shape torch.Size([32000, 2048]) from checkpoint, the shape in current model is "
+            "torch.Size([32128, 2048]).",
+            "user_code",
+        ),
+        ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x768 and 1024x10)", "user_code"),
+        ("srun: error: Node failure on gpu-node-7", "node_lost"),
+        ("PBS Job Id: 5510.head\nJob Name:   pretrain\njob preempted (node failure)", "node_lost"),
+        (
+            "INFO:tensorflow:ShutdownHook: lame workers found: "
+            "HeartbeatManager(/job:worker/replica:0/task:3/device:CPU:0)",
+            "node_lost",
+        ),
     ],
 )
-def test_torch_s_checks_of_the_program_s_tensors_are_user_code_at_the_threshold(line: str) -> None:
-    v = decide(cascade(line, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:3112", victim_first=False))
-    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+def test_one_family_s_words_decide_the_root_at_the_threshold(line: str, category: str) -> None:
+    v = decide(cascade(line, GLOO_PEER, victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.retryable is (category != "user_code")
     assert v.confidence >= PERMANENT
-
-
-# --- a node that failed, in the scheduler's words ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "srun: error: Node failure on gpu-node-7",
-        "PBS Job Id: 5510.head\nJob Name:   pretrain\njob preempted (node failure)",
-        "INFO:tensorflow:ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:3/device:CPU:0)",
-    ],
-)
-def test_a_failed_node_in_the_scheduler_s_words_is_a_lost_node(line: str) -> None:
-    v = decide(cascade(line, "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal", victim_first=False))
-    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "node_lost", True)
 
 
 # --- timing: words that name a cause, an exit that names none --------------------------------------------------------
@@ -229,8 +224,14 @@ def test_a_worker_that_exited_1_while_its_peers_waited_is_the_root_not_a_hang() 
         ('    <a n="MyType"><s>JobEvictedEvent</s></a>', "preemption"),
         ("004 (4411.000.000) 11/27 06:40:00 Job was evicted.", "preemption"),
         ('  "reason": "PreemptionByKubeScheduler",', "preemption"),
-        ("024 (4411.000.000) 11/27 06:40:00 Job reconnection failed\n    Job not found at execution machine", "node_lost"),
-        ("(cuda-gdb) cuda thread 64\n[Switching focus to CUDA kernel 0, grid 118, block (0,0,0), thread (64,0,0)]", "hang"),
+        (
+            "024 (4411.000.000) 11/27 06:40:00 Job reconnection failed\n    Job not found at execution machine",
+            "node_lost",
+        ),
+        (
+            "(cuda-gdb) cuda thread 64\n[Switching focus to CUDA kernel 0, grid 118, block (0,0,0), thread (64,0,0)]",
+            "hang",
+        ),
     ],
 )
 def test_a_pool_s_eviction_a_lost_execute_host_and_a_kernel_looked_at_in_cuda_gdb(line: str, category: str) -> None:
@@ -241,7 +242,11 @@ def test_a_pool_s_eviction_a_lost_execute_host_and_a_kernel_looked_at_in_cuda_gd
 @pytest.mark.parametrize(
     ("victim", "kind"),
     [
-        ("[E1127 06:40:00.118 TCPStore.cpp:411] Timed out after 601 seconds waiting for clients. 3/4 clients joined.", "store"),
+        (
+            "[E1127 06:40:00.118 TCPStore.cpp:411] Timed out after 601 seconds waiting for clients. 3/4 clients "
+            "joined.",
+            "store",
+        ),
         ("[rank: 2] Received SIGTERM: 15", "teardown"),
         ("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", "teardown"),
         ("./run_pretrain.sh: line 9:  4411 Terminated              python pretrain.py", "teardown"),
