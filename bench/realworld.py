@@ -24,6 +24,10 @@ from podmortem.core.engine import decide
 from podmortem.core.model import Incident
 from podmortem.offline.corpus import Answer, Case, Excerpt, at_threshold, compose, load, score
 
+# Splits whose one blind scoring is still to come: their misses are not listed (rules are written without reading them);
+# take a split off this set once it has been scored.
+BLIND = frozenset({"fresh4"})
+
 
 def engine(incident: Incident) -> Answer:
     v = decide(incident)
@@ -126,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         "fresh4 = a third, collected by people who write no rules, frozen before the third round's rules changed",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
-    ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
+    ap.add_argument(
+        "--misses",
+        action="store_true",
+        help="list the cases the engine got wrong (not for a BLIND split, whose one scoring is still to come)",
+    )
     ap.add_argument("--calibration", action="store_true", help="print the Brier score and a reliability table")
     ap.add_argument(
         "--from-line",
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.calibration:
             print(reliability(cases))
             print(precision_table(cases))
-        if ns.misses and split == "train" and not ns.cross:
+        if ns.misses and split not in BLIND and not ns.cross:
             for c in cases:
                 pod, cat, retry = engine(c.incident)
                 if (pod, cat, retry) != (c.root, c.category, c.retryable):
