@@ -262,3 +262,20 @@ def test_a_nic_completion_with_an_error_status_is_the_network() -> None:
     line = "NET/IBP:Got completion from peer 10.0.4.7<40123> with status=12 opcode=0 len=0 vendor err 129 (Send)"
     v = decide(cascade(line, "", victim_first=False))
     assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("=>> PBS: job killed: walltime 86431 exceeded limit 86400", "preemption"),
+        ("Job <4411> exited: TERM_RUNLIMIT: job killed after reaching LSF run time limit.", "preemption"),
+        ("JobId=4411 JobName=pretrain JobState=TIMEOUT Reason=TimeLimit", "preemption"),
+        ("  Warning  DeadlineExceeded  job-controller  Job was active longer than specified deadline", "preemption"),
+        ('  "reason": "Evicted",', "preemption"),
+        ("  Ready  Unknown  NodeStatusUnknown  Kubelet stopped posting node status.", "node_lost"),
+        ("  Normal  NodeNotReady  node-controller  Node gpu-node-7 status is now: NodeNotReady", "node_lost"),
+    ],
+)
+def test_time_limits_evictions_and_silent_nodes_in_more_schedulers_words(line: str, category: str) -> None:
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
