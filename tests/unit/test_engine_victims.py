@@ -279,3 +279,39 @@ def test_a_nic_completion_with_an_error_status_is_the_network() -> None:
 def test_time_limits_evictions_and_silent_nodes_in_more_schedulers_words(line: str, category: str) -> None:
     v = decide(cascade(line, "", victim_first=False))
     assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code 130.", "host_oom"),
+        ("Aborted by PBS Server\nJob exceeded its walltime limit. Job was aborted", "preemption"),
+        (
+            "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
+            "allocate 512.00M. That was not possible. There are 301.12M free.; (0x0x0_HBM0)",
+            "gpu_oom",
+        ),
+        (
+            "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 17.2G",
+            "gpu_oom",
+        ),
+        ("EJ0001: Failed to initialize the HCCP process. Reason: Maybe the last training process is running.", "infra"),
+    ],
+)
+def test_a_memory_limit_a_walltime_an_accelerator_s_memory_and_a_device_still_held(line: str, category: str) -> None:
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "[W tensorpipe_agent.cpp:726] RPC agent for trainer2 encountered error when reading incoming request from "
+        "trainer0: eof (this error originated at tensorpipe/transport/uv/connection_impl.cc:132)",
+        'E1127 06:40:00.118 master_session.cc:1372] RunStep error: Unavailable: {"created":"@1800000000.1",'
+        '"description":"EOF","file":"tcp_posix.cc","file_line":235,"grpc_status":14}',
+    ],
+)
+def test_a_peer_s_socket_closing_under_rpc_and_grpc_is_an_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "peer")
