@@ -315,3 +315,16 @@ def test_a_memory_limit_a_walltime_an_accelerator_s_memory_and_a_device_still_he
 def test_a_peer_s_socket_closing_under_rpc_and_grpc_is_an_echo(victim: str) -> None:
     f = assess(member("v", 0, victim))
     assert (f.role, f.secondary) == ("secondary", "peer")
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        "ValueError: num_key_value_heads (6) must divide num_attention_heads (32)",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/mnt/ckpt/step_900/model.safetensors'",
+    ],
+)
+def test_a_program_error_or_a_capped_cause_also_goes_before_a_carrier_exception(root: str) -> None:
+    v = decide(cascade(root, UNKNOWN_VICTIM))
+    assert v.pod == "llm-worker-1"
