@@ -193,7 +193,7 @@ def _names_its_cause(f: Finding) -> bool:
     """A strong own failure whose words name a cause: a specific rule (also one capped below the threshold: its other
     reading is another cause, or an echo that comes far later, after a collective's timeout), or a program error of the
     worker's own (ValueError, KeyError...: PROGRAM_ERRORS)."""
-    return f.rule is not None and not f.weak and (not f.rule.generic or not _names_no_cause(f))
+    return f.rule is not None and not f.weak and not _names_no_cause(f)
 
 
 def _too_close(first: Finding, then: Finding, named: Counter[str]) -> bool:
