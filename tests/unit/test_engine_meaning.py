@@ -1,0 +1,114 @@
+"""Category from what a failure means, on words no rule was written from one file for: the same meaning in
+another vendor's, scheduler's or library's words (an accelerator's memory, an errno, an HTTP status, a runtime
+that cannot initialise, a scheduler's limits). The texts are written for these tests in the formats the tools
+print; each is read the way a pod watch sees it (the log tail and the exit code, no error file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from podmortem.core.assess import assess
+from podmortem.core.model import Member, Termination
+
+T0 = 1_800_000_000.0
+
+
+def _alone(log: str, exit_code: int = 1) -> Member:
+    return Member(
+        pod="w-0",
+        namespace="ml",
+        node="n-0",
+        rank=0,
+        phase="Failed",
+        termination=Termination(exit_code=exit_code, reason="Error", finished_at=T0),
+        log_tail=log,
+    )
+
+
+def _read(log: str) -> tuple[str, str | None, str]:
+    f = assess(_alone(log))
+    return f.role, f.category, f.rule.id if f.rule is not None else ""
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 3; 60.00 GiB total capacity)",
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 512.00 MiB",
+        "RuntimeError: MPS backend out of memory (MPS allocated: 17.2 GB, other allocations: 1.1 GB)",
+        "RuntimeError: HIP error: out of memory",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,4096]",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.5G.",
+    ],
+)
+def test_an_accelerator_s_memory_in_any_vendor_s_words_is_gpu_oom(line: str) -> None:
+    assert _read(f"step 40 loss 2.2\nTraceback (most recent call last):\n  File \"t.py\", line 9\n{line}\n")[:2] == (
+        "primary",
+        "gpu_oom",
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "huggingface_hub.errors.HfHubHTTPError: 502 Server Error: Bad Gateway for url: https://hub.example/api/x",
+        "urllib.error.HTTPError: HTTP Error 503: Service Unavailable",
+        "requests.exceptions.HTTPError: 504 Gateway Time-out",
+    ],
+)
+def test_a_remote_endpoint_failing_in_http_s_words_is_the_platform(line: str) -> None:
+    role, category, _ = _read(f"uploading checkpoint\nTraceback (most recent call last):\n  File \"u.py\", line 3\n{line}\n")
+    assert (role, category) == ("primary", "infra")
+
+
+def test_a_missing_endpoint_name_stays_the_program_s() -> None:
+    """A 404 is the name the job asked for, not the endpoint failing."""
+    line = "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: x"
+    assert _read(f"Traceback (most recent call last):\n  File \"u.py\", line 3\n{line}\n")[1] == "user_code"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # NCCL's first CUDA call meeting a runtime that cannot initialise: the driver stack, before NCCL's CUDA error
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error, NCCL version 2.20\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'initialization error'",
+        "RuntimeError: CUDA driver error: CUDA_ERROR_NOT_INITIALIZED",
+        "RuntimeError: HIP error: hipErrorNoDevice",
+    ],
+)
+def test_a_runtime_that_cannot_initialise_is_the_node_s_driver_stack(text: str) -> None:
+    assert _read(f"Traceback (most recent call last):\n  File \"t.py\", line 2\n{text}\n")[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OSError: [Errno 16] Device or resource busy: '/mnt/scratch/.nfs000123'",
+        "OSError: [Errno 24] Too many open files",
+        "E1127 10:00:01 io.cc:77] write failed (errno = 5)",
+        "thread 'main' panicked: open shard: Os { code: 24, kind: Uncategorized, message: \"Too many open files\" }",
+        "Error: failed to map segment from shared object (os error 16)",
+    ],
+)
+def test_an_errno_of_the_environment_is_infra_in_any_carrier(line: str) -> None:
+    assert _read(f"epoch 2\n{line}\n")[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("slurmstepd: error: Job 77 hit memory limit. JobState=OUT_OF_MEMORY Reason=OutOfMemory", "host_oom"),
+        ("srun: error: gpu-12: task 3: Out Of Memory", "host_oom"),
+        ("=>> PBS: job killed: mem 98765432kb exceeded limit 67108864kb", "host_oom"),
+        ("Job 81.0 held: memory usage exceeded request_memory", "host_oom"),
+        ("Exited with exit code 130. TERM_SWAP: job killed after reaching LSF swap usage limit.", "host_oom"),
+        ("=>> PBS: job killed: walltime 43210 exceeded limit 43200", "preemption"),
+        ("job 9 exceeded hard wallclock time - initiate terminate method", "preemption"),
+        ("TERM_CPULIMIT: job killed after reaching LSF CPU usage limit.", "preemption"),
+        ("Pod was active on the node longer than the specified deadline", "preemption"),
+        ("/var/spool/job.sh: line 12:  4242 Floating point exception(core dumped) python train.py", "crash"),
+    ],
+)
+def test_a_scheduler_s_or_shell_s_words_for_a_limit_or_a_signal(line: str, category: str) -> None:
+    assert _read(f"step 1200 loss 1.9\n{line}\n")[:2] == ("primary", category)
