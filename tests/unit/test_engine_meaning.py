@@ -112,3 +112,12 @@ def test_an_errno_of_the_environment_is_infra_in_any_carrier(line: str) -> None:
 )
 def test_a_scheduler_s_or_shell_s_words_for_a_limit_or_a_signal(line: str, category: str) -> None:
     assert _read(f"step 1200 loss 1.9\n{line}\n")[:2] == ("primary", category)
+
+
+def test_nccl_s_shared_memory_transport_failing_is_the_pod_s_shared_memory() -> None:
+    log = (
+        "job-7f2:97:183 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 "
+        "(size 9637888)\njob-7f2:97:183 [0] NCCL INFO transport/shm.cc:101 -> 2\n"
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:784, unhandled system error, NCCL version 2.7.8\n"
+    )
+    assert _read(log)[:2] == ("primary", "infra")
