@@ -69,6 +69,12 @@ CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message)
 # ...is weak but says something of its own (an NCCL system error, a stuck watchdog, the raylet's system error);
 # kept below CONF_PRIMARY, as a victim can show the same words.
 CONF_PRIMARY_WEAK_MESSAGE = 0.8
+# ...is the stuck rank's own record of being stuck (a stack dump someone or a timer asked it for, its own watchdog
+# thread found stuck), the only failure of its own in the job, and every other member that failed shows a known echo:
+# nobody else can be the cause, and a victim waiting for a member that died would show that member's failure (or be
+# missing it: then the missing-member penalty applies). Retryable, so it never writes PermanentFailure; calibrated
+# like the others (docs/engine.md, "Which verdicts may reach 0.9").
+CONF_STUCK_ALONE = 0.9
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class
 # ...is a program error of the worker's own (ValueError, KeyError...: PROGRAM_ERRORS) in its error file, the only
 # failure of its own in the job, and every other member that failed shows a known echo: the clear case, at the
@@ -226,6 +232,18 @@ def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo:
     )
 
 
+def _others_echo(findings: Sequence[Finding]) -> bool:
+    """Every member that is not an own failure failed as a known echo (none silent, none still pending)."""
+    return all(f.role in ("primary", "secondary", "clean") for f in findings)
+
+
+def _stuck_alone(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
+    """The rank's own words say it stopped making progress (a hang read from its log), nobody else failed on their own
+    at all (not even with a bare exit code: a member that died without words may be the one it waited for), and every
+    other member's failure is a known echo."""
+    return others_echo and len(ordered) == 1 and root.source == "log" and root.category == "hang"
+
+
 def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_echo: bool = False) -> _Root:
     ordered = _cause_named_first(_device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named))), named)
     root = ordered[0]
@@ -233,6 +251,8 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
     assert rule is not None and rule.category is not None
     if root.weak:
         confidence = CONF_PRIMARY_WEAK if root.source == "termination" else CONF_PRIMARY_WEAK_MESSAGE
+        if _stuck_alone(root, ordered, others_echo):
+            confidence = CONF_STUCK_ALONE
     elif rule.generic:
         clear = _clear_own_exception(root, ordered, others_echo)
         confidence = CONF_CLEAR_OWN_EXCEPTION if clear else CONF_PRIMARY_GENERIC
@@ -688,11 +708,11 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     root: _Root | None = None
     if strong:
         # Every member that is not an own failure failed as a known echo (none silent, none still pending).
-        others_echo = all(f.role in ("primary", "secondary", "clean") for f in findings)
-        root = _choose_primary(strong + weak, named, others_echo)
+        root = _choose_primary(strong + weak, named, _others_echo(findings))
     elif timeouts and any(f.source != "termination" for f in weak):
         # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
-        root = _choose_primary([f for f in weak if f.source != "termination"], named)
+        alone = _others_echo(findings) and len(weak) == 1  # nobody else failed on their own, not even by exit code
+        root = _choose_primary([f for f in weak if f.source != "termination"], named, alone)
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [
@@ -713,7 +733,8 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     if root is None and weak:
         # Only weak own failures: one that says something of its own (an NCCL system error, a stuck watchdog)
         # before a bare exit code, which any member that died of anything shows.
-        root = _choose_primary([f for f in weak if f.source != "termination"] or weak, named)
+        alone = _others_echo(findings) and len(weak) == 1
+        root = _choose_primary([f for f in weak if f.source != "termination"] or weak, named, alone)
     if root is None and failed:
         root = _choose_echo(failed, findings, named)
     hang = stalled if not failed else (_hang_evidence(findings) if root is None or not strong else None)

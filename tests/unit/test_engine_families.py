@@ -91,6 +91,26 @@ def test_a_stack_dump_without_an_exception_is_the_stuck_rank(dump: str) -> None:
     assert assess(stuck).rule is not None and assess(stuck).rule.id == "log.stack-dump"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "log",
+    [FAULTHANDLER, "[PG 0 Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info."],
+    ids=["dump", "stuck-watchdog"],
+)
+def test_the_stuck_rank_s_own_record_among_known_echoes_reaches_the_permanent_threshold(log: str) -> None:
+    """Nobody else failed on their own and every other member is a known echo: the stuck rank is the cause (a hang,
+    retryable, so it never writes PermanentFailure)."""
+    stuck = pod("llm-worker-2", 2, log=log, ts=T0 + 1790)
+    v = decide(job(timed_out("llm-master-0", 0), timed_out("llm-worker-1", 1), stuck))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-2", "hang", True), v.evidence
+    assert v.confidence >= 0.9
+    # A member that exited without words may be the one the others waited for: no longer alone.
+    v = decide(job(timed_out("llm-master-0", 0), pod("llm-worker-1", 1, ts=T0 + 1700), stuck))
+    assert v.confidence < 0.9
+    # A member that never reported may be it too.
+    v = decide(job(timed_out("llm-master-0", 0), stuck, world_size=3))
+    assert v.confidence < 0.9
+
+
 def test_a_dump_after_a_native_crash_is_the_crash_and_beside_a_timeout_it_is_the_echo() -> None:
     crashed = pod("w-0", 0, log="Fatal Python error: Segmentation fault\n\n" + FAULTHANDLER.split("\n", 1)[1])
     assert assess(crashed).category == "crash"
