@@ -208,14 +208,32 @@ def _too_close(first: Finding, then: Finding, named: Counter[str]) -> bool:
     return gap < max(TIE_SECONDS, min(first.spread + then.spread, 3.0))
 
 
+# faulthandler's dump of every thread with no header of its own: what it prints on a signal it was registered for (the
+# SIGTERM of a teardown, a SIGUSR1), every rank alike — not a record that this one was stuck (its timer says
+# "Timeout (0:30:00)!", py-spy and gdb are run on a process someone found stuck).
+_SIGNAL_DUMP = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-f]{6,16} \(most recent call first\)")
+
+
+def _stuck_own(f: Finding) -> bool:
+    """A weak hang in the rank's own words that says it was stuck: a timer's or a person's stack dump with no exception,
+    its own watchdog found stuck."""
+    return f.weak and f.source == "log" and f.category == "hang" and not _SIGNAL_DUMP.match(f.text)
+
+
 def _cause_named_first(ordered: list[Finding], named: Counter[str]) -> list[Finding]:
     """Within the timing uncertainty, a failure that names its cause goes before a carrier exception ahead of it: that
-    exception's words name no cause and may be the other's echo in words no rule knows (a victim's is, most often)."""
+    exception's words name no cause and may be the other's echo in words no rule knows (a victim's is, most often).
+    So does the stuck rank's own record (its times as they are, without the weak handicap): the carrier exception of
+    a rank that waited for it is a timeout's echo in words no rule knows, raised when the stuck rank is torn down."""
     head = ordered[0]
     if not _names_no_cause(head) or head.time is None:
         return ordered
     for f in ordered[1:]:
-        if _names_its_cause(f) and f.time is not None and _too_close(head, f, named):
+        if f.time is None:
+            continue
+        if _names_its_cause(f) and _too_close(head, f, named):
+            return [f, *(x for x in ordered if x is not f)]
+        if _stuck_own(f) and abs(f.time - head.time) < max(TIE_SECONDS, min(head.spread + f.spread, 3.0)):
             return [f, *(x for x in ordered if x is not f)]
     return ordered
 
@@ -238,10 +256,10 @@ def _others_echo(findings: Sequence[Finding]) -> bool:
 
 
 def _stuck_alone(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
-    """The rank's own words say it stopped making progress (a hang read from its log), nobody else failed on their own
+    """The rank's own words say it was stuck (`_stuck_own`: not a dump printed on a signal), nobody else failed on their own
     at all (not even with a bare exit code: a member that died without words may be the one it waited for), and every
     other member's failure is a known echo."""
-    return others_echo and len(ordered) == 1 and root.source == "log" and root.category == "hang"
+    return others_echo and len(ordered) == 1 and _stuck_own(root)
 
 
 def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_echo: bool = False) -> _Root:
