@@ -10,6 +10,7 @@ classify the lines. Pure: text in, facts out.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,9 @@ _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)
 _SUMMARY_ENTRY = re.compile(r"^\[\d+\]:$")
 _SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
+# torchelastic's error handler printing an error file as JSON: its "message" field is the error file's message, the
+# exception line of the process that failed ("RuntimeError: Permission denied"), as a JSON string.
+_ERROR_JSON_MESSAGE = re.compile(r'^\s*"message": ("(?:[^"\\]|\\.)*")\s*,?\s*$')
 TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
 # A peer's address in gloo/NCCL messages: "[10.0.0.7]:29500", "[2001:db8::7]:29500". At most 45
 # characters (the longest IPv6 text form) and possessive, so linear on any input: the unbounded form
@@ -306,6 +310,12 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
                         teardown = _glog_time(gm, near)
                 continue
         if head in (" ", "\t"):
+            jm = _ERROR_JSON_MESSAGE.match(line) if '"message": "' in line else None
+            if jm:
+                message = json.loads(jm.group(1)).strip()
+                etype = exception_type_of(message) if ": " in message else ""
+                if etype and not etype.endswith(_AGENT_WRAPPERS):
+                    loose.append(message)
             continue
         if line.startswith("Failures:") and not others:
             in_failures, current = True, ""

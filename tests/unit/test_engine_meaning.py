@@ -121,3 +121,24 @@ def test_nccl_s_shared_memory_transport_failing_is_the_pod_s_shared_memory() -> 
         "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:784, unhandled system error, NCCL version 2.7.8\n"
     )
     assert _read(log)[:2] == ("primary", "infra")
+
+
+def test_the_error_handler_s_json_message_is_read_as_the_failure_s_message() -> None:
+    """torchelastic's error handler prints an error file as JSON; its "message" is the failing process's exception
+    line (here the agent's own, before any worker started)."""
+    log = (
+        "ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{\n"
+        '  "message": {\n'
+        '    "message": "RuntimeError: Permission denied",\n'
+        '    "extraInfo": {\n'
+        '      "py_callstack": ["  File \\"run.py\\", line 7, in <module>\\n"],\n'
+        '      "timestamp": "1700000000"\n'
+        "    }\n  }\n}\n"
+    )
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+def test_nccl_s_invalid_argument_in_an_old_torch_s_words_is_the_job_s_set_up() -> None:
+    line = "RuntimeError: NCCL error in: /src/c10d/NCCLUtils.hpp:82, invalid argument, NCCL version 2.4.8"
+    role, category, rule = _read(f"srun: job 7 step 0 started\n{line}\nsrun: error: n-0: tasks 2-7: Exited with exit code 1\n")
+    assert (role, category) == ("primary", "user_code") and "invalid-usage" in rule, rule
