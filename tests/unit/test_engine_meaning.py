@@ -142,3 +142,27 @@ def test_nccl_s_invalid_argument_in_an_old_torch_s_words_is_the_job_s_set_up() -
     line = "RuntimeError: NCCL error in: /src/c10d/NCCLUtils.hpp:82, invalid argument, NCCL version 2.4.8"
     role, category, rule = _read(f"srun: job 7 step 0 started\n{line}\nsrun: error: n-0: tasks 2-7: Exited with exit code 1\n")
     assert (role, category) == ("primary", "user_code") and "invalid-usage" in rule, rule
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        # an NVSwitch system whose fabric manager has not brought the fabric up (802)
+        ("RuntimeError: CUDA error: system not yet initialized", "hardware"),
+        # kernel faults of the instruction kind, beside the illegal instruction
+        ("RuntimeError: CUDA error: device encountered an invalid program counter", "crash"),
+        ("RuntimeError: CUDA error: warp executed an instruction on an invalid address space", "crash"),
+        # CUDA's stream-capture error reuses EPERM's words: the program's misuse of a CUDA graph
+        ("RuntimeError: CUDA error: operation not permitted when stream is capturing", "user_code"),
+        ("PermissionError: [Errno 1] Operation not permitted: '/mnt/ckpt/latest'", "infra"),
+        # client libraries that could not reach an endpoint
+        ("urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>", "infra"),
+        ("httpx.ConnectError: [Errno 111] Connection refused", "infra"),
+        ("wandb.errors.CommError: Network error (ConnectTimeout), entering retry loop.", "infra"),
+    ],
+)
+def test_a_cuda_error_s_or_a_client_s_family_decides_the_category(line: str, category: str) -> None:
+    assert _read(f"Traceback (most recent call last):\n  File \"t.py\", line 4, in step\n{line}\n")[:2] == (
+        "primary",
+        category,
+    )
