@@ -166,3 +166,13 @@ def test_a_cuda_error_s_or_a_client_s_family_decides_the_category(line: str, cat
         "primary",
         category,
     )
+
+
+def test_the_coordination_service_losing_a_task_is_a_lost_node_and_the_tasks_it_ends_are_echoes() -> None:
+    lost = (
+        "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Task /job:jax_worker/replica:0/task:3 heartbeat timeout. "
+        "This indicates that the remote task has failed, got preempted, or crashed unexpectedly."
+    )
+    assert _read(f"step 900\n{lost}\n")[:2] == ("primary", "node_lost")
+    ended = "F1127 10:00:00.000 client.cc:77] Terminating process because the coordinator detected missing heartbeats."
+    assert assess(_alone(f"step 900\n{ended}\n")).secondary == "peer"
