@@ -176,3 +176,14 @@ def test_the_coordination_service_losing_a_task_is_a_lost_node_and_the_tasks_it_
     assert _read(f"step 900\n{lost}\n")[:2] == ("primary", "node_lost")
     ended = "F1127 10:00:00.000 client.cc:77] Terminating process because the coordinator detected missing heartbeats."
     assert assess(_alone(f"step 900\n{ended}\n")).secondary == "peer"
+
+
+def test_a_client_s_transient_failure_logged_in_a_healthy_run_is_no_failure_of_its_own() -> None:
+    """W&B's and the hub's clients log a 5xx or a timeout and retry; only an exception the process raised counts."""
+    log = (
+        "wandb: 502 Server Error: Bad Gateway for url: https://api.example/graphql, entering retry loop.\n"
+        "[rank1]:[E1127 10:00:00.000 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds "
+        "before timing out.\n"
+    )
+    assert assess(_alone(log)).secondary == "timeout"
