@@ -59,10 +59,10 @@ _AGENT_WRAPPERS = (
 # Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
 # Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",
 # "10.0.0.7: " — lower case with a digit, so that no exception type is taken for a host), TorchX
-# ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "). The rank prefix [rankN]: is read
-# separately (it names the rank).
+# ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "), a bare stream tag ("[stderr]"). The
+# rank prefix [rankN]: is read separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
-    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\[std(?:out|err)\]|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
     r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
     r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )

@@ -187,3 +187,18 @@ def test_a_client_s_transient_failure_logged_in_a_healthy_run_is_no_failure_of_i
         "before timing out.\n"
     )
     assert assess(_alone(log)).secondary == "timeout"
+
+
+def test_a_stream_tag_prefix_is_a_launcher_s_and_the_exception_behind_it_is_read() -> None:
+    log = "[stderr]Traceback (most recent call last):\n[stderr]    import wandb\n[stderr]ModuleNotFoundError: No module named 'wandb'\n"
+    f = assess(_alone(log))
+    assert (f.role, f.category, f.exception_type) == ("primary", "user_code", "ModuleNotFoundError")
+
+
+def test_an_abort_through_the_c_plus_plus_runtime_s_terminate_says_why() -> None:
+    log = (
+        "#4    Object \"/usr/lib/libstdc++.so.6\", at 0x7f00, in std::terminate()\n"
+        "#1    Source \"stdlib/abort.c\", line 79, in abort [0x7f01]\nAborted (core dumped)\n"
+    )
+    role, category, rule = _read(log)
+    assert (role, category, rule) == ("primary", "crash", "log.native-crash")
