@@ -202,3 +202,12 @@ def test_an_abort_through_the_c_plus_plus_runtime_s_terminate_says_why() -> None
     )
     role, category, rule = _read(log)
     assert (role, category, rule) == ("primary", "crash", "log.native-crash")
+
+
+def test_the_watchdog_s_exception_report_of_a_newer_torch_is_the_timeout_echo() -> None:
+    line = (
+        "[rank1]:[E1003 18:37:01.833575187 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 1] Exception (either an "
+        "error or timeout) detected by watchdog at work: 6463, last enqueued NCCL work: 6463, last completed NCCL work: "
+        "6462."
+    )
+    assert assess(_alone(f"step 30\n{line}\n")).secondary == "timeout"
