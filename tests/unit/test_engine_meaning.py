@@ -211,3 +211,18 @@ def test_the_watchdog_s_exception_report_of_a_newer_torch_is_the_timeout_echo() 
         "6462."
     )
     assert assess(_alone(f"step 30\n{line}\n")).secondary == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("torch.distributed.elastic.rendezvous.api.RendezvousStateError: the node state could not be synced", "store"),
+        ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGTERM", "teardown"),
+        ("ray.exceptions.OwnerDiedError: Failed to retrieve object. The owner of this object has died.", "peer"),
+        ("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task.", "peer"),
+        ("mpi4py.MPI.Exception: MPI_ERR_PROC_FAILED: Process Failure", "peer"),
+        ("srun: forcing job termination", "teardown"),
+    ],
+)
+def test_a_member_that_only_lost_another_is_an_echo_in_its_runtime_s_words(line: str, kind: str) -> None:
+    assert assess(_alone(f"step 5\n{line}\n")).secondary == kind
