@@ -226,3 +226,24 @@ def test_the_watchdog_s_exception_report_of_a_newer_torch_is_the_timeout_echo() 
 )
 def test_a_member_that_only_lost_another_is_an_echo_in_its_runtime_s_words(line: str, kind: str) -> None:
     assert assess(_alone(f"step 5\n{line}\n")).secondary == kind
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("RuntimeError: CUDA driver error: CUDA_ERROR_OUT_OF_MEMORY", "gpu_oom"),
+        ("Container killed by YARN for exceeding memory limits. 33.1 GB of 33 GB physical memory used.", "host_oom"),
+        ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0.", "host_oom"),
+        ("DCGM: XID 79 detected on GPU 3", "hardware"),
+        ("Memory access fault by GPU node-2 (Agent handle: 0x55d) on address 0x7f00. Reason: Page not present.", "hardware"),
+        ("Windows fatal exception: access violation", "crash"),
+        ("Process finished with exit code -1073741819 (0xC0000005)", "crash"),
+        ("#  SIGSEGV (0xb) at pc=0x00007f3c, pid=1234, tid=5678", "crash"),
+        ("nfs: server fs01 not responding, still trying", "infra"),
+        ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].", "infra"),
+        ("slurmctld: error: Nodes gpu-07 not responding, setting DOWN", "node_lost"),
+        ("node-3:77:90 [0] NCCL WARN Net : No interface found in the same subnet as remote address fe80::1<45873>", "network"),
+    ],
+)
+def test_a_family_s_words_in_another_tool_s_format(line: str, category: str) -> None:
+    assert _read(f"step 5\n{line}\n")[:2] == ("primary", category)
