@@ -206,6 +206,23 @@ def test_the_launcher_naming_a_worker_s_host_counts_for_that_worker() -> None:
     assert v.pod == "mpi-worker-1", v.evidence
 
 
+@pytest.mark.parametrize(
+    "report",
+    [
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 5 PID 88 RUNNING AT mpi-worker-1\n"
+        "=   KILLED BY SIGNAL: 9 (Killed)\n",
+        "mpirun has exited due to process rank 5 with PID 88 on node mpi-worker-1 exiting improperly.\n",
+    ],
+    ids=["mpich", "mpirun-exited"],
+)
+def test_other_mpi_launchers_naming_a_worker_count_for_that_worker(report: str) -> None:
+    launcher = pod("mpi-launcher", 0, log=report)
+    silent = [pod("mpi-worker-0", 1, exit_code=None), pod("mpi-worker-1", 2, exit_code=None)]
+    v = decide(job(launcher, *silent))
+    assert assess(launcher).secondary == "peer"
+    assert v.pod == "mpi-worker-1", v.evidence
+
+
 def test_nccl_naming_the_peer_s_address_counts_for_that_pod() -> None:
     line = "w0:311:402 [0] misc/socket.cc:538 NCCL WARN Net : Call to recv from 10.4.0.12<40211> failed : Broken pipe"
     victim = pod("w-0", 0, log=line, ip="10.4.0.11")
