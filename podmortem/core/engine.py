@@ -256,9 +256,9 @@ def _others_echo(findings: Sequence[Finding]) -> bool:
 
 
 def _stuck_alone(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
-    """The rank's own words say it was stuck (`_stuck_own`: not a dump printed on a signal), nobody else failed on their own
-    at all (not even with a bare exit code: a member that died without words may be the one it waited for), and every
-    other member's failure is a known echo."""
+    """The rank's own words say it was stuck (`_stuck_own`: not a dump printed on a signal), nobody else failed on their
+    own at all (not even with a bare exit code: a member that died without words may be the one it waited for), and
+    every other member's failure is a known echo."""
     return others_echo and len(ordered) == 1 and _stuck_own(root)
 
 

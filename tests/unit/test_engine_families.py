@@ -114,7 +114,7 @@ def test_the_stuck_rank_s_own_record_among_known_echoes_reaches_the_permanent_th
 def test_the_stuck_rank_s_record_goes_before_carrier_exceptions_in_words_no_rule_knows() -> None:
     """Ranks that waited for the stuck one raise in an unknown runtime's words (a carrier class): within the timing
     uncertainty the stuck rank's own record goes first — below the threshold, as the order is a judgement."""
-    carrier = "Traceback (most recent call last):\n  File \"g.py\", line 2, in wait\nmeshrt.MeshError: member left (17)\n"
+    carrier = 'Traceback (most recent call last):\n  File "g.py", line 2, in wait\nmeshrt.MeshError: member left (17)\n'
     stuck = pod("w-2", 2, log=FAULTHANDLER, ts=T0)
     v = decide(job(pod("w-0", 0, log=carrier, ts=T0), pod("w-1", 1, log=carrier, ts=T0), stuck))
     assert (v.pod, v.category) == ("w-2", "hang") and v.confidence <= 0.7, v.evidence
@@ -123,7 +123,9 @@ def test_the_stuck_rank_s_record_goes_before_carrier_exceptions_in_words_no_rule
 def test_a_dump_printed_on_a_signal_does_not_go_before_the_exception_that_caused_the_teardown() -> None:
     """faulthandler registered on SIGTERM prints every rank's stack at the teardown, with no header of its own: not a
     record of being stuck, so the exception that caused the teardown stays the root."""
-    root = pod("w-0", 0, log='Traceback (most recent call last):\n  File "t.py", line 9\nRuntimeError: shard table corrupt\n')
+    root = pod(
+        "w-0", 0, log='Traceback (most recent call last):\n  File "t.py", line 9\nRuntimeError: shard table corrupt\n'
+    )
     signal_dump = FAULTHANDLER.split("\n", 1)[1]
     v = decide(job(root, pod("w-1", 1, log=signal_dump), pod("w-2", 2, log=signal_dump)))
     assert (v.pod, v.category) == ("w-0", "user_code"), v.evidence

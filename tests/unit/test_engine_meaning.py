@@ -42,7 +42,7 @@ def _read(log: str) -> tuple[str, str | None, str]:
     ],
 )
 def test_an_accelerator_s_memory_in_any_vendor_s_words_is_gpu_oom(line: str) -> None:
-    assert _read(f"step 40 loss 2.2\nTraceback (most recent call last):\n  File \"t.py\", line 9\n{line}\n")[:2] == (
+    assert _read(f'step 40 loss 2.2\nTraceback (most recent call last):\n  File "t.py", line 9\n{line}\n')[:2] == (
         "primary",
         "gpu_oom",
     )
@@ -57,28 +57,31 @@ def test_an_accelerator_s_memory_in_any_vendor_s_words_is_gpu_oom(line: str) -> 
     ],
 )
 def test_a_remote_endpoint_failing_in_http_s_words_is_the_platform(line: str) -> None:
-    role, category, _ = _read(f"uploading checkpoint\nTraceback (most recent call last):\n  File \"u.py\", line 3\n{line}\n")
+    role, category, _ = _read(
+        f'uploading checkpoint\nTraceback (most recent call last):\n  File "u.py", line 3\n{line}\n'
+    )
     assert (role, category) == ("primary", "infra")
 
 
 def test_a_missing_endpoint_name_stays_the_program_s() -> None:
     """A 404 is the name the job asked for, not the endpoint failing."""
     line = "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: x"
-    assert _read(f"Traceback (most recent call last):\n  File \"u.py\", line 3\n{line}\n")[1] == "user_code"
+    assert _read(f'Traceback (most recent call last):\n  File "u.py", line 3\n{line}\n')[1] == "user_code"
 
 
 @pytest.mark.parametrize(
     "text",
     [
         # NCCL's first CUDA call meeting a runtime that cannot initialise: the driver stack, before NCCL's CUDA error
-        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error, NCCL version 2.20\n"
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error, "
+        "NCCL version 2.20\n"
         "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'initialization error'",
         "RuntimeError: CUDA driver error: CUDA_ERROR_NOT_INITIALIZED",
         "RuntimeError: HIP error: hipErrorNoDevice",
     ],
 )
 def test_a_runtime_that_cannot_initialise_is_the_node_s_driver_stack(text: str) -> None:
-    assert _read(f"Traceback (most recent call last):\n  File \"t.py\", line 2\n{text}\n")[:2] == ("primary", "infra")
+    assert _read(f'Traceback (most recent call last):\n  File "t.py", line 2\n{text}\n')[:2] == ("primary", "infra")
 
 
 @pytest.mark.parametrize(
@@ -140,7 +143,9 @@ def test_the_error_handler_s_json_message_is_read_as_the_failure_s_message() -> 
 
 def test_nccl_s_invalid_argument_in_an_old_torch_s_words_is_the_job_s_set_up() -> None:
     line = "RuntimeError: NCCL error in: /src/c10d/NCCLUtils.hpp:82, invalid argument, NCCL version 2.4.8"
-    role, category, rule = _read(f"srun: job 7 step 0 started\n{line}\nsrun: error: n-0: tasks 2-7: Exited with exit code 1\n")
+    role, category, rule = _read(
+        f"srun: job 7 step 0 started\n{line}\nsrun: error: n-0: tasks 2-7: Exited with exit code 1\n"
+    )
     assert (role, category) == ("primary", "user_code") and "invalid-usage" in rule, rule
 
 
@@ -162,7 +167,7 @@ def test_nccl_s_invalid_argument_in_an_old_torch_s_words_is_the_job_s_set_up() -
     ],
 )
 def test_a_cuda_error_s_or_a_client_s_family_decides_the_category(line: str, category: str) -> None:
-    assert _read(f"Traceback (most recent call last):\n  File \"t.py\", line 4, in step\n{line}\n")[:2] == (
+    assert _read(f'Traceback (most recent call last):\n  File "t.py", line 4, in step\n{line}\n')[:2] == (
         "primary",
         category,
     )
@@ -190,15 +195,18 @@ def test_a_client_s_transient_failure_logged_in_a_healthy_run_is_no_failure_of_i
 
 
 def test_a_stream_tag_prefix_is_a_launcher_s_and_the_exception_behind_it_is_read() -> None:
-    log = "[stderr]Traceback (most recent call last):\n[stderr]    import wandb\n[stderr]ModuleNotFoundError: No module named 'wandb'\n"
+    log = (
+        "[stderr]Traceback (most recent call last):\n[stderr]    import wandb\n"
+        "[stderr]ModuleNotFoundError: No module named 'wandb'\n"
+    )
     f = assess(_alone(log))
     assert (f.role, f.category, f.exception_type) == ("primary", "user_code", "ModuleNotFoundError")
 
 
 def test_an_abort_through_the_c_plus_plus_runtime_s_terminate_says_why() -> None:
     log = (
-        "#4    Object \"/usr/lib/libstdc++.so.6\", at 0x7f00, in std::terminate()\n"
-        "#1    Source \"stdlib/abort.c\", line 79, in abort [0x7f01]\nAborted (core dumped)\n"
+        '#4    Object "/usr/lib/libstdc++.so.6", at 0x7f00, in std::terminate()\n'
+        '#1    Source "stdlib/abort.c", line 79, in abort [0x7f01]\nAborted (core dumped)\n'
     )
     role, category, rule = _read(log)
     assert (role, category, rule) == ("primary", "crash", "log.native-crash")
@@ -206,9 +214,9 @@ def test_an_abort_through_the_c_plus_plus_runtime_s_terminate_says_why() -> None
 
 def test_the_watchdog_s_exception_report_of_a_newer_torch_is_the_timeout_echo() -> None:
     line = (
-        "[rank1]:[E1003 18:37:01.833575187 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 1] Exception (either an "
-        "error or timeout) detected by watchdog at work: 6463, last enqueued NCCL work: 6463, last completed NCCL work: "
-        "6462."
+        "[rank1]:[E1003 18:37:01.833575187 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 1] Exception "
+        "(either an error or timeout) detected by watchdog at work: 6463, last enqueued NCCL work: 6463, "
+        "last completed NCCL work: 6462."
     )
     assert assess(_alone(f"step 30\n{line}\n")).secondary == "timeout"
 
@@ -235,14 +243,20 @@ def test_a_member_that_only_lost_another_is_an_echo_in_its_runtime_s_words(line:
         ("Container killed by YARN for exceeding memory limits. 33.1 GB of 33 GB physical memory used.", "host_oom"),
         ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0.", "host_oom"),
         ("DCGM: XID 79 detected on GPU 3", "hardware"),
-        ("Memory access fault by GPU node-2 (Agent handle: 0x55d) on address 0x7f00. Reason: Page not present.", "hardware"),
+        (
+            "Memory access fault by GPU node-2 (Agent handle: 0x55d) on address 0x7f00. Reason: Page not present.",
+            "hardware",
+        ),
         ("Windows fatal exception: access violation", "crash"),
         ("Process finished with exit code -1073741819 (0xC0000005)", "crash"),
         ("#  SIGSEGV (0xb) at pc=0x00007f3c, pid=1234, tid=5678", "crash"),
         ("nfs: server fs01 not responding, still trying", "infra"),
-        ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].", "infra"),
+        ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "infra"),
         ("slurmctld: error: Nodes gpu-07 not responding, setting DOWN", "node_lost"),
-        ("node-3:77:90 [0] NCCL WARN Net : No interface found in the same subnet as remote address fe80::1<45873>", "network"),
+        (
+            "node-3:77:90 [0] NCCL WARN Net : No interface found in the same subnet as remote address fe80::1<45873>",
+            "network",
+        ),
     ],
 )
 def test_a_family_s_words_in_another_tool_s_format(line: str, category: str) -> None:
