@@ -261,3 +261,15 @@ def test_a_member_that_only_lost_another_is_an_echo_in_its_runtime_s_words(line:
 )
 def test_a_family_s_words_in_another_tool_s_format(line: str, category: str) -> None:
     assert _read(f"step 5\n{line}\n")[:2] == ("primary", category)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded",
+        "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: status = "
+        'StatusCode.DEADLINE_EXCEEDED details = "Deadline Exceeded">',
+    ],
+)
+def test_a_call_to_another_task_that_ran_out_of_time_is_the_timeout_echo(line: str) -> None:
+    assert assess(_alone(f"step 5\n{line}\n")).secondary == "timeout"
