@@ -8,7 +8,7 @@ that skipped a collective; a rank stuck in a DataLoader worker; and each capture
 the control plane, stall with py-spy, the SIGTERM stack at teardown, best effort at the first timeout),
 and none at all (the verdict as before: the pod and the category, no rank or line). Flight Recorder dump
 files are NCCL's, written on its timeout; gloo writes none, so that path is the sidecar's own tests'
-(`tests/integration/test_sidecar_captures_process.py`), while the Flight Recorder state itself comes here
+(`tests/integration/test_capture_process.py`), while the Flight Recorder state itself comes here
 through the control plane (`fr_trace_json`).
 
 Collective timeouts are short and jobs small (2 cores): every job has a hard deadline and kills all its
