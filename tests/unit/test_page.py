@@ -18,7 +18,7 @@ from support.bundles import HOSTILE_LINES, HOSTILE_POD, HOSTILE_ROOT_MESSAGE, ho
 from bench.engine_speed import build
 from podmortem import cli
 from podmortem.core.engine import decide
-from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
+from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, WorkerCapture
 from podmortem.offline import analyze
 from podmortem.offline.bundle import load_bundle
 from podmortem.page import cluster, timeline
@@ -380,3 +380,25 @@ def test_a_hang_frame_reads_as_file_line_and_function() -> None:
     doc = decide(incident).to_dict()
     doc["hang"] = {"finding": "behind", "frame": {"file": "train.py", "line": 211, "function": "load_batch"}}
     assert "train.py:211 in load_batch" in Parsed(render(incident, doc)).all_text
+
+
+def test_the_evidence_lists_a_failed_capture_only_where_it_leaves_a_gap() -> None:
+    """worker-0's socket was asked after its container ended (T0+3): counted. worker-2's py-spy failed while
+    it still ran, and nothing else shows its rank: listed."""
+    refused = "control-plane socket: [Errno 111] Connection refused"
+    denied = "py-spy exited 1: Permission denied (os error 13)"
+    incident = small_incident()
+    members = list(incident.members)
+    members[0] = dataclasses.replace(
+        members[0], captures=(WorkerCapture("control_plane", global_rank=0, note=refused, captured_at=T0 + 5),)
+    )
+    members[2] = dataclasses.replace(
+        members[2], captures=(WorkerCapture("py_spy", global_rank=2, note=denied, captured_at=T0 + 1),)
+    )
+    incident = dataclasses.replace(incident, members=tuple(members))
+    page = Parsed(render(incident, decide(incident)))
+    assert page.by_id("evidence") is not None
+    text = page.all_text
+    assert refused not in text
+    assert "capture notes not listed: 1 asked after the rank had exited" in text
+    assert f"job-worker-2: capture of rank 2 (py_spy) failed, and nothing else shows where it was: {denied}" in text
