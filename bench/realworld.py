@@ -1,6 +1,6 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
-    python -m bench.realworld [--split train|heldout|both|fresh|fresh2|fresh3] [--seeds N] [--misses]
+    python -m bench.realworld [--split train|heldout|both|fresh|fresh2|fresh3|fresh4] [--seeds N] [--misses]
                               [--from-line N] [--cross]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
@@ -118,11 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=REALWORLD_CORPUS)
     ap.add_argument(
         "--split",
-        choices=("train", "heldout", "both", "fresh", "fresh2", "fresh3"),
+        choices=("train", "heldout", "both", "fresh", "fresh2", "fresh3", "fresh4"),
         default="train",
         help="both = train and heldout; fresh = the split started with issue 25, scored once at its end; "
         "fresh2 = the split started with issue 34, scored once at its end; "
-        "fresh3 = a second split built before any rule of that issue's second round changed, scored once at its end",
+        "fresh3 = a second split built before any rule of that issue's second round changed, scored once at its end; "
+        "fresh4 = a third, collected by people who write no rules, frozen before the third round's rules changed",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
