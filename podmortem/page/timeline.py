@@ -261,8 +261,9 @@ def _why(role: Role, f: Finding, victims: Mapping[str, str]) -> str:
 
 
 def hang_words(hang: HangFinding) -> tuple[str, str]:
-    """What the captures showed of the stuck rank, for its row: (why, line) — "never entered all_reduce #4
-    that the others wait in", "stuck at train.py:211 in load_batch" — instead of the timeout it printed."""
+    """What the captures showed of the stuck rank, for its row: (why, line) — "rank 2 never entered
+    all_reduce #4 that the others wait in", "stuck at train.py:211 in load_batch" — instead of the timeout
+    it printed. The category is on the page already: the why fits the row (64 characters)."""
     ranks = hang.stuck_ranks
     who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks[:4]) if ranks else ""
     op = f"{hang.op or 'a collective'}" + (f" #{hang.seq}" if hang.seq is not None else "")
@@ -273,12 +274,17 @@ def hang_words(hang: HangFinding) -> tuple[str, str]:
     else:
         why = f"{who} was not in a collective while the others waited in one"
     line = f"stuck at {hang.frame.where()}" if hang.frame is not None else hang.detail
-    return f"hang: {why.strip()}", line
+    return why.strip(), line
 
 
-def _capture_mark(m: Member, hang: HangFinding, line: str) -> tuple[Mark, ...]:
-    """The moment the stuck rank's stack or Flight Recorder state was captured, labelled with what it showed
-    (none when the capture carries no time: a stack read from the log)."""
+LIVE_PATHS = frozenset({"control_plane", "py_spy"})
+
+
+def _capture_mark(m: Member, hang: HangFinding, line: str, stalled_at: float | None) -> tuple[Mark, ...]:
+    """The moment the stuck rank's stack or Flight Recorder state was captured, labelled with what it showed.
+    Where the incident holds no capture time (a bundle copied without the sidecars' captures, beside the
+    verdict file that says what they showed), a live path's capture is placed at the stall's provisional
+    verdict, which came after it. None for a stack read from the log (no time)."""
     taken = [
         c.captured_at
         for c in m.captures
@@ -286,9 +292,12 @@ def _capture_mark(m: Member, hang: HangFinding, line: str) -> tuple[Mark, ...]:
         and (c.stack or c.flight_recorder is not None)
         and (c.global_rank is None or c.global_rank in hang.stuck_ranks)
     ]
+    detail = f"captured ({hang.path or 'stack'}): {_cut(hang.detail)}"
+    if not taken and stalled_at is not None and hang.path in LIVE_PATHS:
+        return (Mark("capture", stalled_at, _cut(line, 60), f"{detail} (for the stall, by its provisional verdict)"),)
     if not taken:
         return ()
-    return (Mark("capture", min(taken), _cut(line, 60), f"captured ({hang.path or 'stack'}): {_cut(hang.detail)}"),)
+    return (Mark("capture", min(taken), _cut(line, 60), detail),)
 
 
 def _fold_key(f: Finding, why: str) -> str:
@@ -333,7 +342,7 @@ def build(
         if role == "root" and hang is not None and hang.finding != "all_in" and m.pod in hang.stuck_pods:
             why, line = hang_words(hang)  # what the captures showed, not the timeout the rank printed
             source = f"captured ({hang.path})" if hang.path else "captured"
-            marks = tuple(sorted((*marks, *_capture_mark(m, hang, line)), key=lambda k: k.at))
+            marks = tuple(sorted((*marks, *_capture_mark(m, hang, line, incident.stalled_at)), key=lambda k: k.at))
         rows.append(
             (
                 Row(

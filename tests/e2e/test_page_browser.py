@@ -124,7 +124,7 @@ def test_a_hang_page_draws_the_stall_and_where_the_stuck_rank_was(tmp_path: Path
     assert loaded.values["root"] == "job-worker-1"
     assert loaded.values["sentence"] == "job-worker-1 failed first: hang, retryable, confidence 0.95."
     root = loaded.values["root_text"]
-    assert "hang: rank 1 never entered all_reduce #7 that the others wait in" in root
+    assert "rank 1 never entered all_reduce #7 that the others wait in" in root
     assert "stuck at workload.py:216 in load_batch" in root
     text = loaded.values["text"]
     assert "stalled: provisional verdict" in text and "3 of 3 measured" in text

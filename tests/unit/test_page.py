@@ -443,14 +443,14 @@ def test_a_hangs_root_row_says_what_the_capture_showed(tmp_path: Path) -> None:
     assert (verdict.pod, verdict.global_rank, verdict.category) == ("job-worker-1", 1, "hang")
     for v in (verdict, timeline.verdict_of(verdict.to_dict())):  # a Verdict, or a verdict file's dictionary
         [root] = [r for g in timeline.build(incident, v).groups for r in g.rows if r.role == "root"]
-        assert root.why == "hang: rank 1 never entered all_reduce #7 that the others wait in"
+        assert root.why == "rank 1 never entered all_reduce #7 that the others wait in"
         assert root.line == "stuck at workload.py:216 in load_batch" and root.source == "captured (control_plane)"
         capture = next(k for k in root.marks if k.kind == "capture")
         assert (capture.at, capture.label) == (HANG_TS + 0.5, "stuck at workload.py:216 in load_batch")
     page = render(incident, verdict.to_dict())
     [row] = re.findall(r'<g class="row row-root".*?</g>\n</g>', page, re.S)
     assert re.findall(r'<text class="why"[^>]*>([^<]*)</text>', row) == [
-        "root cause: hang: rank 1 never entered all_reduce #7 that the others wait in"
+        "root cause: rank 1 never entered all_reduce #7 that the others wait in"
     ]  # not the timeout it printed
     assert ">stuck at workload.py:216 in load_batch</text>" in row  # its capture's mark
     # The other ranks keep what they printed: they timed out waiting.
@@ -458,6 +458,13 @@ def test_a_hangs_root_row_says_what_the_capture_showed(tmp_path: Path) -> None:
     assert "Timed out waiting" in rows["job-worker-0"].line and not any(
         k.kind == "capture" for k in rows["job-worker-0"].marks
     )
+    # A bundle copied without the sidecars' captures (`podmortem demo --keep`), beside the verdict file that
+    # says what they showed: the row says it too, its capture placed at the stall's provisional verdict.
+    bare = hang_bundle(tmp_path / "bare", captured=False)
+    doc = {**hang_verdict_file(tmp_path / "b", stalled_at=HANG_TS + 1.0), "verdict": verdict.to_dict()}
+    [row] = re.findall(r'<g class="row row-root".*?</g>\n</g>', analyze.page_beside(bare, doc).read_text(), re.S)
+    assert "rank 1 never entered all_reduce #7" in row and ">stuck at workload.py:216 in load_batch</text>" in row
+    assert "(for the stall, by its provisional verdict)" in row
 
 
 def test_clock_offsets_a_source_does_not_carry_are_not_counted_as_unmeasured(tmp_path: Path) -> None:
