@@ -1,7 +1,7 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
     python -m bench.realworld [--split train|heldout|both|fresh|fresh2|fresh3|fresh4] [--seeds N] [--misses]
-                              [--from-line N] [--cross]
+                              [--from-line N] [--cross] [--unknown-victims]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
 log tails are victims' messages of the same split; victims end no later than the root and the root's
@@ -23,6 +23,10 @@ from podmortem.core.conditions import PERMANENT_CONFIDENCE
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident
 from podmortem.offline.corpus import Answer, Case, Excerpt, at_threshold, compose, load, score
+
+# Splits whose one blind scoring is still to come: their misses are not listed (rules are written without reading them);
+# take a split off this set once it has been scored.
+BLIND = frozenset({"fresh4"})
 
 
 def engine(incident: Incident) -> Answer:
@@ -113,6 +117,28 @@ def crossed(excerpts: list[Excerpt], split: str) -> list[Excerpt]:
     return [dataclasses.replace(e, split=split) for e in keep]
 
 
+# Victims in words no rule knows: an exception of a carrier class from a runtime no rule names, raised as the rank
+# lost its peers (our own words; `--unknown-victims`).
+UNKNOWN_ECHOES = (
+    'Traceback (most recent call last):\n  File "/opt/venv/lib/python3.11/site-packages/meshrt/group.py", line 212, '
+    "in wait\n    raise MeshError(status)\nmeshrt.errors.MeshError: member 3 left the group (status 17)",
+    "[rank5]: RuntimeError: collective 'grad_sync' aborted: transport session 0x7f3e closed unexpectedly",
+)
+
+
+def unknown_victims(excerpts: list[Excerpt], split: str) -> list[Excerpt]:
+    """The primaries of `split` with only victims in words no rule knows (UNKNOWN_ECHOES): how often the root is still
+    found when nothing a victim says is recognised — the case an unseen launcher or runtime brings."""
+    primaries = [e for e in excerpts if e.kind == "primary" and e.split == split]
+    echoes = [
+        Excerpt(
+            f"unknown-echo-{i}", "https://example.invalid/", "other", "secondary", None, "peer", None, None, t, split
+        )
+        for i, t in enumerate(UNKNOWN_ECHOES)
+    ]
+    return [*primaries, *echoes]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=REALWORLD_CORPUS)
@@ -126,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         "fresh4 = a third, collected by people who write no rules, frozen before the third round's rules changed",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
-    ap.add_argument("--misses", action="store_true", help="list the cases the engine got wrong")
+    ap.add_argument(
+        "--misses",
+        action="store_true",
+        help="list the cases the engine got wrong (not for a BLIND split, whose one scoring is still to come)",
+    )
     ap.add_argument("--calibration", action="store_true", help="print the Brier score and a reliability table")
     ap.add_argument(
         "--from-line",
@@ -141,11 +171,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="compose each split's primaries with the OTHER split's victims (unseen victims' words; aggregates only)",
     )
+    ap.add_argument(
+        "--unknown-victims",
+        action="store_true",
+        help="compose each primary with victims in words no rule knows (a stress test of the decision; aggregates)",
+    )
     ns = ap.parse_args(argv)
     excerpts = load(ns.corpus)
     for split in ("train", "heldout") if ns.split == "both" else (ns.split,):
         scored = {e.id for e in excerpts[ns.from_line - 1 :]}
         pool = crossed(excerpts, split) if ns.cross else excerpts
+        pool = unknown_victims(pool, split) if ns.unknown_victims else pool
         cases = [c for seed in range(ns.seeds) for c in compose(pool, split, seed) if c.primary.id in scored]
         if not cases:
             print(f"== {split}: no primaries from line {ns.from_line}")
@@ -156,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.calibration:
             print(reliability(cases))
             print(precision_table(cases))
-        if ns.misses and split == "train" and not ns.cross:
+        if ns.misses and split not in BLIND and not (ns.cross or ns.unknown_victims):
             for c in cases:
                 pod, cat, retry = engine(c.incident)
                 if (pod, cat, retry) != (c.root, c.category, c.retryable):

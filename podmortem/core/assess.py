@@ -140,10 +140,12 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             r = rules.classify_message(exc, exception_type_of(exc))
             if r is not None:
                 out.append(_Cand("log", r, exc, exception_type_of(exc), grank))
-        elif code > 0 and not log.summary_has_error_file:
+        elif code > 0 and not (log.summary_has_error_file and member.error is not None):
+            # torch's summary says the worker exited non-zero; with an error file we have not read, that is all we know.
             r = rules.classify_exit_code(code)
             if r is not None:
-                text = f"worker rank {grank} exited with code {code} without raising an exception"
+                how = "its error file not read" if log.summary_has_error_file else "without raising an exception"
+                text = f"worker rank {grank} exited with code {code} ({how})"
                 out.append(_Cand("log", r, text, "", grank))
         # The other failed workers of this pod, when one of them failed on its own: the pod's own failure,
         # whichever worker torch happened to list as the first (its order is by whole seconds and polls).
@@ -164,6 +166,13 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         if r is not None:
             name = SIGNAL_NAMES.get(sig, f"signal {sig}")
             out.append(_Cand("log", r, f"a worker died of {name} (the agent's log)", ""))
+    elif log.agent_exitcode is not None and log.agent_exitcode > 0:
+        # The launcher's own word that a worker exited non-zero (torchrun's "failed (exitcode: 1)", its Failures list,
+        # a subprocess launcher's "returned non-zero exit status 1"): this pod's own failure, in words of its own —
+        # weak, as any worker that died of anything exits so, but more than the container's exit code.
+        r = rules.classify_exit_code(log.agent_exitcode)
+        if r is not None:
+            out.append(_Cand("log", r, f"a worker exited with code {log.agent_exitcode} (the launcher's log)", ""))
     if log.summary_exitcode is None and (log.exception_order or log.loose_exceptions):
         if log.exception_order:
             grank2: int | None = log.exception_order[0]
@@ -171,7 +180,8 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         else:
             grank2, exc = None, log.loose_exceptions[0]
         r = rules.classify_message(exc, exception_type_of(exc))
-        if r is not None:
+        # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence.
+        if r is not None and not (r.generic and log.stopped_first):
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
     if log.log_rule is not None:
         # The launcher stopping the other workers after one of this pod's own exited non-zero is the

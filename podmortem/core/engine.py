@@ -103,7 +103,9 @@ PROGRAM_ERRORS = frozenset(
     }
 )
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
-CONF_DEVICE_OVER_GENERIC = 0.7  # a device fault chosen over an earlier generic exception (DEVICE_REPORT_LAG_SECONDS)
+# a failure that names its cause chosen over an earlier carrier exception (within the timing uncertainty; a device
+# fault up to DEVICE_REPORT_LAG_SECONDS later)
+CONF_CAUSE_OVER_CARRIER = 0.7
 CONF_NEAR_TIE = 0.55  # ...and less than half a second later
 NEAR_TIE_SECONDS = 0.5
 CONF_UNORDERED = 0.6  # two own failures, one without a time: the order is a guess
@@ -175,20 +177,57 @@ def _device_fault_first(ordered: list[Finding]) -> list[Finding]:
     return ordered
 
 
+def _only_exited(f: Finding) -> bool:
+    """An own failure known only from the container's exit code, with no words of its own: any member that died of
+    anything, a victim too, shows that much."""
+    return f.weak and f.source == "termination"
+
+
+def _names_no_cause(f: Finding) -> bool:
+    """A generic exception of a carrier class (RuntimeError, OSError, a custom class; not a program error such as
+    ValueError): its words name no cause, and a victim's echo in words no rule knows reads the same."""
+    return f.rule is not None and f.rule.generic and f.exception_type.rsplit(".", 1)[-1] not in PROGRAM_ERRORS
+
+
+def _names_its_cause(f: Finding) -> bool:
+    """A strong own failure whose words name a cause: a specific rule (also one capped below the threshold: its other
+    reading is another cause, or an echo that comes far later, after a collective's timeout), or a program error of the
+    worker's own (ValueError, KeyError...: PROGRAM_ERRORS)."""
+    return f.rule is not None and not f.weak and not _names_no_cause(f)
+
+
+def _too_close(first: Finding, then: Finding, named: Counter[str]) -> bool:
+    """`then` failed within the timing uncertainty of `first` (whole seconds, unmeasured clocks)."""
+    gap = _sort_key(then, named)[0] - _sort_key(first, named)[0]
+    return gap < max(TIE_SECONDS, min(first.spread + then.spread, 3.0))
+
+
+def _cause_named_first(ordered: list[Finding], named: Counter[str]) -> list[Finding]:
+    """Within the timing uncertainty, a failure that names its cause goes before a carrier exception ahead of it: that
+    exception's words name no cause and may be the other's echo in words no rule knows (a victim's is, most often)."""
+    head = ordered[0]
+    if not _names_no_cause(head) or head.time is None:
+        return ordered
+    for f in ordered[1:]:
+        if _names_its_cause(f) and f.time is not None and _too_close(head, f, named):
+            return [f, *(x for x in ordered if x is not f)]
+    return ordered
+
+
 def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
     """The worker raised a program error of its own — in its error file, or as the traceback in its own log (torch's
-    summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own, and every other member's
-    failure is a known echo: the case a retry cannot fix, said plainly."""
+    summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own in words of their own, and
+    every other member's failure is a known echo: the case a retry cannot fix, said plainly."""
     return (
         others_echo
-        and len(ordered) == 1
+        and all(_only_exited(f) for f in ordered[1:])
         and root.source in ("error file", "log")
         and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
     )
 
 
 def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_echo: bool = False) -> _Root:
-    ordered = _device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named)))
+    ordered = _cause_named_first(_device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named))), named)
     root = ordered[0]
     rule = root.rule
     assert rule is not None and rule.category is not None
@@ -200,21 +239,23 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
     else:
         confidence = CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
-    device_first = len(ordered) > 1 and _sort_key(ordered[1], named) < _sort_key(root, named)
-    if device_first:
+    # A member that only exited is no rival of a failure in words of its own (it makes no close call).
+    rivals = list(ordered[1:]) if _only_exited(root) else [f for f in ordered[1:] if not _only_exited(f)]
+    cause_first = len(ordered) > 1 and _sort_key(ordered[1], named) < _sort_key(root, named)
+    if cause_first:
         nxt = ordered[1]
-        confidence = min(confidence, CONF_DEVICE_OVER_GENERIC)
+        confidence = min(confidence, CONF_CAUSE_OVER_CARRIER)
+        what = "a device fault of its own" if root.category == "hardware" else "a failure that names its cause"
         evidence.append(
-            f"a device fault of its own; {nxt.member.pod}'s earlier {nxt.exception_type or 'exception'} is in words no "
-            "rule knows and may be its echo"
+            f"{what}; {nxt.member.pod}'s earlier {nxt.exception_type or 'exception'} is in words no rule knows and may "
+            "be its echo"
         )
-    elif len(ordered) > 1:
-        nxt = ordered[1]
+    elif rivals:
+        nxt = rivals[0]
         if root.time is not None and nxt.time is not None:
             gap = _sort_key(nxt, named)[0] - _sort_key(root, named)[0]
-            margin = root.spread + nxt.spread
             evidence.append(f"next own failure: {nxt.member.pod} {gap:+.1f} s ({nxt.category})")
-            if gap < max(TIE_SECONDS, min(margin, 3.0)):
+            if _too_close(root, nxt, named):
                 confidence = min(confidence, CONF_NEAR_TIE if gap < NEAR_TIE_SECONDS else CONF_CLOSE_CALL)
         else:
             confidence = min(confidence, CONF_UNORDERED)

@@ -78,6 +78,14 @@ _AGENT_EXIT = re.compile(
 _WATCHDOG_WORK = re.compile(
     r"\[Rank (\d{1,6})\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d{1,12}), OpType=(\w{1,40})"
 )
+# The launcher saying the pod was told to stop from outside: torchrun's agent ("Received 15 death signal"), a
+# worker's "got signal: 15", DeepSpeed's signal handler ("Killing subprocess"), absl's "SIGTERM received", Slurm's
+# "CANCELLED AT". Not a launcher stopping the pod's other workers after one of its own failed (torchrun's "closing
+# signal SIGTERM", mp.spawn's "Terminating process ... via signal", srun's "task N: Terminated"): those follow a
+# failure of the pod's own.
+_TOLD_TO_STOP = re.compile(
+    r"death signal|got signal: ?(?:15|SIGTERM)\b|SIGTERM received|Killing subprocess \d|CANCELLED AT"
+)
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -116,6 +124,9 @@ class LogFacts:
     # Ranks of this pod that timed out in different collectives: ((rank, SeqNum, OpType), ...) — empty unless
     # at least two of them disagree.
     desync: tuple[tuple[int, int, str], ...] = ()
+    # The launcher said the pod was told to stop (_TOLD_TO_STOP) before the first exception line: what it raised
+    # after that is the stop's consequence.
+    stopped_first: bool = False
 
     @property
     def silent_ranks(self) -> tuple[int, ...]:
@@ -309,7 +320,11 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     other_failures = tuple(_entry(o) for o in others)
     agent_code = _agent_exit(text)
     desync = collective_desync(text)
+    first_exception = exceptions[order[0]] if order else (loose[0] if loose else "")
+    stop = _TOLD_TO_STOP.search(text) if first_exception else None
+    stopped_first = stop is not None and stop.start() < text.find(first_exception)
     facts = LogFacts(
+        stopped_first=stopped_first,
         desync=desync,
         agent_exitcode=agent_code,
         first_failure_at=first_failure,
@@ -335,6 +350,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     if s_rank is not None:
         ranks.add(s_rank)
     return LogFacts(
+        stopped_first=stopped_first,
         desync=desync,
         agent_exitcode=agent_code,
         first_failure_at=first_failure,

@@ -10,13 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
+from support.members import member
 
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
-from podmortem.core.model import Incident, JobRef, Member, Termination
+from podmortem.core.model import Incident, JobRef
 from podmortem.core.rules import DEFAULT_RULES, RulesError, load_rules, rule_from_dict
 
-T0 = 1_800_000_000.0
 PERMANENT = 0.9
 # A plain victim: torch's agent stopping the worker after a peer's failure.
 TORN_DOWN = "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal"
@@ -24,17 +24,6 @@ STORE_LOST = (
     "[rank3]:[W1127 06:40:01.904113 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=9, "
     "addr=[trainer-1]:51122, remote=[trainer-0]:29500): Connection reset by peer"
 )
-
-
-def member(name: str, rank: int, log: str, exit_code: int = 1, finished: float = T0) -> Member:
-    return Member(
-        pod=name,
-        rank=rank,
-        node=f"node-{rank}",
-        phase="Failed",
-        termination=Termination(exit_code=exit_code, reason="Error", finished_at=finished),
-        log_tail=log,
-    )
 
 
 def incident(root_log: str, exit_code: int = 1) -> Incident:

@@ -29,9 +29,10 @@ FLOORS = {
     "heldout": (0.92, 0.83, 0.89),
     "fresh": (0.93, 0.93, 0.93),
     "fresh2": (0.95, 0.86, 0.94),
-    # scored once, blind, 2026-11-27: 0.67 / 0.71 / 0.82 (n=153); one victim's bare TCPStore connect timeout is
-    # read as the root in 44 of its 56 misses (docs/engine.md, "The third fresh split")
-    "fresh3": (0.64, 0.68, 0.79),
+    # scored once, blind, 2026-11-27: 0.67 / 0.71 / 0.82 (n=153); one victim's bare TCPStore connect timeout was
+    # read as the root in 44 of its 56 misses (docs/engine.md, "The third fresh split"); 0.95 / 0.91 / 0.91 once
+    # victims were read from what they mean (a development set since)
+    "fresh3": (0.92, 0.88, 0.88),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -95,7 +96,9 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 # not get the threshold (its max_confidence in rules.yaml); coverage at the threshold stays near what was measured
 # (`bench/realworld.py --calibration`; the figures are in docs/engine.md).
 RULE_PRECISION_FLOOR = 0.99
-COVERAGE_FLOORS = {"train": 0.79, "heldout": 0.74, "fresh": 0.62, "fresh2": 0.60, "fresh3": 0.33}
+# measured 2026-11-27 (docs/engine.md, "The third round"): train 0.81, held-out 0.82, fresh 0.73, fresh2 0.68,
+# fresh3 0.73
+COVERAGE_FLOORS = {"train": 0.79, "heldout": 0.79, "fresh": 0.70, "fresh2": 0.65, "fresh3": 0.68}
 
 
 @pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3"])

@@ -1,0 +1,330 @@
+"""Victims recognised by what their words mean, whatever the launcher: a rank that only waited for the rendezvous
+store or a coordination service, lost a peer, timed out in a collective, or was told to stop is an echo, and never
+outranks a member that failed on its own. A failure that names its cause outranks an exception whose words name
+none when their times cannot be told apart, and a member that only exited makes no close call. The texts are written
+for these tests in the formats the tools print."""
+
+from __future__ import annotations
+
+import pytest
+from support.common import GLOO_PEER
+from support.members import T0, member
+
+from podmortem.core.assess import assess
+from podmortem.core.engine import decide
+from podmortem.core.model import Incident, JobRef
+
+PERMANENT = 0.9
+
+
+def cascade(root_log: str, victim_log: str, root_exit: int = 1, victim_first: bool = True) -> Incident:
+    """A root beside two copies of one victim; the victims end a second earlier (times give no help)."""
+    early = T0 - 1 if victim_first else T0
+    return Incident(
+        JobRef("ml", "llm"),
+        3,
+        (
+            member("llm-worker-0", 0, victim_log, finished=early),
+            member("llm-worker-1", 1, root_log, exit_code=root_exit),
+            member("llm-worker-2", 2, victim_log, finished=early),
+        ),
+    )
+
+
+# --- the store or a coordination service never answered --------------------------------------------------------
+
+STORE_CREATE_TIMEOUT = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", line 602, in '
+    "init_process_group\n"
+    "    store, rank, world_size = next(rendezvous_iterator)\n"
+    '  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/rendezvous.py", line 161, in '
+    "_env_rendezvous_handler\n"
+    "    store = TCPStore(master_addr, master_port, world_size, start_daemon, timeout)\n"
+    "RuntimeError: Connection timed out"
+)
+OLD_STORE_CONNECT = STORE_CREATE_TIMEOUT.replace(
+    "RuntimeError: Connection timed out", "RuntimeError: connect() timed out."
+)
+FILE_STORE_WAIT = (
+    '  File "/srv/job/launch.py", line 41, in setup\n'
+    '    dist.init_process_group("gloo", init_method="file:///shared/rdzv/job-17", rank=3, world_size=4)\n'
+    "RuntimeError: Wait timeout"
+)
+XLA_BARRIER = (
+    '  File "/opt/venv/lib/python3.11/site-packages/jax/_src/distributed.py", line 97, in initialize\n'
+    "    self.client.connect()\n"
+    "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: PjRT_Client_Connect. "
+    "Timed out task names:\n/job:jax_worker/replica:0/task:2"
+)
+COORDINATION_AGENT = (
+    "2026-11-27 06:40:00.118: E external/xla/xla/pjrt/distributed/client.cc:121] Coordination service agent in error "
+    "status: DEADLINE_EXCEEDED: Deadline Exceeded"
+)
+COORDINATION_FATAL = (
+    "F1127 06:40:00.118200 4411 client.h:80] Terminating process because the JAX distributed service detected fatal "
+    "errors. This most likely indicates that another task died; see the other task logs for more details."
+)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [STORE_CREATE_TIMEOUT, OLD_STORE_CONNECT, FILE_STORE_WAIT, XLA_BARRIER, COORDINATION_AGENT, COORDINATION_FATAL],
+)
+def test_a_rank_that_only_waited_for_the_store_or_the_coordinator_is_an_echo(victim: str) -> None:
+    assert assess(member("v", 0, victim)).role == "secondary"
+    root = "slurmstepd: error: *** STEP 40117.0 ON gpu-node-3 CANCELLED AT 2026-11-27T06:40:00 DUE TO TIME LIMIT ***"
+    v = decide(cascade(root, victim))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "preemption", True)
+
+
+def test_a_configuration_error_raised_while_the_store_is_created_stays_the_program_s_own() -> None:
+    log = STORE_CREATE_TIMEOUT.replace(
+        "RuntimeError: Connection timed out",
+        "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
+        "expected, but not set",
+    )
+    f = assess(member("p", 0, log))
+    assert (f.role, f.category) == ("primary", "user_code")
+
+
+# --- a collective that timed out, in other launchers' and runtimes' words ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "EI0006: 2026-11-27-06:40:00.118.201 Getting socket times out. Reason: Remote Rank did not send the data in "
+        "time. Please check the reason for the rank being stuck",
+        "EI0002: The wait execution of the Notify register times out. Reason: The Notify register has not received the "
+        "Notify record from remote rank [3].",
+        "[rank2]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1721] [PG ID 0 PG GUID 0(default_pg) Rank 2] failure "
+        "detected "
+        "by watchdog at work sequence id: 918 PG status: last enqueued work: 918, last completed work: 917",
+        "[rank2]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1709] [PG 0 Rank 2] Timeout at NCCL work: 918, last enqueued "
+        "NCCL work: 918, last completed NCCL work: 917.",
+    ],
+)
+def test_a_rank_whose_collective_timed_out_is_an_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+
+
+# --- told to stop ------------------------------------------------------------------------------------------------
+
+STOPPED_THEN_RAISED = (
+    "[2026-11-27 06:40:00,118] [INFO] [launch.py:431:sigkill_handler] Killing subprocess 5120\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/launcher/runner.py", line 560, in sigkill_handler\n'
+    "    result_kill = subprocess.Popen(kill_cmd, env=env)\n"
+    "AttributeError: 'NoneType' object has no attribute 'pid'"
+)
+
+
+def test_what_a_pod_raises_after_it_was_told_to_stop_is_the_stop_s_echo() -> None:
+    f = assess(member("v", 0, STOPPED_THEN_RAISED))
+    assert (f.role, f.secondary) == ("secondary", "teardown")
+    v = decide(cascade("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", STOPPED_THEN_RAISED))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+def test_a_program_error_before_the_launcher_stops_the_others_stays_the_pod_s_own() -> None:
+    log = (
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/app/train.py", line 51, in <module>\n'
+        "[rank0]: AttributeError: 'Trainer' object has no attribute 'optim'\n"
+        "W1127 06:40:00.118000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 812 closing "
+        "signal SIGTERM"
+    )
+    f = assess(member("r", 0, log))
+    assert (f.role, f.category) == ("primary", "user_code")
+
+
+# --- own failures in one family's words: torch's checks of the program's tensors, a node the scheduler lost ------
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        (
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and "
+            "cpu!",
+            "user_code",
+        ),
+        (
+            "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
+            "user_code",
+        ),
+        (
+            "RuntimeError: Error(s) in loading state_dict for GPTModel:\n\tsize mismatch for lm_head.weight: copying a "
+            "param with shape torch.Size([32000, 2048]) from checkpoint, the shape in current model is "
+            "torch.Size([32128, 2048]).",
+            "user_code",
+        ),
+        ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x768 and 1024x10)", "user_code"),
+        ("srun: error: Node failure on gpu-node-7", "node_lost"),
+        ("PBS Job Id: 5510.head\nJob Name:   pretrain\njob preempted (node failure)", "node_lost"),
+        (
+            "INFO:tensorflow:ShutdownHook: lame workers found: "
+            "HeartbeatManager(/job:worker/replica:0/task:3/device:CPU:0)",
+            "node_lost",
+        ),
+    ],
+)
+def test_one_family_s_words_decide_the_root_at_the_threshold(line: str, category: str) -> None:
+    v = decide(cascade(line, GLOO_PEER, victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.retryable is (category != "user_code")
+    assert v.confidence >= PERMANENT
+
+
+# --- timing: words that name a cause, an exit that names none --------------------------------------------------------
+
+UNKNOWN_VICTIM = (
+    '  File "/opt/venv/lib/python3.10/site-packages/meshrt/comm.py", line 212, in wait\n'
+    "    raise MeshError(status)\n"
+    "meshrt.errors.MeshError: peer group 3 left the mesh"
+)
+
+
+def test_a_cause_named_outranks_an_exception_whose_words_name_none_within_the_timing_uncertainty() -> None:
+    root = "RuntimeError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 79.15 GiB total capacity)"
+    v = decide(cascade(root, UNKNOWN_VICTIM))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert v.confidence < PERMANENT  # two own failures in one second: said as a close call
+
+
+def test_a_member_that_only_exited_does_not_make_a_close_call() -> None:
+    root = "slurmstepd: error: *** STEP 40117.0 ON gpu-node-3 CANCELLED AT 2026-11-27T06:40:00 DUE TO TIME LIMIT ***"
+    v = decide(cascade(root, "", victim_first=True))
+    assert (v.pod, v.category) == ("llm-worker-1", "preemption")
+    assert v.confidence >= PERMANENT
+
+
+def test_a_worker_that_exited_1_while_its_peers_waited_is_the_root_not_a_hang() -> None:
+    root = (
+        "E1127 06:39:58.118000 41 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 3 (pid: 812) of binary: /usr/bin/python3"
+    )
+    waited = (
+        "[rank0]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds "
+        "before timing out."
+    )
+    v = decide(cascade(root, waited))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+
+
+# --- more schedulers' words, and a stuck kernel looked at with cuda-gdb --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ('    <a n="MyType"><s>JobEvictedEvent</s></a>', "preemption"),
+        ("004 (4411.000.000) 11/27 06:40:00 Job was evicted.", "preemption"),
+        ('  "reason": "PreemptionByKubeScheduler",', "preemption"),
+        (
+            "024 (4411.000.000) 11/27 06:40:00 Job reconnection failed\n    Job not found at execution machine",
+            "node_lost",
+        ),
+        (
+            "(cuda-gdb) cuda thread 64\n[Switching focus to CUDA kernel 0, grid 118, block (0,0,0), thread (64,0,0)]",
+            "hang",
+        ),
+    ],
+)
+def test_a_pool_s_eviction_a_lost_execute_host_and_a_kernel_looked_at_in_cuda_gdb(line: str, category: str) -> None:
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    ("victim", "kind"),
+    [
+        (
+            "[E1127 06:40:00.118 TCPStore.cpp:411] Timed out after 601 seconds waiting for clients. 3/4 clients "
+            "joined.",
+            "store",
+        ),
+        ("[rank: 2] Received SIGTERM: 15", "teardown"),
+        ("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", "teardown"),
+        ("./run_pretrain.sh: line 9:  4411 Terminated              python pretrain.py", "teardown"),
+        ("step 4100 loss 2.117\nTerminated", "teardown"),
+    ],
+)
+def test_the_store_s_server_and_stopped_launchers_are_echoes(victim: str, kind: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
+
+
+def test_a_nic_completion_with_an_error_status_is_the_network() -> None:
+    line = "NET/IBP:Got completion from peer 10.0.4.7<40123> with status=12 opcode=0 len=0 vendor err 129 (Send)"
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("=>> PBS: job killed: walltime 86431 exceeded limit 86400", "preemption"),
+        ("Job <4411> exited: TERM_RUNLIMIT: job killed after reaching LSF run time limit.", "preemption"),
+        ("JobId=4411 JobName=pretrain JobState=TIMEOUT Reason=TimeLimit", "preemption"),
+        ("  Warning  DeadlineExceeded  job-controller  Job was active longer than specified deadline", "preemption"),
+        ('  "reason": "Evicted",', "preemption"),
+        ("  Ready  Unknown  NodeStatusUnknown  Kubelet stopped posting node status.", "node_lost"),
+        ("  Normal  NodeNotReady  node-controller  Node gpu-node-7 status is now: NodeNotReady", "node_lost"),
+    ],
+)
+def test_time_limits_evictions_and_silent_nodes_in_more_schedulers_words(line: str, category: str) -> None:
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code 130.", "host_oom"),
+        ("Aborted by PBS Server\nJob exceeded its walltime limit. Job was aborted", "preemption"),
+        (
+            "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
+            "allocate 512.00M. That was not possible. There are 301.12M free.; (0x0x0_HBM0)",
+            "gpu_oom",
+        ),
+        (
+            "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 17.2G",
+            "gpu_oom",
+        ),
+        ("EJ0001: Failed to initialize the HCCP process. Reason: Maybe the last training process is running.", "infra"),
+    ],
+)
+def test_a_memory_limit_a_walltime_an_accelerator_s_memory_and_a_device_still_held(line: str, category: str) -> None:
+    v = decide(cascade(line, "", victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "[W tensorpipe_agent.cpp:726] RPC agent for trainer2 encountered error when reading incoming request from "
+        "trainer0: eof (this error originated at tensorpipe/transport/uv/connection_impl.cc:132)",
+        'E1127 06:40:00.118 master_session.cc:1372] RunStep error: Unavailable: {"created":"@1800000000.1",'
+        '"description":"EOF","file":"tcp_posix.cc","file_line":235,"grpc_status":14}',
+    ],
+)
+def test_a_peer_s_socket_closing_under_rpc_and_grpc_is_an_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        "ValueError: num_key_value_heads (6) must divide num_attention_heads (32)",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/mnt/ckpt/step_900/model.safetensors'",
+    ],
+)
+def test_a_program_error_or_a_capped_cause_also_goes_before_a_carrier_exception(root: str) -> None:
+    v = decide(cascade(root, UNKNOWN_VICTIM))
+    assert v.pod == "llm-worker-1"
