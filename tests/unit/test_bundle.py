@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.bundles import error_json, make_bundle, pod_json
+from support.bundles import error_json, hang_bundle, make_bundle, pod_json
 from support.properties import examples
 
 from bench.common import corpus_dir
@@ -234,32 +234,9 @@ def test_a_large_bundle_is_read_in_parallel_into_the_same_incident(
         bundle._load_members(dirs, workers=3)
 
 
-FR_FIXTURES = Path(__file__).parents[1] / "fixtures" / "flightrecorder" / "workload-hang"
-
-
 def _captures_bundle(tmp_path: Path, captures: Any) -> Path:
-    from podmortem.core.flightrecorder import summarize_json
-
-    pods = {f"job-worker-{r}": pod_json(f"job-worker-{r}", index=r, ip=f"10.0.0.{r + 1}") for r in range(3)}
-    timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation"
-    b = make_bundle(tmp_path / "b", pods, errors={p: error_json(timeout, TS) for p in pods})
-    if captures == "workload":
-        for r in range(3):
-            summary = summarize_json((FR_FIXTURES / f"fr_trace_json-{r}.txt").read_bytes(), rank=r)
-            doc = [
-                {
-                    "path": "control_plane",
-                    "global_rank": r,
-                    "local_rank": 0,
-                    "trigger": "stall",
-                    "stack": (FR_FIXTURES / f"dump_traceback-{r}.txt").read_text(),
-                    # as an object here, as the wire's JSON text for rank 2: both are read
-                    "flight_recorder": summary.to_json() if r == 2 else summary.to_dict(),
-                    "captured_at": 1795273080.5,
-                }
-            ]
-            (b / "pods" / f"job-worker-{r}" / "captures.json").write_text(json.dumps(doc))
-    else:
+    b = hang_bundle(tmp_path / "b", captured=captures == "workload")
+    if captures != "workload":
         (b / "pods" / "job-worker-1" / "captures.json").write_text(
             captures if isinstance(captures, str) else json.dumps(captures)
         )

@@ -67,12 +67,14 @@ def test_the_printed_yaml_is_the_fragment(kind: str) -> None:
 
 def test_the_job_fragment_is_a_valid_job_spec_with_our_rules_first() -> None:
     fragment = yaml.safe_load(run("policy", "job").stdout)
-    assert list(fragment) == ["podFailurePolicy"]
+    assert list(fragment) == ["podReplacementPolicy", "podFailurePolicy"]
     kubernetes_validate.validate(job(fragment), "1.33.0", strict=True)
     # What a schema cannot see: the API server's defaulting and cross-field validation (support.kube_admission).
     assert validate_job(default_job(job(fragment))) == []
-    refused = validate_job(default_job(job({**fragment, "podReplacementPolicy": "TerminatingOrFailed"})))
-    assert refused == [
+    # Pasted over a Job's own TerminatingOrFailed, the fragment's Failed replaces it: the rules alone are refused.
+    assert validate_job(default_job(job({"podReplacementPolicy": "TerminatingOrFailed", **fragment}))) == []
+    rules_only = {"podFailurePolicy": fragment["podFailurePolicy"], "podReplacementPolicy": "TerminatingOrFailed"}
+    assert validate_job(default_job(job(rules_only))) == [
         'spec.podReplacementPolicy: Unsupported value: "TerminatingOrFailed": supported values: "Failed"'
     ]
     rules = fragment["podFailurePolicy"]["rules"]
