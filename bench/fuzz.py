@@ -13,15 +13,20 @@ engine — with atheris (coverage-guided, libFuzzer), and report crashes and slo
   samples from tests/ and the dev corpus); `load_bundle` may refuse it only with `BundleError`, and
   whatever it accepts `engine.decide` must decide.
 * engine: an incident of 1-6 members built field by field from the input (hostile numbers, real and
-  random log lines, any exit code, signal, phase, condition); `decide` must return a verdict whose
-  pod is a member or None and whose confidence is in [0, 1].
-* wire: one sidecar stream of every message the proto has (register, events of each payload, clock probes
+  random log lines, any exit code, signal, phase, condition, and captures: stacks, and Flight Recorder
+  summaries of any int64 numbers that `FRSummary.from_json` accepts, for the hang matcher); `decide`
+  must return a verdict whose pod is a member or None and whose confidence is in [0, 1].
+* wire: one sidecar stream of every message the proto has (register, events of each payload — the hang
+  ones too: `Activity`, `Capture` with its workers' stacks and Flight Recorder summaries — clock probes
   and estimates, holds), its numbers hostile (NaN, infinities, huge or negative times and nanos, int64
-  extremes) or its bytes mutated, through the aggregator's real `CollectorService.Report` (its incident
-  book and hold desk); and a clock reply of the same numbers through the sidecar's clock filter. A stream
-  may end only with a gRPC status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED). A stall is an input after which
-  the event loop's timer heap holds a deadline that is not finite, or whose stream takes over 2 s; the run
-  counts stalls and fails on the first.
+  extremes, a summary's numbers beyond int64 or not numbers JSON allows) or its bytes mutated, through the
+  aggregator's real `CollectorService.Report` (its incident book, hold desk and stall desk, which sends
+  `CaptureRequest`s back on the stream); a `CaptureRequest` of the same numbers through the sidecar's
+  real `StreamClient` and `Capturer` (an empty capture dir), whose answer joins the stream; and a clock
+  reply of the same numbers through the sidecar's clock filter. A stream may end only with a gRPC status
+  (INVALID_ARGUMENT, RESOURCE_EXHAUSTED). A stall is an input after which the event loop's timer heap
+  holds a deadline that is not finite, or whose stream takes over 2 s; the run counts stalls and fails on
+  the first.
 
 An exception other than the documented refusal is a crash: libFuzzer stops and writes the input to
 crash-*. Each input is timed; the run prints the count, the slowest input and how many took over
@@ -55,12 +60,16 @@ with contextlib.nullcontext() if "--retime" in sys.argv else atheris.instrument_
     from podmortem.aggregator.incidents import IncidentBook
     from podmortem.aggregator.running import make_decide
     from podmortem.aggregator.server import CollectorService
+    from podmortem.aggregator.stalls import StallDesk
     from podmortem.core import engine, errorfile
-    from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
+    from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
+    from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, WorkerCapture
     from podmortem.offline.bundle import BundleError, load_bundle
     from podmortem.protocol.v1 import collector_pb2 as pb
-    from podmortem.protocol.wire import clock_estimate
-    from podmortem.sidecar.stream import ClockFilter, clock_sample
+    from podmortem.protocol.wire import check_capture_event, clock_estimate
+    from podmortem.sidecar.capture import Capturer
+    from podmortem.sidecar.outbox import Outbox
+    from podmortem.sidecar.stream import ClockFilter, StreamClient, clock_sample
 
 SLOW = 0.100
 SEED_LINES = [
@@ -185,6 +194,25 @@ def _member(fdp: atheris.FuzzedDataProvider, i: int) -> Member:
             fdp.ConsumeIntInRange(0, 3)
         ]
         conditions = (Condition("DisruptionTarget", "True", reason, _text(fdp, 1), _number(fdp)),)
+    captures = []
+    for _ in range(fdp.ConsumeIntInRange(0, 2) if fdp.ConsumeBool() else 0):
+        summary = None
+        if fdp.ConsumeBool():
+            try:  # what reaches the engine has passed the wire's (or a bundle's) validation
+                summary = FRSummary.from_json(_summary(fdp))
+            except FlightRecorderError:
+                pass
+        captures.append(
+            WorkerCapture(
+                path=["control_plane", "py_spy", "fr_file", "sigterm_stack"][fdp.ConsumeIntInRange(0, 3)],
+                global_rank=fdp.ConsumeIntInRange(0, 5) if fdp.ConsumeBool() else _int(fdp),
+                stack=[STACK, "", _text(fdp, 6)][fdp.ConsumeIntInRange(0, 2)],
+                flight_recorder=summary,
+                note=_text(fdp, 1) if fdp.ConsumeBool() else "",
+                trigger=TRIGGERS[fdp.ConsumeIntInRange(0, len(TRIGGERS) - 1)],
+                captured_at=_number(fdp),
+            )
+        )
     return Member(
         pod=f"p-{i}",
         namespace="ns",
@@ -203,6 +231,7 @@ def _member(fdp: atheris.FuzzedDataProvider, i: int) -> Member:
         termination_observed_at=_number(fdp),
         clock_offset=_number(fdp),
         clock_round_trip=_number(fdp),
+        captures=tuple(captures),
     )
 
 
@@ -280,7 +309,7 @@ def _float(fdp: atheris.FuzzedDataProvider) -> float:
 def _event(fdp: atheris.FuzzedDataProvider, i: int) -> Any:
     event = pb.Event(id=f"e{fdp.ConsumeIntInRange(0, 3)}-{i}", monotonic_ns=_int64(fdp))
     _timestamp(fdp, event.wall_time)
-    kind = fdp.ConsumeIntInRange(0, 4)
+    kind = fdp.ConsumeIntInRange(0, 6)
     if kind == 0:
         err = event.error_file
         err.message = _text(fdp, 2)
@@ -307,9 +336,107 @@ def _event(fdp: atheris.FuzzedDataProvider, i: int) -> Any:
     elif kind == 3:
         event.deletion.phase = ["Failed", "Unknown", "Running", ""][fdp.ConsumeIntInRange(0, 3)]
         _timestamp(fdp, event.deletion.deletion_timestamp)
-    else:
+    elif kind == 4:
         event.log_tail.text = _text(fdp, 4).encode("utf-8", "surrogatepass")
+    elif kind == 5:
+        event.activity.quiet = fdp.ConsumeBool()
+        event.activity.quiet_seconds = _float(fdp)
+        _timestamp(fdp, event.activity.last_progress)
+    else:
+        _capture(fdp, event.capture)
     return event
+
+
+STACK = (
+    "Thread 0x00007f3a2b7fe640 (most recent call first):\n"
+    '  File "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", line 2501 in all_reduce\n'
+    '  File "/workspace/train.py", line 42 in step\n'
+    '  File "/workspace/train.py", line 80 in <module>\n'
+)
+TRIGGERS = ["stall", "first_timeout", "teardown", "", "x"]
+PATHS = ["control_plane", "py_spy", "fr_file", "", "sigterm_stack"]
+OPS = ["nccl:all_reduce", "gloo:broadcast", "nccl:send", "", "x" * 600]
+STATES = ["scheduled", "started", "completed", "", "x"]
+# A summary's numbers as JSON text: int64 extremes, beyond them, floats where ints belong, and the
+# constants JSON does not allow (Python's json writes them; `FRSummary.from_json` must refuse them).
+_JSON_NUMBERS = ("0", "-1", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+                 "1e999", "-1e999", "NaN", "Infinity", "0.5", "-0.0", "null", "true", "\"7\"")  # fmt: skip
+
+
+def _json_number(fdp: atheris.FuzzedDataProvider) -> str:
+    if fdp.ConsumeBool():
+        return _JSON_NUMBERS[fdp.ConsumeIntInRange(0, len(_JSON_NUMBERS) - 1)]
+    return str(_int64(fdp))
+
+
+def _small_or_int64(fdp: atheris.FuzzedDataProvider) -> str:
+    """Ranks and sequence numbers that agree across members (small), or any int64."""
+    return str(fdp.ConsumeIntInRange(-1, 8) if fdp.ConsumeBool() else _int64(fdp))
+
+
+def _summary(fdp: atheris.FuzzedDataProvider) -> str:
+    """A Flight Recorder summary's JSON, shaped as `FRSummary.to_json` writes it: its numbers small or any
+    int64 (ones the reader accepts, for the matcher to chew on) or, half the time, hostile (ones it must
+    refuse)."""
+    n = _json_number if fdp.ConsumeBool() else _small_or_int64
+    groups = []
+    for g in range(fdp.ConsumeIntInRange(0, 2)):
+        ranks = ",".join(n(fdp) if fdp.ConsumeBool() else str(r) for r in range(fdp.ConsumeIntInRange(0, 4)))
+        groups.append(
+            (
+                f'"{g}":{{"last_enqueued":{n(fdp)},"last_started":{n(fdp)},"last_completed":{n(fdp)}}}',
+                f'"{g}":{{"name":"{g}","desc":"default_pg","ranks":[{ranks}]}}',
+            )
+        )
+    entries = []
+    for _ in range(fdp.ConsumeIntInRange(0, 4)):
+        op = json.dumps(OPS[fdp.ConsumeIntInRange(0, len(OPS) - 1)])
+        state = json.dumps(STATES[fdp.ConsumeIntInRange(0, 3) if fdp.ConsumeIntInRange(0, 7) else 4])
+        entries.append(
+            f'{{"pg_id":"{fdp.ConsumeIntInRange(0, 2)}","seq":{n(fdp)},"op":{op},"state":{state},'
+            f'"input_sizes":[[{n(fdp)},{n(fdp)}]],"output_sizes":[[{n(fdp)}]],"input_dtypes":["Float"],'
+            f'"output_dtypes":["Float"],"frames":[{{"file":"train.py","line":{n(fdp)},"function":"step"}}],'
+            f'"time_created_ns":{n(fdp)},"timeout_ms":{n(fdp)},"is_p2p":{"true" if fdp.ConsumeBool() else "false"}}}'
+        )
+    source = ["json", "pickle", "x"][fdp.ConsumeIntInRange(0, 1) if fdp.ConsumeIntInRange(0, 7) else 2]
+    return (
+        f'{{"version":{n(fdp) if fdp.ConsumeIntInRange(0, 7) == 0 else "1"},"rank":{n(fdp)},"source":"{source}",'
+        f'"truncated":false,"note":"","pg_status":{{{",".join(s for s, _ in groups)}}},'
+        f'"pg_config":{{{",".join(c for _, c in groups)}}},"entries":[{",".join(entries)}]}}'
+    )
+
+
+def _capture(fdp: atheris.FuzzedDataProvider, capture: Any) -> None:
+    """A `Capture`: its trigger, id and workers any (an unknown path, over 64 workers, texts over their
+    bounds), their ranks int32 extremes, their stacks and Flight Recorder summaries hostile."""
+    capture.request_id = ["", "ns:job-0/stall/1", "ns:job-1/first_timeout/2", "r" * 200][fdp.ConsumeIntInRange(0, 3)]
+    capture.trigger = TRIGGERS[fdp.ConsumeIntInRange(0, len(TRIGGERS) - 1)]
+    capture.note = _text(fdp, 1)
+    count = 65 if fdp.ConsumeIntInRange(0, 15) == 0 else fdp.ConsumeIntInRange(0, 3)
+    for _ in range(count):
+        w = capture.workers.add()
+        # Mostly a known path and a stack within bounds: one bad worker refuses the whole capture.
+        w.path = (
+            PATHS[fdp.ConsumeIntInRange(0, 2)] if fdp.ConsumeIntInRange(0, 3) else PATHS[fdp.ConsumeIntInRange(3, 4)]
+        )
+        if fdp.ConsumeBool():
+            w.global_rank = fdp.ConsumeInt(4)
+        if fdp.ConsumeBool():
+            w.local_rank = fdp.ConsumeInt(4)
+        pick = fdp.ConsumeIntInRange(0, 7)
+        w.stack = [STACK, "", _text(fdp, 6), STACK * 400][min(pick, 2) if pick < 7 else 3]
+        if fdp.ConsumeBool():
+            w.flight_recorder = _summary(fdp)
+        w.note = _text(fdp, 1)
+        w.pid = fdp.ConsumeInt(4)
+
+
+def _capture_request(fdp: atheris.FuzzedDataProvider) -> Any:
+    # Mostly a new id (an id answered before gets no second answer), else none, one over its bound, any text.
+    pick = fdp.ConsumeIntInRange(0, 5)
+    request_id = f"ns:job-0/stall/{WIRE['inputs']}" if pick > 2 else ["", "x" * 200, _text(fdp, 1)][pick]
+    trigger = TRIGGERS[fdp.ConsumeIntInRange(0, len(TRIGGERS) - 1)]
+    return pb.CaptureRequest(request_id=request_id, trigger=trigger, timeout_seconds=_float(fdp))
 
 
 def _message(fdp: atheris.FuzzedDataProvider, i: int) -> Any:
@@ -334,6 +461,7 @@ def _register(fdp: atheris.FuzzedDataProvider) -> Any:
         pod=f"p-{fdp.ConsumeIntInRange(0, 3)}",
         attempt=["", "0", "1"][fdp.ConsumeIntInRange(0, 2)],
         holds=fdp.ConsumeBool(),
+        captures=fdp.ConsumeBool(),
     )
     for name in ("world_size_hint", "rank", "replica_index"):
         if fdp.ConsumeBool():
@@ -341,12 +469,14 @@ def _register(fdp: atheris.FuzzedDataProvider) -> Any:
     return reg
 
 
-WIRE: dict[str, Any] = {"loop": None, "service": None, "inputs": 0}
+WIRE: dict[str, Any] = {"loop": None, "service": None, "inputs": 0, "capturer": None, "client": None}
 
 
 def _service() -> Any:
-    """The aggregator's servicer over a fresh book and desk (every 1,000 inputs: what they hold is bounded
-    by their own limits, not by a fuzz run's length)."""
+    """The aggregator's servicer over a fresh book, hold desk and stall desk, and the sidecar's capturer
+    and stream client (every 1,000 inputs: what they hold is bounded by their own limits, not by a fuzz
+    run's length). The stall desk asks and waits for no time (`capture_wait` 0): its rounds end, and
+    provisional verdicts are decided, on the loop's next turn."""
     old = WIRE["service"]
     if old is not None:
         for key in old.book.open_incidents():
@@ -360,8 +490,27 @@ def _service() -> Any:
     decide = make_decide()
     book = IncidentBook(decide, lambda d: None, quorum_timeout=3600.0, max_jobs=64)
     desk = HoldDesk(book, decide, nowhere, peer_wait=0.0, verified=lambda key: True)
-    WIRE["service"] = CollectorService(book, holds=desk, register_deadline=1.0)
+    stalls = StallDesk(book, capture_wait=0.0, resume_grace=0.0, rejoin_delay=0.0)
+    WIRE["service"] = CollectorService(book, holds=desk, register_deadline=1.0, stalls=stalls)
+    WIRE["capturer"] = Capturer(BUNDLE_DIR / "capture", "ns/p-0", worker_timeout=0.05)
+    client = StreamClient("127.0.0.1:1", pb.Register(pod="p-0"), Outbox())  # never connects: its handler only
+    answered: list[Any] = []
+    client.on_capture_request = answered.append
+    WIRE["client"], WIRE["answered"] = client, answered
     return WIRE["service"]
+
+
+async def _answer(request: Any) -> Any:
+    """The sidecar's side of a `CaptureRequest`: its stream's check, then its capturer's answer (None
+    when the request was refused or answered before). The answer must be within the proto's bounds."""
+    WIRE["answered"].clear()
+    WIRE["client"]._on_capture_request(request)
+    if not WIRE["answered"]:
+        return None
+    event = await WIRE["capturer"].answer(WIRE["answered"][0])
+    if event is not None:
+        check_capture_event(event)
+    return event
 
 
 async def _stream(service: Any, messages: list[Any]) -> None:
@@ -401,6 +550,10 @@ def fuzz_wire(data: bytes) -> None:
         messages = [pb.SidecarMessage(register=_register(fdp))]
         messages += [_message(fdp, i) for i in range(fdp.ConsumeIntInRange(1, 6))]
     t0 = time.perf_counter()
+    if fdp.ConsumeBool():  # the sidecar answers a capture request of hostile numbers; the answer joins the stream
+        answer = loop.run_until_complete(_answer(_capture_request(fdp)))
+        if answer is not None:
+            messages.append(pb.SidecarMessage(event=answer))
     loop.run_until_complete(_stream(WIRE["service"], messages))
     if _stalled(loop, time.perf_counter() - t0):
         STATE["stalls"] += 1
@@ -488,6 +641,7 @@ def run_target(target: str, runs: int) -> int:
     global BUNDLE_DIR
     BUNDLE_DIR = work / "bundle"
     BUNDLE_DIR.mkdir()
+    (BUNDLE_DIR / "capture").mkdir()  # the wire target's capturer: an empty capture dir (no worker answers)
     fn = TARGETS[target]
     engine.decide(Incident(JobRef("ns", "warm-up"), 1, (Member(pod="p", log_tail=SEED_LINES[0]),)))  # compiles rules
     atheris.Setup(

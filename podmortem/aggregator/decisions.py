@@ -88,6 +88,10 @@ class Decision:
                 "members": [m.pod for m in inc.members],
                 "reported": self.reported,
                 "opened_at": inc.opened_at,
+                "stalled_at": inc.stalled_at,
+                # Measured by each member's sidecar (reference = pod clock + offset), to place a bundle's pod
+                # times on the aggregator's clock (`offline.analyze.page_beside`); unmeasured members left out.
+                "clock_offsets": {m.pod: m.clock_offset for m in inc.members if m.clock_offset is not None},
             },
             "root_cause": self.verdict.root_cause(),
             "verdict": self.verdict.to_dict(),

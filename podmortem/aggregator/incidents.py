@@ -111,6 +111,7 @@ class _JobState:
     # wait; the quorum timer still closes the incident).
     capturing: bool = False
     restored_final: bool = False  # its final verdict was published before a restart (`Restored`)
+    stalled_at: float | None = None  # its provisional verdict on a stall was published (not withdrawn)
 
     @property
     def incident_id(self) -> str:
@@ -415,11 +416,13 @@ class IncidentBook:
         if state.opened_at is not None:
             return  # it failed while this was decided: the verdict on the failure takes over
         state.revision += 1
+        decided_at = self._clock()
+        state.stalled_at = decided_at if closed_by == "stall" else None  # "resumed": withdrawn
         self._publish(
             Decision(
-                incident=incident,
+                incident=dataclasses.replace(incident, stalled_at=state.stalled_at),
                 verdict=verdict,
-                decided_at=self._clock(),
+                decided_at=decided_at,
                 revision=state.revision,
                 closed_by=closed_by,
                 reported=self._reported(state),
@@ -621,6 +624,7 @@ class IncidentBook:
             attempt=state.attempt,
             incident_id=state.incident_id,
             opened_at=state.opened_at,
+            stalled_at=state.stalled_at,
         )
 
     def _close(self, state: _JobState, closed_by: ClosedBy, inline: bool = False) -> None:

@@ -103,16 +103,65 @@ def find_hang(findings: Sequence[Finding], owners: Mapping[int, str]) -> HangFin
 
 
 MAX_NOTES = 5
+LIVE_PATHS = frozenset({"control_plane", "py_spy"})  # paths that ask a running worker (not a file it left)
+
+
+def _ended_at(m: Member) -> float | None:
+    """When the member's workers were known to be going (reference clock): its error file seen (the agent
+    tears the pod's other workers down once one fails), its container's end, its deletion; None: not known."""
+    times = [m.error_observed_at, m.termination_observed_at, m.deleted_at]
+    if m.termination is not None and m.termination.finished_at is not None:
+        times.append(m.termination.finished_at + (m.clock_offset or 0.0))
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
 
 
 def capture_notes(members: Sequence[Member]) -> list[str]:
-    """What the captures themselves say went wrong (refused, cut off, timed out), a few, for the evidence."""
-    notes: list[str] = []
+    """The failed captures that explain a gap in the evidence, a line each (a few), then how many others
+    there were. A capture failed when it brought neither a stack nor a Flight Recorder summary; it explains a
+    gap when nothing else was captured for its rank (by any path, in any member, or a stack in its pod's log)
+    and, for a path that asks a running worker, its rank still ran when it was asked. A request that reached a
+    pod after its rank had exited ("Connection refused" from a socket whose worker is gone) says nothing an
+    owner needs: counted, not listed. Notes of captures that did bring a stack (one cut to its bound) are not
+    listed either."""
+    noted = [(m, c) for m in members for c in m.captures if c.note]
+    if not noted:
+        return []
+    covered: set[int] = set()
+    pods_with_content: set[str] = set()
     for m in members:
         for c in m.captures:
-            if c.note:
-                who = f"rank {c.global_rank}" if c.global_rank is not None else "a worker"
-                notes.append(f"{m.pod}: capture of {who} ({c.path}): {c.note[:200]}")
-                if len(notes) >= MAX_NOTES:
-                    return notes
+            if c.stack or c.flight_recorder is not None:
+                pods_with_content.add(m.pod)
+                if c.global_rank is not None:
+                    covered.add(c.global_rank)
+    for m in {m.pod: m for m, _ in noted}.values():  # a stack in the log: read for these members only
+        for c in sigterm_captures(m):
+            pods_with_content.add(m.pod)
+            if c.global_rank is not None:
+                covered.add(c.global_rank)
+    gaps: list[str] = []
+    late = other = 0
+    for m, c in noted:
+        if c.stack or c.flight_recorder is not None:
+            other += 1
+            continue
+        if c.global_rank in covered if c.global_rank is not None else m.pod in pods_with_content:
+            other += 1
+            continue
+        ended = _ended_at(m)
+        if c.path in LIVE_PATHS and ended is not None and c.captured_at is not None and ended <= c.captured_at:
+            late += 1
+            continue
+        who = f"rank {c.global_rank}" if c.global_rank is not None else "a worker"
+        gaps.append(f"{m.pod}: capture of {who} ({c.path}) failed, and nothing else shows where it was: {c.note[:200]}")
+    notes = gaps[:MAX_NOTES]
+    more = len(gaps) - len(notes)
+    counted = [
+        f"{late} asked after the rank had exited" if late else "",
+        f"{other} for ranks captured another way" if other else "",
+        f"{more} more like the above" if more else "",
+    ]
+    if any(counted):
+        notes.append("capture notes not listed: " + ", ".join(c for c in counted if c))
     return notes

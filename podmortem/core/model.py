@@ -197,6 +197,9 @@ class Incident:
     opened_at: float | None = None
     # Decided while the pods still run (a stall): nothing has failed yet, the verdict is provisional.
     provisional: bool = False
+    # When a provisional verdict on a stall of this attempt was published (reference clock); None: none was,
+    # or it was withdrawn (the job moved again). The incident page draws it.
+    stalled_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,33 @@ class HangFinding:
             "path": self.path,
             "detail": self.detail,
         }
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> HangFinding | None:
+        """A finding from `to_dict`'s document (a verdict file's or annotation's `hang`, read back as untrusted
+        data); None when it is not one. Fields of the wrong type are read as absent."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("finding"), str):
+            return None
+
+        def integer(v: Any) -> int | None:
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        raw = doc.get("frame")
+        frame = None
+        if isinstance(raw, dict):
+            frame = Frame(str(raw.get("file") or ""), integer(raw.get("line")), str(raw.get("function") or ""))
+        ranks, pods = doc.get("stuck_ranks"), doc.get("stuck_pods")
+        return cls(
+            finding=doc["finding"],
+            stuck_ranks=tuple(r for r in ranks if integer(r) is not None) if isinstance(ranks, list) else (),
+            stuck_pods=tuple(p for p in pods if isinstance(p, str)) if isinstance(pods, list) else (),
+            process_group=str(doc.get("process_group") or ""),
+            seq=integer(doc.get("seq")),
+            op=str(doc.get("op") or ""),
+            frame=frame,
+            path=str(doc.get("path") or ""),
+            detail=str(doc.get("detail") or ""),
+        )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ still holds the pod non-terminal (`podmortem.io/Victim`, `podmortem.io/Permanent
   does, so the JobSet fragment goes there.
 
 Why each choice, with sources, is in docs/retries.md; the test that applies these policies by the
-Job and JobSet controllers' documented matching rules is tests/unit/test_policy_semantics.py.
+Job and JobSet controllers' documented matching rules is tests/unit/test_policy.py.
 Pure: plain data in, plain data and text out (PyYAML dumps each rule); no I/O.
 """
 
@@ -37,6 +37,11 @@ from podmortem.k8s.objects import JSON
 JOB_REASON_POD_FAILURE_POLICY = "PodFailurePolicy"
 JOB_REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
 PERMANENT_MESSAGE_PATTERN = rf"has condition {re.escape(PERMANENT)} matching FailJob rule"
+
+# The only `podReplacementPolicy` the API server accepts on a Job with a `podFailurePolicy`
+# (`validatePodReplacementPolicy` in pkg/apis/batch/validation/validation.go): printed beside the rules, as a
+# Job whose own field says `TerminatingOrFailed` is refused (422) once the rules are pasted in.
+REPLACEMENT_POLICY = "Failed"
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_JOBSET_REPLICATED_JOB = "workers"
@@ -151,21 +156,14 @@ def jobset_failure_policy(max_restarts: int = DEFAULT_MAX_RESTARTS) -> JSON:
 
 
 def replicated_job_fragment(name: str) -> JSON:
-    """What one replicatedJob needs: the pod rules, and `restartPolicy: Never` (JobSet's webhook defaults an
-    unset pod restartPolicy to OnFailure, which a podFailurePolicy does not allow)."""
-    return {
-        "name": name,
-        "template": {
-            "spec": {
-                "podFailurePolicy": pod_failure_policy(),
-                "template": {"spec": {"restartPolicy": "Never"}},
-            }
-        },
-    }
+    """What one replicatedJob needs: the Job fields of `job_fragment`, and `restartPolicy: Never` (JobSet's
+    webhook defaults an unset pod restartPolicy to OnFailure, which a podFailurePolicy does not allow)."""
+    return {"name": name, "template": {"spec": {**job_fragment(), "template": {"spec": {"restartPolicy": "Never"}}}}}
 
 
 def job_fragment() -> JSON:
-    return {"podFailurePolicy": pod_failure_policy()}
+    """The fields a batch Job spec needs: the rules, and the one `podReplacementPolicy` they allow."""
+    return {"podReplacementPolicy": REPLACEMENT_POLICY, "podFailurePolicy": pod_failure_policy()}
 
 
 def jobset_fragment(replicated_jobs: tuple[str, ...], max_restarts: int = DEFAULT_MAX_RESTARTS) -> JSON:
@@ -195,9 +193,17 @@ def _dump(data: Any, indent: int) -> list[str]:
     return [" " * indent + line for line in text.splitlines()]
 
 
+REPLACEMENT_WHY = (
+    "The only value the API server accepts beside a podFailurePolicy (a Job that says TerminatingOrFailed is",
+    "refused, 422): a failed pod is replaced once it is terminal. It replaces a podReplacementPolicy of yours.",
+)
+
+
 def _pod_policy_lines(indent: int) -> list[str]:
-    """`podFailurePolicy:` with each rule under its reason, at `indent`."""
-    out = [" " * indent + "podFailurePolicy:", " " * (indent + 2) + "rules:"]
+    """`podReplacementPolicy:` and `podFailurePolicy:` with each rule under its reason, at `indent`."""
+    out = _comment(REPLACEMENT_WHY, indent)
+    out.append(" " * indent + f"podReplacementPolicy: {REPLACEMENT_POLICY}")
+    out += [" " * indent + "podFailurePolicy:", " " * (indent + 2) + "rules:"]
     for rule, data in zip(POD_RULES, pod_failure_policy()["rules"], strict=True):
         out += _comment(rule.why, indent + 4)
         block = _dump([data], indent + 4)
@@ -254,8 +260,8 @@ def render_job() -> str:
     lines = _comment(list(HEADER), 0)
     lines += _comment(
         [
-            "Paste under the Job's spec (batch/v1). The pod template needs restartPolicy: Never.",
-            "With a podFailurePolicy a failed pod is replaced only once it is terminal (podReplacementPolicy: Failed).",
+            "Paste under the Job's spec (batch/v1), in place of the same keys of yours. The pod template needs",
+            "restartPolicy: Never.",
             "",
             *ONEXITCODES_WARNING,
         ],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -24,10 +25,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from podmortem.core.engine import decide
+from podmortem.core.model import evolve
 from podmortem.core.rules import RulesError, load_rules
 from podmortem.offline import report
 from podmortem.offline.bundle import BundleError, load_bundle
-from podmortem.page.render import PageContext, context_of_verdict_file, render
+from podmortem.page.render import PageContext, clock_offsets, context_of_verdict_file, render
 
 PAGE_NAME = "incident.html"
 
@@ -100,6 +102,13 @@ def page_beside(bundle: str | os.PathLike[str], verdict_file: Mapping[str, Any])
         attempt=str(attempt or ""),
         incident_id=str(meta.get("id") or incident.incident_id) if isinstance(meta, Mapping) else incident.incident_id,
     )
+    offsets = clock_offsets(verdict_file) or {}  # measured by the sidecars: the bundle's files carry none
+    incident = dataclasses.replace(
+        incident, members=tuple(evolve(m, clock_offset=offsets.get(m.pod, m.clock_offset)) for m in incident.members)
+    )
+    stalled = meta.get("stalled_at") if isinstance(meta, Mapping) else None
+    if isinstance(stalled, (int, float)) and not isinstance(stalled, bool) and math.isfinite(stalled):
+        incident = dataclasses.replace(incident, stalled_at=float(stalled))
     verdict = verdict_file.get("verdict") or {}
     target = Path(bundle) / PAGE_NAME
     write_page(target, render(incident, verdict, context_of_verdict_file(verdict_file, "podmortem demo (aggregator)")))

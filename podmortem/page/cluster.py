@@ -61,6 +61,7 @@ def incident_from_cluster(
         members=tuple(sorted(podstatus.assign_ranks(members), key=_rank_order)),
         attempt=str(doc.get("attempt") or ""),
         incident_id=str(doc.get("incidentId") or ""),
+        stalled_at=podstatus.parse_time(doc.get("stalledAt")),
     )
 
 

@@ -53,7 +53,9 @@ class PageContext:
 
     `written`: (where, what) pairs podmortem wrote to the cluster beyond each pod's condition (the job's
     annotations and condition, a node's hardware record); empty offline. `extra`: verdict keys of later
-    revisions of the verdict shape, shown when present (`hang`, `attempt_history`)."""
+    revisions of the verdict shape, shown when present (`hang`, `attempt_history`). `offsets`: the source
+    carries the clock offsets the sidecars measured (a verdict file does; a bundle and the cluster's
+    annotations do not, and the page then says so rather than count every pod as unmeasured)."""
 
     source: str = "podmortem analyze"
     decided_at: float | None = None
@@ -63,6 +65,7 @@ class PageContext:
     written: tuple[tuple[str, str], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     live: bool = False  # read from a cluster: pod conditions are what the pods carry, none is inferred
+    offsets: bool = False
 
 
 def context_of_verdict_file(doc: Mapping[str, Any], source: str) -> PageContext:
@@ -76,7 +79,22 @@ def context_of_verdict_file(doc: Mapping[str, Any], source: str) -> PageContext:
         revision=revision if isinstance(revision, int) else None,
         final=doc.get("final") if isinstance(doc.get("final"), bool) else None,
         extra={k: doc[k] for k in LATER_KEYS if k in doc},
+        offsets=isinstance(clock_offsets(doc), dict),
     )
+
+
+def clock_offsets(doc: Mapping[str, Any]) -> dict[str, float] | None:
+    """The measured clock offsets a verdict file carries (`incident.clock_offsets`: pod -> seconds, finite
+    numbers only); None when it carries none (an older file)."""
+    meta = doc.get("incident")
+    raw = meta.get("clock_offsets") if isinstance(meta, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    return {
+        str(pod): float(v)
+        for pod, v in raw.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def _fmt_time(t: float | None) -> str:
@@ -299,7 +317,7 @@ def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageCo
     tl = timeline.build(incident, v, decided_at=ctx.decided_at, closed_by=ctx.closed_by, would_write=not ctx.live)
     origin = tl.start if tl.start is not None else 0.0
     root_row = next((r for g in tl.groups for r in g.rows if r.role == "root"), None)
-    first_root = min((k.at for k in root_row.marks), default=None) if root_row else None
+    first_root = min((k.at for k in root_row.marks if k.kind != "capture"), default=None) if root_row else None
     if first_root is not None:
         origin = first_root  # 0 s is the root's first event: everything else reads as before or after it
     scale = _Scale(tl.start, tl.end)
@@ -331,6 +349,7 @@ def render(incident: Incident, verdict: Verdict | Mapping[str, Any], ctx: PageCo
         attempts=_table(extras.get(LATER_KEYS[1])),
         role_words=timeline.ROLE_WORDS,
         offset_words=_offset_words,
+        offsets_known=ctx.offsets or tl.offsets_measured > 0,
         root_row=root_row,
     )
 

@@ -10,7 +10,13 @@ member whose offset was never measured is shown with none applied, and says so):
 * the container's end: exit code, signal or OOMKilled (the pod's clock);
 * `DisruptionTarget` and the deletion (control-plane clock, already the reference);
 * the podmortem condition on the pod: as written (read from the pod) or, where nothing was written
-  (an offline bundle), the one the aggregator would write (`core.conditions.decide`).
+  (an offline bundle), the one the aggregator would write (`core.conditions.decide`);
+* for a hang's root (a verdict whose `hang` names its pod), the moment its stack or Flight Recorder state
+  was captured, labelled with the line it was stuck on; its row says what the capture showed (the
+  collective it never entered), not the timeout it printed.
+
+Incident-wide moments: opened, stalled (`Incident.stalled_at`, the provisional verdict; else the first
+capture taken for the stall) and the verdict.
 
 Scale: up to `SHOW_ALL` pods every pod has its row. Above it, victims whose findings say the same thing
 (the same rule) fold into one band per node — or, where every node holds one pod or the job spans more
@@ -30,7 +36,7 @@ from typing import Any, Literal
 
 from podmortem.core import conditions, names
 from podmortem.core.assess import Finding, assess
-from podmortem.core.model import Incident, Member, Secondary, Verdict
+from podmortem.core.model import HangFinding, Incident, Member, Secondary, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
 SHOW_ALL = 64  # pods up to which every pod has its own row
@@ -41,7 +47,7 @@ MAX_ROWS = 400  # individual rows beyond this fold too (by group and role), so t
 MAX_LINE = 400  # characters of one log line or message kept on the page
 
 Role = Literal["root", "runner-up", "own", "victim", "clean", "running", "unknown"]
-MarkKind = Literal["error", "log", "end", "disruption", "deletion", "condition"]
+MarkKind = Literal["error", "log", "end", "disruption", "deletion", "condition", "capture"]
 ROLE_WORDS: dict[str, str] = {
     "root": "root cause",
     "runner-up": "runner-up",
@@ -146,6 +152,7 @@ def verdict_of(doc: Mapping[str, Any]) -> Verdict:
     known.setdefault("retryable", None)
     known.setdefault("summary", "")
     known["confidence"] = float(doc.get("confidence") or 0.0)
+    known["hang"] = HangFinding.from_dict(doc.get("hang"))
     return Verdict(**known)
 
 
@@ -253,6 +260,46 @@ def _why(role: Role, f: Finding, victims: Mapping[str, str]) -> str:
     return ROLE_WORDS[role]
 
 
+def hang_words(hang: HangFinding) -> tuple[str, str]:
+    """What the captures showed of the stuck rank, for its row: (why, line) — "rank 2 never entered
+    all_reduce #4 that the others wait in", "stuck at train.py:211 in load_batch" — instead of the timeout
+    it printed. The category is on the page already: the why fits the row (64 characters)."""
+    ranks = hang.stuck_ranks
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks[:4]) if ranks else ""
+    op = f"{hang.op or 'a collective'}" + (f" #{hang.seq}" if hang.seq is not None else "")
+    if hang.finding == "mismatch":
+        why = f"{who} issued a different collective than its peers" + (f" at {op}" if hang.seq is not None else "")
+    elif hang.seq is not None:
+        why = f"{who} never entered {op} that the others wait in"
+    else:
+        why = f"{who} was not in a collective while the others waited in one"
+    line = f"stuck at {hang.frame.where()}" if hang.frame is not None else hang.detail
+    return why.strip(), line
+
+
+LIVE_PATHS = frozenset({"control_plane", "py_spy"})
+
+
+def _capture_mark(m: Member, hang: HangFinding, line: str, stalled_at: float | None) -> tuple[Mark, ...]:
+    """The moment the stuck rank's stack or Flight Recorder state was captured, labelled with what it showed.
+    Where the incident holds no capture time (a bundle copied without the sidecars' captures, beside the
+    verdict file that says what they showed), a live path's capture is placed at the stall's provisional
+    verdict, which came after it. None for a stack read from the log (no time)."""
+    taken = [
+        c.captured_at
+        for c in m.captures
+        if c.captured_at is not None
+        and (c.stack or c.flight_recorder is not None)
+        and (c.global_rank is None or c.global_rank in hang.stuck_ranks)
+    ]
+    detail = f"captured ({hang.path or 'stack'}): {_cut(hang.detail)}"
+    if not taken and stalled_at is not None and hang.path in LIVE_PATHS:
+        return (Mark("capture", stalled_at, _cut(line, 60), f"{detail} (for the stall, by its provisional verdict)"),)
+    if not taken:
+        return ()
+    return (Mark("capture", min(taken), _cut(line, 60), detail),)
+
+
 def _fold_key(f: Finding, why: str) -> str:
     return f.rule.id if f.rule is not None else why
 
@@ -270,6 +317,7 @@ def build(
     no podmortem condition, show the one the aggregator would write (offline); False for a live cluster,
     where what was written is what the pods carry."""
     victims = {s.pod: s.reason for s in verdict.secondary}
+    hang = verdict.hang if verdict.hang is None or isinstance(verdict.hang, HangFinding) else None
     findings = [assess(m, rules) for m in incident.members]
     marked: set[str] = set()
     rows: list[tuple[Row, Finding]] = []
@@ -289,11 +337,16 @@ def build(
         why = _why(role, f, victims)
         if written is not None and written[0] == "Victim" and role in ("own", "unknown"):
             role, why = "victim", written[1]  # podmortem marked it a victim when its condition was decided
-        line = _cut(f.text.strip()) if f.text else ""
+        line, source = (_cut(f.text.strip()) if f.text else ""), f.source
+        marks = _marks(m, f, written)
+        if role == "root" and hang is not None and hang.finding != "all_in" and m.pod in hang.stuck_pods:
+            why, line = hang_words(hang)  # what the captures showed, not the timeout the rank printed
+            source = f"captured ({hang.path})" if hang.path else "captured"
+            marks = tuple(sorted((*marks, *_capture_mark(m, hang, line, incident.stalled_at)), key=lambda k: k.at))
         rows.append(
             (
                 Row(
-                    m.pod, m.node, m.rank, role, why, line, f.source, _marks(m, f, written), m.clock_offset,
+                    m.pod, m.node, m.rank, role, why, line, source, marks, m.clock_offset,
                     condition, ctext, (),
                 ),
                 f,
@@ -306,8 +359,12 @@ def build(
     moments: list[Moment] = []
     if incident.opened_at is not None:
         moments.append(Moment(incident.opened_at, "incident opened"))
+    stalled = _stall(incident) if closed_by != "stall" else None
+    if stalled is not None:
+        moments.append(stalled)
     if decided_at is not None:
-        moments.append(Moment(decided_at, f"verdict ({closed_by})" if closed_by else "verdict"))
+        label = f"verdict ({closed_by})" if closed_by else "verdict"
+        moments.append(Moment(decided_at, STALL_LABEL if closed_by == "stall" else label))
     times += [mo.at for mo in moments]
     return Timeline(
         groups=groups,
@@ -318,6 +375,18 @@ def build(
         pods=len(rows),
         offsets_measured=sum(1 for m in incident.members if m.clock_offset is not None),
     )
+
+
+STALL_LABEL = "stalled: provisional verdict"
+
+
+def _stall(incident: Incident) -> Moment | None:
+    """The stall of the job, where one is known: when the aggregator published its provisional verdict, else
+    (a bundle without it) when the first capture asked for the stall was taken."""
+    if incident.stalled_at is not None:
+        return Moment(incident.stalled_at, STALL_LABEL)
+    taken = [c.captured_at for m in incident.members for c in m.captures if c.trigger == "stall" and c.captured_at]
+    return Moment(min(taken), "stalled: stacks captured") if taken else None
 
 
 def _with_log(row: Row, f: Finding) -> Row:

@@ -80,6 +80,7 @@ _TIMESTAMPS: dict[str, tuple[str, ...]] = {
     "termination": ("started_at", "finished_at"),
     "condition": ("last_transition_time",),
     "deletion": ("deletion_timestamp",),
+    "activity": ("last_progress",),
 }
 
 

@@ -54,8 +54,7 @@ UNSUPPORTED = "unsupported"
 OUTCOMES = (ADDED, OWN_POLICY, RESTART_ON_FAILURE, JOBSET_CHILD, OWNED, NOT_OPTED_IN, UNSUPPORTED)
 MUTABLE_OWNERS = frozenset({"CronJob"})  # creates a Job once and never applies its spec again
 KINDS = {("batch", "Job"): "Job", ("jobset.x-k8s.io", "JobSet"): "JobSet"}
-# The only podReplacementPolicy a Job with a podFailurePolicy may have (batch/v1 validation).
-REPLACEMENT_POLICY = "Failed"
+REPLACEMENT_POLICY = policy.REPLACEMENT_POLICY
 
 
 def kind_of(group: str, kind: str) -> str | None:
@@ -114,9 +113,8 @@ def mutate_job(job: Mapping[str, Any], version: str) -> tuple[list[JSON], str, s
 
 def _with_policy(job_spec: JSON) -> str:
     """Put our rules and `podReplacementPolicy: Failed` into a Job spec; what was replaced, if anything."""
-    job_spec["podFailurePolicy"] = policy.pod_failure_policy()
     before = job_spec.get("podReplacementPolicy")
-    job_spec["podReplacementPolicy"] = REPLACEMENT_POLICY
+    job_spec.update(policy.job_fragment())
     if before is None or before == REPLACEMENT_POLICY:
         return ""
     return (

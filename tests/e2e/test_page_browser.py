@@ -1,11 +1,12 @@
 """The incident page in a real browser: Debian's headless Chromium over the DevTools protocol (bench/browser.py).
 
-Three pages, each written by the command a user runs: a demo bundle's (`podmortem demo --keep`, plain
-worker processes standing in for torchrun), a 4,096-pod bundle's (bench's inflater, `podmortem analyze
---html`) and a hostile bundle's. Each must load with no console error and no request of any kind, show the
-root's row and the verdict sentence in the rendered DOM, and run no script (`window.__pwned`, which the
-hostile text tries to set, stays undefined). Screenshots go to `$PODMORTEM_SCREENSHOTS` when set (to look
-at them), else to the test's tmp_path.
+Four pages, each written as a user gets it: a demo bundle's (`podmortem demo --keep`, plain worker
+processes standing in for torchrun), a 4,096-pod bundle's (bench's inflater, `podmortem analyze --html`), a
+hostile bundle's, and a hang's (real torch captures in the bundle, beside the verdict file the aggregator
+publishes, as `podmortem demo --keep` writes it). Each must load with no console error and no request of
+any kind, show the root's row and the verdict sentence in the rendered DOM, and run no script
+(`window.__pwned`, which the hostile text tries to set, stays undefined). Screenshots go to
+`$PODMORTEM_SCREENSHOTS` when set (to look at them), else to the test's tmp_path.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.bundles import HOSTILE_LINES, HOSTILE_ROOT_MESSAGE, hostile_bundle
+from support.bundles import HANG_TS, HOSTILE_LINES, HOSTILE_ROOT_MESSAGE, hang_bundle, hostile_bundle
 
 from bench import browser
 from bench.analyze_speed import write as write_inflated
 from bench.engine_speed import build
+from podmortem.core.engine import decide
+from podmortem.offline import analyze
+from podmortem.offline.bundle import load_bundle
 
 PROBES = {
     "pwned": "typeof window.__pwned",
@@ -78,6 +82,7 @@ def test_the_demo_page(tmp_path: Path) -> None:
     assert loaded.values["sentence"] == f"{target.group(1)} failed first: crash, not retryable, confidence 0.95."
     assert "from podmortem demo (aggregator) · revision" in loaded.values["text"]
     assert "SIGSEGV" in loaded.values["root_text"]  # its end, on its row
+    assert "3 of 3 measured" in loaded.values["text"]  # the sidecars' clock offsets, from the verdict file
 
 
 def test_the_page_of_4096_pods(tmp_path: Path) -> None:
@@ -105,3 +110,21 @@ def test_the_hostile_page_runs_nothing_and_shows_the_text(tmp_path: Path) -> Non
     assert loaded.values["sentence"] == "job-worker-1 failed first: user_code, not retryable, confidence 0.95."
     for line in (*HOSTILE_LINES, HOSTILE_ROOT_MESSAGE):
         assert line in loaded.values["text"], line
+
+
+def test_a_hang_page_draws_the_stall_and_where_the_stuck_rank_was(tmp_path: Path) -> None:
+    bundle = hang_bundle(tmp_path / "hang")
+    verdict = decide(load_bundle(bundle))
+    doc = {
+        "incident": {"id": "ns:job", "attempt": "", "opened_at": HANG_TS + 10.2, "stalled_at": HANG_TS + 1.0,
+                     "clock_offsets": {"job-worker-0": 0.004, "job-worker-1": -0.012, "job-worker-2": 0.0}},
+        "verdict": verdict.to_dict(), "revision": 2, "final": True, "closed_by": "quorum", "decided_at": HANG_TS + 12,
+    }  # fmt: skip
+    loaded = open_page(analyze.page_beside(bundle, doc), shots(tmp_path) / "page-hang.png")
+    assert loaded.values["root"] == "job-worker-1"
+    assert loaded.values["sentence"] == "job-worker-1 failed first: hang, retryable, confidence 0.95."
+    root = loaded.values["root_text"]
+    assert "rank 1 never entered all_reduce #7 that the others wait in" in root
+    assert "stuck at workload.py:216 in load_batch" in root
+    text = loaded.values["text"]
+    assert "stalled: provisional verdict" in text and "3 of 3 measured" in text

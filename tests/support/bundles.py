@@ -130,3 +130,34 @@ def hostile_bundle(root: Path) -> Path:
         ),
     }
     return make_bundle(root, pods, errors, logs)
+
+
+FR_FIXTURES = Path(__file__).parents[1] / "fixtures" / "flightrecorder" / "workload-hang"
+HANG_TS = 1795273080  # the stall's captures are from half a second later; the ranks timed out 10 s later
+TIMEOUT = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation"
+
+
+def hang_bundle(root: Path, captured: bool = True) -> Path:
+    """Three pods of one rank each that timed out; with `captured`, each pod's captures.json holds what the
+    worker control plane answered at the stall (real torch 2.13 answers, tests/fixtures/flightrecorder/README.md):
+    rank 1 never entered all_reduce #4, it was in `load_batch`."""
+    from podmortem.core.flightrecorder import summarize_json
+
+    pods = {f"job-worker-{r}": pod_json(f"job-worker-{r}", index=r, ip=f"10.0.0.{r + 1}") for r in range(3)}
+    b = make_bundle(root, pods, errors={p: error_json(TIMEOUT, HANG_TS + 10) for p in pods})
+    for r in range(3) if captured else ():
+        summary = summarize_json((FR_FIXTURES / f"fr_trace_json-{r}.txt").read_bytes(), rank=r)
+        doc = [
+            {
+                "path": "control_plane",
+                "global_rank": r,
+                "local_rank": 0,
+                "trigger": "stall",
+                "stack": (FR_FIXTURES / f"dump_traceback-{r}.txt").read_text(),
+                # as an object here, as the wire's JSON text for rank 2: both are read
+                "flight_recorder": summary.to_json() if r == 2 else summary.to_dict(),
+                "captured_at": HANG_TS + 0.5,
+            }
+        ]
+        (b / "pods" / f"job-worker-{r}" / "captures.json").write_text(json.dumps(doc))
+    return b

@@ -202,4 +202,51 @@ def test_a_refused_dump_is_said_and_the_verdict_still_comes() -> None:
     members = (*incident.members[:2], dataclasses.replace(incident.members[2], captures=(refused,)))
     v = decide(dataclasses.replace(incident, members=members))
     assert v.pod == "llm-worker-0" and v.global_rank == 2  # decided from the other evidence
-    assert f"llm-worker-1: capture of rank 4 (fr_file): {note}" in v.evidence
+    assert (
+        f"llm-worker-1: capture of rank 4 (fr_file) failed, and nothing else shows where it was: {note}" in v.evidence
+    )
+
+
+REFUSED = "control-plane socket: [Errno 111] Connection refused"
+
+
+def _noisy_incident() -> Incident:
+    """The hang of `_hang_incident`, its ranks asked at the first timeout (captured at T+12): llm-master-0
+    (ranks 0, 1) and llm-worker-1 (ranks 4, 5) had exited at T+11, so their sockets refused; llm-worker-0's
+    rank 3 refused too, but py-spy got its stack; rank 2's stack is in its pod's log (SIGTERM)."""
+    at = 1_800_000_012.0
+    refused = {
+        "llm-master-0": (0, 1),
+        "llm-worker-0": (2, 3),
+        "llm-worker-1": (4, 5),
+    }
+    incident = _hang_incident()
+    members = []
+    for m in incident.members:
+        caps = [WorkerCapture("control_plane", global_rank=r, note=REFUSED, captured_at=at) for r in refused[m.pod]]
+        if m.pod == "llm-worker-0":
+            caps.append(WorkerCapture("py_spy", global_rank=3, stack=LOADING, captured_at=at))
+        members.append(dataclasses.replace(m, captures=tuple(caps)))
+    return dataclasses.replace(incident, members=tuple(members))
+
+
+def test_captures_asked_after_their_rank_exited_are_counted_not_listed() -> None:
+    v = decide(_noisy_incident())
+    assert (v.pod, v.global_rank) == ("llm-worker-0", 2)
+    assert not [e for e in v.evidence if REFUSED in e]  # each failed capture came late, or its rank has a stack
+    assert "capture notes not listed: 4 asked after the rank had exited, 2 for ranks captured another way" in v.evidence
+    assert REFUSED not in report.render(_noisy_incident(), v)
+
+
+def test_a_failed_capture_of_a_rank_still_running_with_nothing_else_is_listed() -> None:
+    incident = _noisy_incident()
+    # llm-worker-1 still ran when asked (no end known yet): its ranks' failures are the gap in the evidence
+    members = list(incident.members)
+    members[2] = dataclasses.replace(members[2], termination=None, error=None, log_tail="", phase="Running")
+    v = decide(dataclasses.replace(incident, members=tuple(members)))
+    listed = [e for e in v.evidence if REFUSED in e]
+    assert listed == [
+        f"llm-worker-1: capture of rank {r} (control_plane) failed, and nothing else shows where it was: {REFUSED}"
+        for r in (4, 5)
+    ]
+    assert "capture notes not listed: 2 asked after the rank had exited, 2 for ranks captured another way" in v.evidence

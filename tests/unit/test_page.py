@@ -13,12 +13,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from support.bundles import HOSTILE_LINES, HOSTILE_POD, HOSTILE_ROOT_MESSAGE, hostile_bundle
+from support.bundles import HANG_TS, HOSTILE_LINES, HOSTILE_POD, HOSTILE_ROOT_MESSAGE, hang_bundle, hostile_bundle
 
 from bench.engine_speed import build
 from podmortem import cli
 from podmortem.core.engine import decide
-from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination
+from podmortem.core.model import Condition, ErrorRecord, Incident, JobRef, Member, Termination, WorkerCapture
 from podmortem.offline import analyze
 from podmortem.offline.bundle import load_bundle
 from podmortem.page import cluster, timeline
@@ -380,3 +380,105 @@ def test_a_hang_frame_reads_as_file_line_and_function() -> None:
     doc = decide(incident).to_dict()
     doc["hang"] = {"finding": "behind", "frame": {"file": "train.py", "line": 211, "function": "load_batch"}}
     assert "train.py:211 in load_batch" in Parsed(render(incident, doc)).all_text
+
+
+def test_the_evidence_lists_a_failed_capture_only_where_it_leaves_a_gap() -> None:
+    """worker-0's socket was asked after its container ended (T0+3): counted. worker-2's py-spy failed while
+    it still ran, and nothing else shows its rank: listed."""
+    refused = "control-plane socket: [Errno 111] Connection refused"
+    denied = "py-spy exited 1: Permission denied (os error 13)"
+    incident = small_incident()
+    members = list(incident.members)
+    members[0] = dataclasses.replace(
+        members[0], captures=(WorkerCapture("control_plane", global_rank=0, note=refused, captured_at=T0 + 5),)
+    )
+    members[2] = dataclasses.replace(
+        members[2], captures=(WorkerCapture("py_spy", global_rank=2, note=denied, captured_at=T0 + 1),)
+    )
+    incident = dataclasses.replace(incident, members=tuple(members))
+    page = Parsed(render(incident, decide(incident)))
+    assert page.by_id("evidence") is not None
+    text = page.all_text
+    assert refused not in text
+    assert "capture notes not listed: 1 asked after the rank had exited" in text
+    assert f"job-worker-2: capture of rank 2 (py_spy) failed, and nothing else shows where it was: {denied}" in text
+
+
+def hang_verdict_file(bundle: Path, **incident: object) -> dict[str, object]:
+    """The verdict file the aggregator publishes for `hang_bundle` (its keys as `Decision.to_dict` writes them)."""
+    verdict = decide(load_bundle(bundle))
+    meta = {"id": "ns:job", "attempt": "", "opened_at": HANG_TS + 10.2, **incident}
+    return {"incident": meta, "verdict": verdict.to_dict(), "revision": 2, "final": True, "closed_by": "quorum",
+            "decided_at": HANG_TS + 12}  # fmt: skip
+
+
+def moments(page: str) -> list[str]:
+    return re.findall(r'<text class="momentlabel"[^>]*>([^<]*)</text>', page)
+
+
+def test_the_stall_is_drawn_when_the_incident_has_one(tmp_path: Path) -> None:
+    bundle = hang_bundle(tmp_path / "b")
+    # The verdict on the failure, after a provisional one on the stall: its moment is drawn, with its label.
+    page = analyze.page_beside(bundle, hang_verdict_file(bundle, stalled_at=HANG_TS + 1.0)).read_text()
+    assert moments(page) == ["incident opened", "stalled: provisional verdict", "verdict (quorum)"]
+    tl = timeline.build(dataclasses.replace(load_bundle(bundle), stalled_at=HANG_TS + 1.0), decide(load_bundle(bundle)))
+    assert timeline.Moment(HANG_TS + 1.0, "stalled: provisional verdict") in tl.moments
+    # The provisional verdict itself: one moment, the stall (not "verdict (stall)" beside it).
+    incident = dataclasses.replace(load_bundle(bundle), stalled_at=HANG_TS + 1.0)
+    provisional = render(incident, decide(incident), PageContext(decided_at=HANG_TS + 1.0, closed_by="stall"))
+    assert moments(provisional) == ["stalled: provisional verdict"]
+    # A bundle alone does not know when the verdict was published: its stall's captures say when it was seen.
+    assert moments(render(load_bundle(bundle), decide(load_bundle(bundle)))) == ["stalled: stacks captured"]
+    # From the cluster: the verdict annotation's `stalledAt` (kubectl podmortem explain --html).
+    job = {"kind": "PyTorchJob", "metadata": {"namespace": "ns", "name": "job"}}
+    live = cluster.incident_from_cluster(job, [], {}, {"stalledAt": "2026-11-21T14:58:01Z"})
+    assert live.stalled_at == HANG_TS + 1.0
+    # No stall, nothing drawn.
+    assert moments(render(small_incident(), decide(small_incident()))) == []
+
+
+def test_a_hangs_root_row_says_what_the_capture_showed(tmp_path: Path) -> None:
+    incident = load_bundle(hang_bundle(tmp_path / "b"))
+    verdict = decide(incident)
+    assert (verdict.pod, verdict.global_rank, verdict.category) == ("job-worker-1", 1, "hang")
+    for v in (verdict, timeline.verdict_of(verdict.to_dict())):  # a Verdict, or a verdict file's dictionary
+        [root] = [r for g in timeline.build(incident, v).groups for r in g.rows if r.role == "root"]
+        assert root.why == "rank 1 never entered all_reduce #7 that the others wait in"
+        assert root.line == "stuck at workload.py:216 in load_batch" and root.source == "captured (control_plane)"
+        capture = next(k for k in root.marks if k.kind == "capture")
+        assert (capture.at, capture.label) == (HANG_TS + 0.5, "stuck at workload.py:216 in load_batch")
+    page = render(incident, verdict.to_dict())
+    [row] = re.findall(r'<g class="row row-root".*?</g>\n</g>', page, re.S)
+    assert re.findall(r'<text class="why"[^>]*>([^<]*)</text>', row) == [
+        "root cause: rank 1 never entered all_reduce #7 that the others wait in"
+    ]  # not the timeout it printed
+    assert ">stuck at workload.py:216 in load_batch</text>" in row  # its capture's mark
+    # The other ranks keep what they printed: they timed out waiting.
+    rows = {r.pod: r for g in timeline.build(incident, verdict).groups for r in g.rows}
+    assert "Timed out waiting" in rows["job-worker-0"].line and not any(
+        k.kind == "capture" for k in rows["job-worker-0"].marks
+    )
+    # A bundle copied without the sidecars' captures (`podmortem demo --keep`), beside the verdict file that
+    # says what they showed: the row says it too, its capture placed at the stall's provisional verdict.
+    bare = hang_bundle(tmp_path / "bare", captured=False)
+    doc = {**hang_verdict_file(tmp_path / "b", stalled_at=HANG_TS + 1.0), "verdict": verdict.to_dict()}
+    [row] = re.findall(r'<g class="row row-root".*?</g>\n</g>', analyze.page_beside(bare, doc).read_text(), re.S)
+    assert "rank 1 never entered all_reduce #7" in row and ">stuck at workload.py:216 in load_batch</text>" in row
+    assert "(for the stall, by its provisional verdict)" in row
+
+
+def test_clock_offsets_a_source_does_not_carry_are_not_counted_as_unmeasured(tmp_path: Path) -> None:
+    bundle = hang_bundle(tmp_path / "b")
+    incident = load_bundle(bundle)
+    offline = Parsed(render(incident, decide(incident), PageContext(source="podmortem analyze (offline)"))).all_text
+    assert "0 of 3 measured" not in offline
+    assert "Pod times are shown as each pod's own clock said: podmortem analyze (offline) carries no clock" in offline
+    assert "clock offset not measured" not in offline  # nor in the rows' tooltips
+    older = analyze.page_beside(bundle, hang_verdict_file(bundle)).read_text()  # a verdict file without them
+    assert "carries no clock offsets" in older and "0 of 3 measured" not in older
+    # The aggregator's verdict file carries what the sidecars measured: applied to the bundle's pod times.
+    doc = hang_verdict_file(bundle, clock_offsets={"job-worker-0": -4.0, "job-worker-1": 0.0})
+    page = analyze.page_beside(bundle, doc).read_text()
+    text = Parsed(page).all_text
+    assert "2 of 3 measured (the others shown as their clocks said)" in text
+    assert "clock offset -4.000 s applied" in text and "clock offset not measured (none applied)" in text

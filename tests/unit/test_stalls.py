@@ -161,6 +161,7 @@ async def test_progress_after_a_stall_withdraws_the_provisional_verdict_and_coun
         withdrawn.provisional and withdrawn.verdict.pod is None and "made progress again" in withdrawn.verdict.summary
     )
     assert withdrawn.revision == 2
+    assert d.decisions[0].incident.stalled_at is not None and withdrawn.incident.stalled_at is None
     assert d.sample("podmortem_stall_false_alarms_total") == 1
 
 
@@ -175,6 +176,12 @@ async def test_a_failure_within_the_grace_makes_the_stall_real_not_a_false_alarm
     await asyncio.sleep(20)
     assert [x.closed_by for x in d.decisions] == ["stall"]
     assert d.sample("podmortem_stall_false_alarms_total") == 0
+    for i in range(2):  # both end: the verdict on the failure still says when the job stalled (the page draws it)
+        end = Termination(exit_code=1, reason="Error", finished_at=T0 + 52)
+        d.send(i, make_event(termination_to_pb(end), f"end-{i}", wall=T0 + 52))
+    await asyncio.sleep(1)
+    stall, final = d.decisions
+    assert final.closed_by == "quorum" and final.incident.stalled_at == stall.decided_at is not None
 
 
 @pytest.mark.looptime

@@ -152,6 +152,8 @@ def verdict_document(decision: Decision, earlier: tuple[Attempt, ...] = ()) -> J
         "final": decision.final,
         "provisional": decision.provisional,
         "decidedAt": rfc3339(decision.decided_at),
+        # When a provisional verdict on a stall of this attempt was published (null: none): the page draws it.
+        "stalledAt": rfc3339(inc.stalled_at) if inc.stalled_at is not None else None,
         "job": {"kind": inc.job.kind, "name": inc.job.name, "namespace": inc.job.namespace},
         "attempt": inc.attempt,
         "worldSize": inc.world_size,

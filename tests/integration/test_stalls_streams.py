@@ -99,6 +99,7 @@ async def test_a_stalled_job_is_asked_over_its_streams_and_gets_a_provisional_ve
         doc = json.loads(path.read_text())
         assert (doc["provisional"], doc["final"], doc["closed_by"]) == (True, False, "stall")
         assert doc["incident"]["opened_at"] is None
+        assert doc["incident"]["stalled_at"] == doc["decided_at"]  # the incident page draws this moment
         category = doc["verdict"]["category"] or "none"
         sample = aggregator.metrics.registry.get_sample_value
         assert sample("podmortem_provisional_verdicts_total", {"category": category}) == 1

@@ -73,6 +73,12 @@ def test_times_a_timestamp_may_not_hold_are_dropped_and_the_event_kept() -> None
     fine = make_event(error_to_pb(ErrorRecord(message="x", timestamp=1_700_000_000)), "f")
     assert sanitized(fine) == (fine, ())
     assert valid_timestamp(MAX_TIMESTAMP, 999_999_999) and not valid_timestamp(0, 10**9)
+    # An Activity's last progress too: its nanos out of range passed `check_activity` (a finite sum >= 0).
+    quiet = make_event(pb.Activity(quiet=True, quiet_seconds=30.0), "a")
+    quiet.activity.last_progress.seconds, quiet.activity.last_progress.nanos = 100, -1
+    kept, dropped = sanitized(quiet)
+    assert dropped == ("activity.last_progress",) and not kept.activity.HasField("last_progress")
+    assert kept.activity.quiet and kept.activity.quiet_seconds == 30.0
 
 
 def test_the_book_drops_a_bad_time_and_counts_it() -> None:

@@ -46,6 +46,7 @@ async def test_a_timeout_verdict_counts_its_silent_member_as_missing_and_matches
     try:
         job = pb.JobRef(namespace="ml", name="j", kind="PyTorchJob")
         failed = agg.book.register(pb.Register(job=job, pod="j-worker-0", world_size_hint=2, node="n0", rank=0))
+        agg.book.set_clock(failed, 0.25, 0.002)  # its sidecar's estimate
         agg.book.register(pb.Register(job=job, pod="j-worker-1", world_size_hint=2, rank=1))  # stays silent
         agg.book.ingest(failed, make_event(error_to_pb(ErrorRecord(message="KeyError: 'x'", timestamp=5)), "e"))
         end = make_event(termination_to_pb(Termination(exit_code=1, reason="Error")), "t")
@@ -59,6 +60,8 @@ async def test_a_timeout_verdict_counts_its_silent_member_as_missing_and_matches
     assert (incident["reported"], incident["world_size"]) == (1, 2)
     assert verdict["members_missing"] == incident["world_size"] - incident["reported"] == 1
     assert verdict["rank"] == 0 and verdict["node"] == "n0" and verdict["pod"] == "j-worker-0"
+    assert incident["clock_offsets"] == {"j-worker-0": 0.25}  # the silent member was never measured
+    assert incident["stalled_at"] is None
 
     documented = readme_keys()
     assert {k for k in documented if "." not in k} == set(doc)

@@ -17,6 +17,7 @@ from typing import Any
 import kubernetes
 import pytest
 import trustme
+import yaml
 from support.common import free_port
 from support.kube_admission import child_job, default_job, validate_job
 from support.kube_emulator import JOBS, JOBSETS, EmulatorHandle, Webhook
@@ -240,3 +241,51 @@ async def test_an_unreachable_webhook_follows_its_failure_policy(
     stored = kube_api.get(JOBS, NS, "ddp")
     assert stored is not None and "podFailurePolicy" not in stored["spec"]
     assert stored["spec"]["podReplacementPolicy"] == "TerminatingOrFailed"  # defaulted, nothing added
+
+
+# -- `podmortem policy` pasted by hand (no webhook): the API server admits what it prints ---------------
+
+
+def pasted(spec: dict[str, Any], printed: str) -> dict[str, Any]:
+    """A spec with the printed fragment pasted under it, in place of the same keys (as the fragment says)."""
+    return {**spec, **yaml.safe_load(printed)}
+
+
+@pytest.mark.parametrize("replacement", [None, "TerminatingOrFailed", "Failed"])
+async def test_the_printed_job_fragment_pasted_into_a_job_is_admitted(
+    kube_api: EmulatorHandle, client: kubernetes.client.ApiClient, replacement: str | None
+) -> None:
+    """A Job of the user's own, its `podReplacementPolicy` unset, `TerminatingOrFailed` or `Failed`: with the
+    printed fragment pasted in, the API server's create path (defaulting, validation) admits it."""
+    mine = job(**({"podReplacementPolicy": replacement} if replacement else {}))
+    mine["metadata"]["labels"] = {}  # not opted in: no webhook anyway
+    mine["spec"] = pasted(mine["spec"], policy.render("job"))
+    await create_job(client, mine)
+    stored = kube_api.get(JOBS, NS, "ddp")
+    assert stored is not None and stored["spec"]["podFailurePolicy"] == policy.pod_failure_policy()
+    assert stored["spec"]["podReplacementPolicy"] == "Failed"
+
+
+@pytest.mark.parametrize("replacement", [None, "TerminatingOrFailed"])
+async def test_the_printed_jobset_fragment_gives_admissible_child_jobs(
+    kube_api: EmulatorHandle, client: kubernetes.client.ApiClient, replacement: str | None
+) -> None:
+    """Each replicatedJob merged with the printed one of its name: the child Jobs the JobSet controller makes
+    of it pass the API server's create path."""
+    mine = jobset(replacement)
+    mine["metadata"]["labels"] = {}
+    printed = yaml.safe_load(policy.render("jobset"))
+    ours = {rj["name"]: rj["template"]["spec"] for rj in printed["replicatedJobs"]}
+    mine["spec"]["failurePolicy"] = printed["failurePolicy"]
+    for rj in mine["spec"]["replicatedJobs"]:
+        spec = rj["template"]["spec"]
+        template = spec["template"]
+        spec.update(ours[rj["name"]])
+        spec["template"] = {**template, "spec": {**template["spec"], **ours[rj["name"]]["template"]["spec"]}}
+    custom = kubernetes.client.CustomObjectsApi(client)
+    await asyncio.to_thread(custom.create_namespaced_custom_object, "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", mine)
+    stored = kube_api.get(JOBSETS, NS, "llm")
+    assert stored is not None
+    await create_job(client, child_job(stored, "workers", 0))
+    child = kube_api.get(JOBS, NS, "llm-workers-0")
+    assert child is not None and child["spec"]["podReplacementPolicy"] == "Failed"

@@ -304,3 +304,10 @@ async def test_a_provisional_verdict_is_annotated_and_evented_but_sets_no_condit
     assert stored is not None
     assert [c["reason"] for c in stored["status"]["conditions"] if c["type"] == ROOT_CAUSE_CONDITION] == ["Hang"]
     assert json.loads(stored["metadata"]["annotations"][VERDICT_ANNOTATION])["final"] is True
+
+
+def test_the_verdict_annotation_says_when_the_job_stalled() -> None:
+    d = decision()
+    assert kp.verdict_document(d)["stalledAt"] is None
+    stalled = dataclasses.replace(d, incident=dataclasses.replace(d.incident, stalled_at=1795273081.4))
+    assert kp.verdict_document(stalled)["stalledAt"] == "2026-11-21T14:58:01Z"
