@@ -248,7 +248,7 @@ def test_a_member_that_only_lost_another_is_an_echo_in_its_runtime_s_words(line:
             "hardware",
         ),
         ("Windows fatal exception: access violation", "crash"),
-        ("Process finished with exit code -1073741819 (0xC0000005)", "crash"),
+        ("Unhandled exception at 0x00007FF8 in python.exe: STATUS_ACCESS_VIOLATION", "crash"),
         ("#  SIGSEGV (0xb) at pc=0x00007f3c, pid=1234, tid=5678", "crash"),
         ("nfs: server fs01 not responding, still trying", "infra"),
         ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "infra"),
