@@ -273,3 +273,21 @@ def test_a_family_s_words_in_another_tool_s_format(line: str, category: str) -> 
 )
 def test_a_call_to_another_task_that_ran_out_of_time_is_the_timeout_echo(line: str) -> None:
     assert assess(_alone(f"step 5\n{line}\n")).secondary == "timeout"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same",
+        "RuntimeError: expected scalar type Float but found BFloat16",
+        "RuntimeError: Tensors must be CUDA and dense",
+        "RuntimeError: No backend type associated with device type cpu",
+        "ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
+    ],
+)
+def test_torch_s_own_checks_of_the_program_are_user_code_at_the_threshold(line: str) -> None:
+    role, category, rule = _read(f'Traceback (most recent call last):\n  File "t.py", line 4, in step\n{line}\n')
+    assert (role, category, rule) in {
+        ("primary", "user_code", "torch.program-error"),
+        ("primary", "user_code", "log.program-error"),
+    }
