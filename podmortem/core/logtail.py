@@ -71,11 +71,12 @@ _LAUNCHER_PREFIX = re.compile(
 # DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old
 # torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
 # torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
-# 128 + N): the same fact in other words.
+# 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal): the same
+# fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,3})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
-    r"|: Exited with exit code (\d{1,3})\b"
+    r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the rank, the collective's sequence
 # number and its kind. Ranks of one pod that time out in *different* collectives (another SeqNum or OpType)
@@ -195,13 +196,13 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun = m.groups()
+    code, ds, sub, died, spawn, srun, lightning = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun)
+    value = int(code or ds or sub or srun or lightning)
     # A worker run through a shell reports a signal death as 128 + N (137: SIGKILL, 139: SIGSEGV).
     return -(value - 128) if 128 < value < 160 else value
 

@@ -291,3 +291,22 @@ def test_torch_s_own_checks_of_the_program_are_user_code_at_the_threshold(line: 
         ("primary", "user_code", "torch.program-error"),
         ("primary", "user_code", "log.program-error"),
     }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no worker-3 hostname' returned "
+        "non-zero exit status 255.",
+        "worker-3: Permission denied (publickey,password).",
+        "ssh: connect to host worker-3 port 22: Connection timed out",
+    ],
+)
+def test_a_launcher_that_cannot_reach_its_hosts_over_ssh_is_the_environment(line: str) -> None:
+    assert _read(f"launching on 4 hosts\n{line}\n")[:2] == ("primary", "infra")
+
+
+def test_lightning_s_word_that_a_child_exited_is_the_launcher_s_word_for_the_worker() -> None:
+    line = "[rank: 1] Child process with PID 23026 terminated with code 1. Forcefully terminating all other processes"
+    f = assess(_alone(f"epoch 0\n{line}\n"))
+    assert (f.role, f.category, f.source) == ("primary", "user_code", "log")
