@@ -310,3 +310,8 @@ def test_lightning_s_word_that_a_child_exited_is_the_launcher_s_word_for_the_wor
     line = "[rank: 1] Child process with PID 23026 terminated with code 1. Forcefully terminating all other processes"
     f = assess(_alone(f"epoch 0\n{line}\n"))
     assert (f.role, f.category, f.source) == ("primary", "user_code", "log")
+
+
+def test_a_process_s_own_report_that_it_was_sigkilled_is_host_memory() -> None:
+    f = assess(_alone("epoch 3\nProcess finished with exit code 137 (interrupted by signal 9: SIGKILL)\n", 137))
+    assert (f.role, f.category) == ("primary", "host_oom")
