@@ -1,7 +1,7 @@
 """Regenerate podmortem/protocol/v1/*_pb2*.py from protos/ (run: `make proto`).
 
 With `--check`, generate into a temporary directory and exit 1 if the checked-in code differs:
-tests/test_protos.py runs that so stale generated code fails the suite.
+tests/unit/test_wire.py runs that so stale generated code fails the suite.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 pyproject's pytest `pythonpath`).
 
 Tiers: tests/unit (pure, fast: `make check`), tests/integration (real gRPC, the Kubernetes emulator,
-real sidecar processes) and tests/e2e (real torchrun, Prometheus, kubectl): `make e2e`.
+real sidecar processes) and tests/e2e (real torchrun, Prometheus, kubectl): `make e2e`. tests/README.md
+says which files test which module (`tests/*/test_<module>*`).
 """
 
 from __future__ import annotations

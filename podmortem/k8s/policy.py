@@ -17,7 +17,7 @@ still holds the pod non-terminal (`podmortem.io/Victim`, `podmortem.io/Permanent
   does, so the JobSet fragment goes there.
 
 Why each choice, with sources, is in docs/retries.md; the test that applies these policies by the
-Job and JobSet controllers' documented matching rules is tests/unit/test_policy_semantics.py.
+Job and JobSet controllers' documented matching rules is tests/unit/test_policy.py.
 Pure: plain data in, plain data and text out (PyYAML dumps each rule); no I/O.
 """
 

@@ -1,7 +1,7 @@
 """The workload's fault plan and its no-torch stand-in, checked without starting torch.
 
 `podmortem.local.workload` is the training program of the demo and the end-to-end tests. Its torch path is
-exercised by tests/test_torchrun_e2e.py (slow, marked `torch`); here are the parts that must hold
+exercised by tests/e2e/test_faults_torchrun.py (slow, marked `torch`); here are the parts that must hold
 everywhere: the argument/env contract, the fault marker, and the fallback that runs the same job
 without torch — error files in torch's exact format, gloo's secondary messages, SIGTERM answered the
 way torchrun's agent answers it — all the way to podmortem's verdict.
@@ -91,7 +91,7 @@ def test_fallback_job_gets_the_right_verdict(fault: str) -> None:
 
 
 def test_sigkill_only_ever_kills_a_real_torchrun_parent() -> None:
-    # A parent whose command line merely mentions torchrun (pytest running test_torchrun_e2e.py, say)
+    # A parent whose command line merely mentions torchrun (pytest running test_faults_torchrun.py, say)
     # must not be taken for the agent: the sigkill fault would kill the test run.
     child = "import podmortem.local.workload as w; print(w._parent_is_torchrun())"
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"

@@ -1,7 +1,7 @@
 """The hold desk on the Kubernetes emulator: who may write a pod's condition, and that it is written once.
 
 The real incident book, hold desk and Kubernetes writer against the emulator; holds are asked of the desk
-directly (the gRPC side is tests/e2e/test_kube_pod_conditions.py). A member's membership is verified once
+directly (the gRPC side is tests/e2e/test_conditions_kube.py). A member's membership is verified once
 the pod watch placed its pod in the job (`pod_seen`); conditions are written only for verified members,
 only while the replica may act (holds the Lease), once, and a condition found on the pod counts as
 written (an aggregator restarted between two holds).

@@ -1,7 +1,7 @@
 """The sidecar's root task and process: one stop path, a last look, a bounded flush, exit codes.
 
 Runs `serve` in-process and `python -m podmortem.sidecar.running` as a real process, both against the
-test servicer of test_sidecar_stream.py on 127.0.0.1.
+test servicer of test_stream.py on 127.0.0.1.
 """
 
 from __future__ import annotations

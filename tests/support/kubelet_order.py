@@ -1,6 +1,6 @@
 """Pods failing in the kubelet's order on the Kubernetes emulator, with real sidecar processes holding them.
 
-Shared by tests/e2e/test_kube_pod_conditions.py and bench/hold_cost.py. Per failing pod (`Kubelet.fail`):
+Shared by tests/e2e/test_conditions_kube.py and bench/hold_cost.py. Per failing pod (`Kubelet.fail`):
 the training container writes its error file and exits; the kubelet SIGTERMs the native sidecar at once;
 the pod status that shows the container's end reaches the API `STATUS_LAG` later, the pod still Running
 (its sidecar runs); only once the sidecar has exited does the pod turn Failed, the moment a Job

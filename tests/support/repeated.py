@@ -1,4 +1,4 @@
-"""Attempts of one job failing the same way, or not: shared by tests/e2e/test_kube_repeated_failure.py and
+"""Attempts of one job failing the same way, or not: shared by tests/e2e/test_repeats_kube.py and
 bench/repeat_cost.py. Pods fail in the kubelet's order with real sidecar processes (`kubelet_order`)."""
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def test_nothing_decisive() -> None:
 
 def _workload(fault: str) -> list[RankCapture]:
     """What torch's worker control plane answered, mid-hang, in the demo workload (3 ranks, rank 1 failing):
-    `fr_trace_json` and `dump_traceback`, as the sidecar asks them (tests/e2e/test_hang_capture_torch.py)."""
+    `fr_trace_json` and `dump_traceback`, as the sidecar asks them (tests/e2e/test_hangs_torchrun.py)."""
     from podmortem.core.flightrecorder import summarize_json
 
     root = FIXTURES / f"workload-{fault}"

@@ -1,5 +1,6 @@
 """`kubectl podmortem`'s arguments: what each command takes is refused or accepted before any cluster is
-asked (the commands themselves run against the emulator with the real kubectl: tests/e2e/test_kube_kubectl.py)."""
+asked (the commands themselves run against the emulator with the real kubectl:
+tests/e2e/test_kubectl_plugin_kube.py)."""
 
 from __future__ import annotations
 
