@@ -42,7 +42,9 @@ def verdict_captures(
 ) -> list[dict[str, Any]]:
     """Every member's captures, each with its `pod`: the pods named in `first` before the others, stacks and
     summaries within `limit` characters (beyond it, left out and said so in the capture's note)."""
-    order = {pod: i for i, pod in enumerate(first)}
+    order: dict[str, int] = {}
+    for pod in first:  # a pod named twice (the root, and a stuck pod) keeps its first place
+        order.setdefault(pod, len(order))
     held = sorted((m for m in members if m.captures), key=lambda m: order.get(m.pod, len(order)))
     out: list[dict[str, Any]] = []
     left = limit

@@ -36,7 +36,7 @@ def test_past_the_bound_the_first_pods_keep_their_evidence_and_the_rest_say_it_w
     members = load_bundle(hang_bundle(tmp_path)).members
     stuck = members[1].pod  # rank 1 never entered the collective
     one = len(members[1].captures[0].stack) + len(json.dumps(members[1].captures[0].flight_recorder.to_dict()))  # type: ignore[union-attr]
-    entries = verdict_captures(members, first=(stuck,), limit=one)
+    entries = verdict_captures(members, first=(stuck, stuck), limit=one)  # the root, and the stuck pod it is
     assert [e["pod"] for e in entries] == [stuck, members[0].pod, members[2].pod]
     assert entries[0]["stack"] and entries[0]["flight_recorder"] and LEFT_OUT not in entries[0]["note"]
     for entry in entries[1:]:
