@@ -300,6 +300,8 @@ def directory_problem(directory: Path) -> str | None:
 def verdict_file_captures(path: Path, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
     """The captures of an aggregator's verdict file (its `--verdict-dir`), by pod, once the file is known
     to be the verdict of job `namespace`/`name`; PluginError otherwise (nothing is written then)."""
+    if path.exists() and not path.is_file():  # a FIFO would block, a directory cannot be read
+        raise PluginError(f"--verdict-file {path}: not a regular file")
     try:
         doc = json.loads(path.read_bytes())
     except OSError as exc:
