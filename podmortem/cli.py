@@ -73,7 +73,7 @@ def _analyze_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "bundle",
         metavar="DIR",
-        help="incident bundle: incident.json + pods/<pod>/{pod.json,error.json,log.txt} "
+        help="incident bundle: incident.json + pods/<pod>/{pod.json,error.json,log.txt,captures.json} "
         "(docs/engine.md, 'Gathering a bundle by hand'; 'podmortem demo --keep DIR' makes one)",
     )
     add_arguments(parser, ANALYZE_SETTINGS, "analyze settings")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem import settings
+from podmortem.core.capturefile import captures_by_pod
 from podmortem.core.names import (
     BATCH_JOB_NAME,
     CONDITION_TYPES,
@@ -296,11 +297,35 @@ def directory_problem(directory: Path) -> str | None:
     return None
 
 
-def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
+def verdict_file_captures(path: Path, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
+    """The captures of an aggregator's verdict file (its `--verdict-dir`), by pod, once the file is known
+    to be the verdict of job `namespace`/`name`; PluginError otherwise (nothing is written then)."""
+    if path.exists() and not path.is_file():  # a FIFO would block, a directory cannot be read
+        raise PluginError(f"--verdict-file {path}: not a regular file")
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise PluginError(f"--verdict-file {path}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError):
+        raise PluginError(f"--verdict-file {path}: not a JSON verdict file") from None
+    incident = doc.get("incident") if isinstance(doc, dict) else None
+    job = incident.get("job") if isinstance(incident, dict) else None
+    if not isinstance(job, dict):
+        raise PluginError(f"--verdict-file {path}: not a verdict file of the aggregator (no incident.job)")
+    if (job.get("namespace"), job.get("name")) != (namespace, name):
+        raise PluginError(
+            f"--verdict-file {path}: the verdict of {job.get('namespace')}/{job.get('name')}, not of {namespace}/{name}"
+        )
+    return captures_by_pod(doc.get("captures"))
+
+
+def bundle(kubectl: Kubectl, target: str, directory: Path, verdict_file: Path | None = None) -> tuple[int, int]:
     """Write the incident bundle of a job (`podmortem analyze DIR` reads it: podmortem/offline/bundle.py):
     `incident.json`, and per pod `pod.json`, `log.txt` (the training container's last LOG_LINES lines, of
     its failed run when it has restarted) and `error.json` (the TorchElastic error file, read through the
-    sidecar while the pod still runs). Returns the number of pods written."""
+    sidecar while the pod still runs). The captures of a hang live in the aggregator, and no object of the
+    cluster holds them: with `verdict_file` (the aggregator's verdict file of this job), each pod's
+    `captures.json` from its `captures`. Returns the number of pods written, and of those with captures."""
     from podmortem.aggregator.kube.jobs import world_size  # pure: a job object's size
 
     job = kubectl.get(target)
@@ -314,6 +339,11 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
         raise PluginError(f"{target}: no pods labelled {label}={meta.get('name')} (gone already?)")
     if (problem := directory_problem(directory)) is not None:
         raise PluginError(problem)
+    captures = (
+        verdict_file_captures(verdict_file, str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if verdict_file
+        else {}
+    )
     directory.mkdir(parents=True, exist_ok=True)
     ref = {
         "namespace": meta.get("namespace", ""),
@@ -328,6 +358,8 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
         pod_dir = directory / "pods" / name
         pod_dir.mkdir(parents=True, exist_ok=True)
         (pod_dir / "pod.json").write_text(json.dumps(pod, indent=2) + "\n")
+        if name in captures:
+            (pod_dir / "captures.json").write_text(json.dumps(captures[name], indent=2) + "\n")
         container = _training_container(pod)
         if not container:
             continue
@@ -338,7 +370,7 @@ def bundle(kubectl: Kubectl, target: str, directory: Path) -> int:
         error = kubectl.text("exec", name, "-c", "podmortem-sidecar", "--", "cat", path) if path else None
         if error:
             (pod_dir / "error.json").write_text(error)
-    return len(pods)
+    return len(pods), sum(1 for pod in pods if str(metadata_of(pod).get("name", "")) in captures)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -356,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     collect = sub.add_parser("bundle", help="copy a job's pods, logs and error files into DIR for 'podmortem analyze'")
     collect.add_argument("target", help="<kind>/<name> of the job, e.g. pytorchjob/llm, job/ddp, jobset/x")
     collect.add_argument("directory", metavar="DIR", help="where to write the bundle (created)")
+    collect.add_argument(
+        "--verdict-file",
+        metavar="FILE",
+        help="the aggregator's verdict file of this job (from its --verdict-dir): the stacks and Flight Recorder "
+        "state it captured go into each pod's captures.json (no object in the cluster holds them)",
+    )
     for command in (explain, collect):
         command.add_argument("-n", "--namespace")
         command.add_argument("--kubeconfig")
@@ -376,11 +414,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     kubectl = Kubectl(settings.read(SETTINGS, None, args)["kubectl"] or "kubectl", flags)
     if args.command == "bundle":
         try:
-            count = bundle(kubectl, args.target, Path(args.directory))
+            verdict_file = Path(args.verdict_file) if args.verdict_file else None
+            count, captured = bundle(kubectl, args.target, Path(args.directory), verdict_file)
         except (PluginError, OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"{count} pod(s) of {args.target} in {args.directory}: podmortem analyze {args.directory}")
+        with_captures = f" ({captured} with captures)" if verdict_file else ""
+        print(f"{count} pod(s) of {args.target}{with_captures} in {args.directory}: podmortem analyze {args.directory}")
         return 0
     try:
         obj = kubectl.get(args.target)

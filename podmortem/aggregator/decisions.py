@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from podmortem.core.capturefile import verdict_captures
 from podmortem.core.model import Incident, Verdict
 from podmortem.core.repeats import Attempt, run_length
 
@@ -106,6 +107,10 @@ class Decision:
             doc["signature"] = self.attempt.signature
             doc["repeats"] = self.repeats
         doc["attempt_history"] = [a.to_dict() for a in self.history]
+        stuck = self.verdict.hang.stuck_pods if self.verdict.hang is not None else ()
+        first = tuple(p for p in (self.verdict.pod, *stuck) if p)
+        # What the members' sidecars captured (a bundle made beside this file carries it: `podmortem demo --keep`).
+        doc["captures"] = verdict_captures(inc.members, first)
         if self.term is not None:
             doc["lease"] = {"holderIdentity": self.term.holder, "leaseTransitions": self.term.transitions}
         return doc

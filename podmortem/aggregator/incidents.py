@@ -89,6 +89,12 @@ class Restored:
     opened_at: float | None
     members: tuple[str, ...]
     final: bool
+    stalled_at: float | None = None  # its stall's provisional verdict was out (`_JobState.stalled_at`)
+
+    @property
+    def provisional(self) -> bool:
+        """A verdict on a stall, or its withdrawal: nothing had failed, so nothing was decided."""
+        return self.closed_by in ("stall", "resumed")
 
 
 @dataclass
@@ -211,10 +217,14 @@ class IncidentBook:
 
     def restore_decision(self, job: JobRef, attempt: str, restored: Restored) -> None:
         """A verdict published before a restart: its incident is decided (not opened again by its replayed
-        events), its members are known, and a later run of the job is filed apart from it."""
+        events), its members are known, and a later run of the job is filed apart from it. A provisional
+        one (a stall's, or its withdrawal) decided nothing: the incident stays unopened, its revisions
+        counted and its stall's moment kept (the verdict on the failure that follows says it)."""
         state = self._job(job, attempt)
-        state.verdict, state.revision, state.closed_by = restored.verdict, restored.revision, restored.closed_by
-        state.opened_at, state.restored_final = restored.opened_at, restored.final
+        state.revision, state.stalled_at = restored.revision, restored.stalled_at
+        if not restored.provisional:  # a provisional verdict leaves the incident unopened, as it found it
+            state.verdict, state.closed_by = restored.verdict, restored.closed_by
+            state.opened_at, state.restored_final = restored.opened_at, restored.final
         for pod in restored.members:
             self._merge_identity(state, Member(pod=pod, namespace=job.namespace))
         told = attempt.rpartition(".g")[0] if ".g" in attempt else ""
@@ -368,6 +378,12 @@ class IncidentBook:
         return (
             state is not None and state.opened_at is None and state.quiet > 0 and state.quiet >= self.world_size(state)
         )
+
+    def stall_published(self, key: JobKey) -> bool:
+        """Is a provisional verdict on a stall of this job attempt out (published, not withdrawn, and no
+        failure since)? After a restart, the state file's word (`Restored.stalled_at`)."""
+        state = self._jobs.get(key)
+        return state is not None and state.opened_at is None and state.stalled_at is not None
 
     def failed(self, key: JobKey) -> bool:
         """Has this job attempt's incident opened (something failed)?"""

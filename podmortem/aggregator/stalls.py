@@ -25,7 +25,9 @@ Requests are bounded per job attempt (`max_rounds`), and only sidecars that said
 (`Register.captures`) get one. Answers are ordinary events: the book keeps them on their members
 (`Member.captures`), the state file stores them, and the engine reads them. This module keeps only
 in-memory round state: after an aggregator restart, a job the replayed book holds as stalled is asked
-again once its sidecars reconnected.
+again once its sidecars reconnected — unless its provisional verdict was already published (the state
+file kept it, and the captures behind it): then the desk takes it as stalled and published, asks
+nothing, and withdraws it if the job has moved (the stall's moment stays the one first published).
 """
 
 from __future__ import annotations
@@ -123,12 +125,17 @@ class StallDesk:
         restart) is looked at once its sidecars had `rejoin_delay` to reconnect."""
         self._streams[key] = push
         watch = self._watch(key.job)
-        if not watch.stalled and not watch.rejoining and self.book.stalled(key.job):
+        if watch.stalled or watch.rejoining:
+            return
+        if self.book.stalled(key.job) or (self.book.stall_published(key.job) and not watch.published):
             watch.rejoining = True
             asyncio.get_running_loop().call_later(self.rejoin_delay, self._rejoined, key.job)
 
     def _rejoined(self, job: JobKey) -> None:
-        self._watch(job).rejoining = False
+        watch = self._watch(job)
+        watch.rejoining = False
+        if self.book.stall_published(job) and not watch.published:  # published before the restart
+            watch.stalled = watch.published = True  # still quiet: nothing to ask; moved: withdrawn after the grace
         self._activity(job)
 
     def closed(self, key: MemberKey, push: Push) -> None:

@@ -11,7 +11,9 @@ still alive reconnect and resend too; ids deduplicate.
 Rows of a job attempt are deleted once a final verdict on it has been published (every expected
 member had reported: nothing more is expected to change it), and rows older than `retention`
 seconds are dropped at start-up, so the file stays bounded. Each verdict published is kept too (its
-answer, revision and members, `decisions`), final or not: a restarted aggregator knows what it decided,
+answer, revision and members, and when a provisional verdict on a stall of the attempt was published and
+not withdrawn, `stalled_at`: the verdict on the failure that follows says it after a restart too;
+`decisions`), final or not: a restarted aggregator knows what it decided,
 so replaying a decided incident's events publishes nothing again (a revision only if the answer
 changes), and a run of a job after a final verdict stays filed under the attempt it was filed under
 (`<attempt>.g2`: the book's generations), never under the decided one. A verdict published in the
@@ -58,10 +60,15 @@ RETENTION = 7 * 24 * 3600.0
 
 # The layout's version, kept in the file's `PRAGMA user_version`. A file written before versioning
 # says 0 and has layout 1. Each step of `_MIGRATIONS` takes version N to N + 1 in one transaction.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _DECISIONS = (
     "ns", "job", "attempt", "kind", "uid", "revision", "closed_by", "opened_at", "pod", "category",
-    "retryable", "members", "final", "at",
+    "retryable", "members", "final", "at", "stalled_at",
+)  # fmt: skip
+# Read back at replay, in this order (`Restored`).
+_RESTORED = (
+    "ns", "job", "attempt", "kind", "uid", "revision", "closed_by", "opened_at", "pod", "category",
+    "retryable", "members", "final", "stalled_at",
 )  # fmt: skip
 _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
     1: {
@@ -81,15 +88,23 @@ _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
         "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
         "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
         "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
+        "decisions": _DECISIONS[:-1],
+    },
+    5: {
+        "registrations": ("ns", "job", "attempt", "pod", "register", "at", "verified"),
+        "events": ("seq", "ns", "job", "attempt", "pod", "id", "event", "at"),
+        "attempts": ("uid", "attempt", "ns", "job", "entry", "at"),
         "decisions": _DECISIONS,
     },
 }
-_DECISIONS_TABLE = """CREATE TABLE decisions (
+_STALLED_AT = "stalled_at REAL"  # when its provisional verdict on a stall was published (NULL: none, or withdrawn)
+_DECISIONS_COLUMNS = """
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, kind TEXT NOT NULL, uid TEXT NOT NULL,
     revision INTEGER NOT NULL, closed_by TEXT NOT NULL, opened_at REAL, pod TEXT, category TEXT,
-    retryable INTEGER, members TEXT NOT NULL, final INTEGER NOT NULL, at REAL NOT NULL,
-    PRIMARY KEY (ns, job, attempt)
-)"""
+    retryable INTEGER, members TEXT NOT NULL, final INTEGER NOT NULL, at REAL NOT NULL,"""
+_DECISIONS_KEY = "\n    PRIMARY KEY (ns, job, attempt)\n)"
+_DECISIONS_TABLE_4 = "CREATE TABLE decisions (" + _DECISIONS_COLUMNS + _DECISIONS_KEY
+_DECISIONS_TABLE = "CREATE TABLE decisions (" + _DECISIONS_COLUMNS + f" {_STALLED_AT}," + _DECISIONS_KEY
 _ATTEMPTS = """CREATE TABLE attempts (
     uid TEXT NOT NULL, attempt TEXT NOT NULL, ns TEXT NOT NULL, job TEXT NOT NULL,
     entry TEXT NOT NULL, at REAL NOT NULL,
@@ -121,7 +136,9 @@ _MIGRATIONS: dict[int, str] = {
     # 2 -> 3: each job's attempt history.
     2: _ATTEMPTS,
     # 3 -> 4: the verdicts published (a restart does not publish them again).
-    3: _DECISIONS_TABLE,
+    3: _DECISIONS_TABLE_4,
+    # 4 -> 5: when a stall's provisional verdict was published (a final verdict after a restart says it).
+    4: f"ALTER TABLE decisions ADD COLUMN {_STALLED_AT}",
 }
 # Attempts written between two trims of the whole history to MAX_JOBS jobs.
 TRIM_EVERY = 256
@@ -354,6 +371,7 @@ class StateStore:
         row = (
             *key, inc.job.kind, inc.job.uid, decision.revision, decision.closed_by, inc.opened_at, verdict.pod,
             verdict.category, retryable, json.dumps([m.pod for m in inc.members]), int(decision.final), self._clock(),
+            inc.stalled_at,
         )  # fmt: skip
         rows: list[Statement] = [(f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(row))})", row)]
         if decision.final:
@@ -426,12 +444,13 @@ class StateStore:
             retryable,
             names,
             final,
-        ) in self._db.execute(f"SELECT {', '.join(_DECISIONS[:-1])} FROM decisions ORDER BY at"):
+            stalled_at,
+        ) in self._db.execute(f"SELECT {', '.join(_RESTORED)} FROM decisions ORDER BY at"):
             verdict = Verdict(pod, category, None if retryable is None else bool(retryable), summary="")
             book.restore_decision(
                 JobRef(ns, job, kind, uid),
                 attempt,
-                Restored(verdict, revision, closed_by, opened_at, tuple(json.loads(names)), bool(final)),
+                Restored(verdict, revision, closed_by, opened_at, tuple(json.loads(names)), bool(final), stalled_at),
             )
         members = events = 0
         known: dict[tuple[str, str, str, str], MemberKey] = {}

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from podmortem.core.capturefile import captures_by_pod
 from podmortem.local.faults import EXPECTED_CATEGORY, FAULTS
 from podmortem.local.harness import JobResult, JobSpec, LocalJob
 
@@ -200,10 +201,18 @@ def main(
 
 
 def write_bundle_header(result: JobResult, directory: Path) -> None:
-    """`incident.json` beside the run's `pods/<pod>/{pod.json,error.json,log.txt}`: the directory is then
-    a bundle `podmortem analyze` reads (podmortem/offline/bundle.py)."""
+    """`incident.json` beside the run's `pods/<pod>/{pod.json,error.json,log.txt}`, and each pod's
+    `captures.json` (what its sidecar captured, as the aggregator's last verdict file carries it): the
+    directory is then a bundle `podmortem analyze` reads (podmortem/offline/bundle.py), with the evidence
+    the live verdict had."""
     spec = result.spec
-    incident = (result.verdict_doc or {}).get("incident") or {}
+    verdict_doc = result.verdict_doc or {}
+    incident = verdict_doc.get("incident") or {}
     job = incident.get("job") or {"namespace": spec.namespace, "name": result.job_name, "kind": "PyTorchJob"}
     doc = {"job": job, "world_size": spec.pods}
     (directory / "incident.json").write_text(json.dumps(doc, indent=2) + "\n")
+    pods = {p.name for p in result.pods}
+    for pod, captures in captures_by_pod(verdict_doc.get("captures")).items():
+        if pod in pods:  # a name from a file: only this run's pods' directories are written
+            (directory / "pods" / pod).mkdir(parents=True, exist_ok=True)
+            (directory / "pods" / pod / "captures.json").write_text(json.dumps(captures, indent=2) + "\n")

@@ -60,8 +60,11 @@ def test_demo_with_torchrun() -> None:
 
 @pytest.mark.torch
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_demo_hang_names_the_worker_and_its_line_before_the_timeout() -> None:
-    code, output = _demo("--fault", "hang", "--pods", "2", "--nproc", "2", "--fail-rank", "1", torch=True)
+def test_demo_hang_names_the_worker_and_its_line_before_the_timeout(tmp_path: Path) -> None:
+    kept = tmp_path / "bundle"
+    code, output = _demo(
+        "--fault", "hang", "--pods", "2", "--nproc", "2", "--fail-rank", "1", "--keep", str(kept), torch=True
+    )  # fmt: skip
     assert code == 0, output
     _assert_names_the_failed_pod(output, "hang")
     told = re.search(r"fault: pod \S+ \(node rank 1, global rank (\d+)\)", output)
@@ -70,6 +73,19 @@ def test_demo_hang_names_the_worker_and_its_line_before_the_timeout() -> None:
     assert re.search(r"provisional : [\d.]+ s after the fault, while every pod still ran", output), output
     assert re.search(r"hang\s+: behind: rank\(s\) \[2\] .*workload\.py:\d+ in load_batch", output), output
     assert "named by    : the control_plane capture path" in output, output
+    # The kept bundle carries the captures the aggregator held: analyze decides as the live verdict did,
+    # down to the capture path, the collective the stuck rank never entered and its line.
+    [live] = [json.loads(f.read_text()) for f in (kept / "verdicts").glob("*.json")]
+    assert live["final"] and live["captures"], live
+    assert any((kept / "pods").glob("*/captures.json"))
+    analyzed = subprocess.run(
+        [sys.executable, "-m", "podmortem.cli", "analyze", str(kept), "--json"], capture_output=True, text=True
+    )
+    assert analyzed.returncode == 0, analyzed.stderr
+    offline = json.loads(analyzed.stdout)
+    assert offline["root_cause"] == live["root_cause"]
+    assert offline["verdict"]["global_rank"] == live["verdict"]["global_rank"] == 2
+    assert offline["verdict"]["hang"] == live["verdict"]["hang"], (offline["verdict"]["hang"], live["verdict"]["hang"])
 
 
 def test_demo_without_torch() -> None:

@@ -265,6 +265,38 @@ async def test_kubectl_podmortem_bundle_collects_what_podmortem_analyze_reads(
     assert json.loads(analyzed.stdout)["root_cause"]["pod"] == pods[1]
 
 
+async def test_bundle_takes_the_captures_of_the_aggregators_verdict_file(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    """No object in the cluster holds a hang's captures: the verdict file the aggregator wrote does, and
+    `--verdict-file` puts them in each pod's captures.json. Another job's verdict file is refused first."""
+    from podmortem.offline.bundle import load_bundle
+
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    kube_api.emulator.token = None  # kubectl (client-go) sends no bearer token over plain http
+    env = plugin_on_path(tmp_path) | {"KUBECONFIG": str(kube_api.kubeconfig(tmp_path / "config", NS))}
+    stack = 'Thread 0x01 (most recent call first):\n  File "/w/train.py", line 12 in load_batch\n'
+    verdict = {
+        "incident": {"job": {"namespace": NS, "name": JOB, "kind": "PyTorchJob", "uid": ""}},
+        "captures": [{"pod": pods[1], "path": "py_spy", "global_rank": 1, "local_rank": 0, "stack": stack,
+                      "flight_recorder": None, "note": "", "trigger": "stall", "captured_at": 1.5}],
+    }  # fmt: skip
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(verdict | {"incident": {"job": {"namespace": NS, "name": "another"}}}))
+    refused = run(["kubectl", "podmortem", "bundle", f"pytorchjob/{JOB}", str(tmp_path / "b"), "-n", NS,
+                   "--verdict-file", str(other)], env=env)  # fmt: skip
+    assert refused.returncode == 2 and f"the verdict of {NS}/another, not of {NS}/{JOB}" in refused.stderr
+    assert not (tmp_path / "b").exists()  # nothing written
+    (file := tmp_path / "verdict.json").write_text(json.dumps(verdict))
+    out = run(["kubectl", "podmortem", "bundle", f"pytorchjob/{JOB}", str(tmp_path / "b"), "-n", NS,
+               "--verdict-file", str(file)], env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "2 pod(s) of pytorchjob/" in out.stdout and "(1 with captures)" in out.stdout
+    members = {m.pod: m for m in load_bundle(tmp_path / "b").members}
+    assert [(c.path, c.global_rank, c.stack) for c in members[pods[1]].captures] == [("py_spy", 1, stack)]
+    assert members[pods[0]].captures == ()
+
+
 async def test_explain_html_draws_the_page_from_what_kubectl_reads(
     published: Path, kube_api: EmulatorHandle, tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 from support.common import GLOO_PEER, eventually, free_port, report
+from support.streams import Sidecar, answer, quiet
 
 from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.decisions import Decision
@@ -406,6 +407,61 @@ async def test_a_later_run_resent_after_a_restart_keeps_its_generation(tmp_path:
             proc.wait(10)
 
 
+def kept_decisions(tmp_path: Path) -> list[tuple[str, float | None]]:
+    """The verdicts the state file of a running aggregator holds: (closed_by, stalled_at) each."""
+    with contextlib.closing(sqlite3.connect(tmp_path / "state" / FILE_NAME)) as db:
+        return list(db.execute("SELECT closed_by, stalled_at FROM decisions"))
+
+
+GLOO_TIMEOUT = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 6000ms"
+
+
+async def test_a_stall_published_before_a_sigkill_is_still_said_by_the_verdict_on_the_failure(tmp_path: Path) -> None:
+    # Every member went quiet and answered the stall's capture round: a provisional verdict, with the moment
+    # of the stall. The aggregator is killed and restarted; the sidecars come back, and the job fails (the
+    # collective times out) before the stall is asked about again. The verdict on the failure still says
+    # when the job stalled (the page draws it), and it is the incident's next revision, decided at quorum.
+    port = free_port()
+    proc = start(tmp_path, port, True)
+    pods = ["llm-worker-0", "llm-worker-1"]
+    try:
+        await eventually(lambda: (tmp_path / "ready").exists(), "serving", within=60)
+        before = [Sidecar(port, pod, i) for i, pod in enumerate(pods)]
+        for s in before:
+            await s.register()
+        for s, pod in zip(before, pods, strict=True):
+            await s.send(quiet(pod))
+        for i, (s, pod) in enumerate(zip(before, pods, strict=True)):
+            await s.send(answer(pod, await s.request(), i))
+        await eventually(lambda: [v["closed_by"] for v in verdicts(tmp_path)] == ["stall"], "the stall's verdict")
+        [stall] = verdicts(tmp_path)
+        assert stall["incident"]["stalled_at"] == stall["decided_at"] is not None
+        # The state file is the publishers' last: the kill comes once it has the verdict too.
+        await eventually(lambda: kept_decisions(tmp_path) == [("stall", stall["decided_at"])], "the stall kept")
+        proc = await restarted(tmp_path, port, proc)
+        for s in before:  # their streams died with the process
+            await s.channel.close()
+        after = [Sidecar(port, pod, i) for i, pod in enumerate(pods)]
+        for s in after:
+            await s.register()
+        for i, (s, pod) in enumerate(zip(after, pods, strict=True)):
+            for event in failure(pod, GLOO_TIMEOUT, 1_800_000_100 + i):
+                await s.send(event)
+        for i, (s, pod) in enumerate(zip(after, pods, strict=True)):  # the first timeout's capture round
+            await s.send(answer(pod, await s.request(), i, n=2))
+        await eventually(lambda: any(v["final"] for v in verdicts(tmp_path)), "the verdict on the failure")
+        for s in after:
+            await s.close()
+        await stopped(proc)
+        [doc] = verdicts(tmp_path)
+        assert doc["incident"]["stalled_at"] == stall["incident"]["stalled_at"]
+        assert (doc["closed_by"], doc["final"], doc["revision"]) == ("quorum", True, 2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 def decision_of(uid: str, attempt: str, at: float, own: bool = True) -> Decision:
     from podmortem.core.model import Incident, JobRef, Verdict
     from podmortem.core.repeats import Attempt
@@ -441,3 +497,69 @@ async def test_a_jobs_attempts_outlive_its_incident_rows_and_are_bounded(tmp_pat
     finally:
         state_module._TRIM_JOBS = old
     assert (len(again.history), again.history.get("uid-b")) == (1, ())
+
+
+# The layout of schema version 4, exactly as that code made it (its decisions table had no stalled_at).
+SCHEMA_4 = (
+    SCHEMA_1.replace("register BLOB NOT NULL, at REAL NOT NULL,", "register BLOB NOT NULL, at REAL NOT NULL, "
+                     "verified INTEGER NOT NULL DEFAULT 0,")
+    + """
+CREATE TABLE attempts (
+    uid TEXT NOT NULL, attempt TEXT NOT NULL, ns TEXT NOT NULL, job TEXT NOT NULL,
+    entry TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (uid, attempt)
+);
+CREATE TABLE decisions (
+    ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, kind TEXT NOT NULL, uid TEXT NOT NULL,
+    revision INTEGER NOT NULL, closed_by TEXT NOT NULL, opened_at REAL, pod TEXT, category TEXT,
+    retryable INTEGER, members TEXT NOT NULL, final INTEGER NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (ns, job, attempt)
+);
+PRAGMA user_version = 4;
+"""
+)  # fmt: skip
+
+
+def stall_decision(closed_by: str, at: float) -> Decision:
+    from podmortem.core.model import Incident, JobRef, Verdict
+
+    stalled_at = at if closed_by == "stall" else None
+    incident = Incident(JobRef("ml", "llm", "PyTorchJob"), 2, (), attempt="0", incident_id="ml:llm:0",
+                        provisional=True, stalled_at=stalled_at)  # fmt: skip
+    verdict = Verdict(pod=None, category=None, retryable=None, summary="")
+    return Decision(incident, verdict, at, 1 if closed_by == "stall" else 2, closed_by, 0)  # type: ignore[arg-type]
+
+
+async def test_a_version_4_file_is_migrated_and_its_decisions_kept_without_a_stall(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    write_file(tmp_path / FILE_NAME, SCHEMA_4)
+    with contextlib.closing(sqlite3.connect(tmp_path / FILE_NAME)) as db, db:
+        row = ("ml", "llm", "0", "PyTorchJob", "", 1, "stall", None, ROOT, "hang", 1, json.dumps(PODS), 0, time.time())
+        db.execute(f"INSERT INTO decisions VALUES ({', '.join('?' * len(row))})", row)
+    store = StateStore(tmp_path)
+    assert user_version(tmp_path / FILE_NAME) == SCHEMA_VERSION == 5
+    assert "schema version 4 migrated to 5" in caplog.text
+    book = book_for([])
+    store.replay(book)
+    job = ("ml", "llm", "0")
+    incident = book.incident(job)
+    assert incident is not None and incident.stalled_at is None  # written before the moment was kept
+    assert not book.failed(job) and {m.pod for m in incident.members} == set(PODS)
+    await store.publish(stall_decision("stall", 1_800_000_000.0))  # the new column takes writes
+    store.close()
+    book = book_for([])
+    StateStore(tmp_path).replay(book)
+    assert book.stall_published(job) and book.incident(job).stalled_at == 1_800_000_000.0  # type: ignore[union-attr]
+
+
+async def test_a_withdrawn_stall_is_not_brought_back_by_a_restart(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    await store.publish(stall_decision("stall", 1_800_000_000.0))
+    await store.publish(stall_decision("resumed", 1_800_000_020.0))  # the job moved again: withdrawn
+    store.close()
+    book = book_for([])
+    StateStore(tmp_path).replay(book)
+    assert not book.stall_published(("ml", "llm", "0"))
+    assert book.incident(("ml", "llm", "0")).stalled_at is None  # type: ignore[union-attr]

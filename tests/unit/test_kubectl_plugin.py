@@ -4,6 +4,7 @@ tests/e2e/test_kubectl_plugin_kube.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,32 @@ def test_bundle_refuses_a_directory_that_holds_anything_before_kubectl_runs(
     assert "not an empty directory" in capsys.readouterr().err
     assert not kubectl_that_records.exists()
     assert [p.name for p in taken.iterdir()] == ["incident.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "cannot read it"),
+        ("dir", "not a regular file"),
+        ("{not json", "not a JSON verdict file"),
+        ('["a list"]', "no incident.job"),
+        ('{"incident": {"job": {"namespace": "ml", "name": "other"}}}', "the verdict of ml/other, not of ml/llm"),
+    ],
+)
+def test_a_verdict_file_that_is_not_this_jobs_is_refused_with_its_reason(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    path = tmp_path / "verdict.json"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(kubectl_plugin.PluginError, match=f"--verdict-file {path}: .*{problem}"):
+        kubectl_plugin.verdict_file_captures(path, "ml", "llm")
+
+
+def test_a_verdict_files_captures_are_read_by_pod(tmp_path: Path) -> None:
+    path = tmp_path / "verdict.json"
+    doc = {"incident": {"job": {"namespace": "ml", "name": "llm"}}, "captures": [{"pod": "p", "path": "py_spy"}]}
+    path.write_text(json.dumps(doc))
+    assert kubectl_plugin.verdict_file_captures(path, "ml", "llm") == {"p": [{"path": "py_spy"}]}

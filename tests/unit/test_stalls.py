@@ -9,11 +9,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from podmortem.aggregator.decisions import Decision
-from podmortem.aggregator.incidents import IncidentBook, MemberKey
+from podmortem.aggregator.incidents import IncidentBook, MemberKey, Restored
 from podmortem.aggregator.metrics import Metrics
 from podmortem.aggregator.running import make_decide
 from podmortem.aggregator.stalls import StallDesk
-from podmortem.core.model import ErrorRecord, Termination
+from podmortem.core.model import ErrorRecord, JobRef, Termination, Verdict
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.wire import (
     activity_to_pb,
@@ -274,6 +274,29 @@ async def test_a_stall_replayed_after_a_restart_is_asked_again_once_the_sidecars
     assert all(not asked for asked in d.pushed.values())
     await asyncio.sleep(2.5)
     assert [[r.trigger for r in asked] for asked in d.pushed.values()] == [["stall"], ["stall"]]
+
+
+@pytest.mark.looptime
+async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_withdrawn_once_it_moves() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_delay=3.0, resume_grace=10.0)
+    job = d.keys[0].job
+    verdict = Verdict(pod="llm-worker-1", category="hang", retryable=True, summary="")
+    pods = tuple(k.pod for k in d.keys)
+    d.book.restore_decision(
+        JobRef("ml", "llm", "PyTorchJob"), "0", Restored(verdict, 1, "stall", None, pods, False, T0)
+    )
+    for key in d.keys:  # the state file replayed into the book: quiet members, the stall's verdict out
+        d.book.ingest(key, make_event(activity_to_pb(True, 30.0), wall=T0), from_sidecar=True)
+    assert d.book.stalled(job) and d.book.stall_published(job) and not d.book.failed(job)
+    for key in d.keys:
+        d.desk.opened(key, d._recorder(key.pod))
+    await asyncio.sleep(4)
+    assert all(not asked for asked in d.pushed.values()) and d.decisions == []  # its captures were kept too
+    d.quiet(0, quiet=False, at=T0 + 50)
+    await asyncio.sleep(11)
+    [withdrawn] = d.decisions
+    assert (withdrawn.closed_by, withdrawn.revision, withdrawn.incident.stalled_at) == ("resumed", 2, None)
+    assert not d.book.stall_published(job)
 
 
 @pytest.mark.looptime
