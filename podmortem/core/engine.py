@@ -69,6 +69,12 @@ CONF_PRIMARY_WEAK = 0.6  # earliest own failure is a bare exit code (no message)
 # ...is weak but says something of its own (an NCCL system error, a stuck watchdog, the raylet's system error);
 # kept below CONF_PRIMARY, as a victim can show the same words.
 CONF_PRIMARY_WEAK_MESSAGE = 0.8
+# ...is the stuck rank's own record of being stuck (a stack dump someone or a timer asked it for, its own watchdog
+# thread found stuck), the only failure of its own in the job, and every other member that failed shows a known echo:
+# nobody else can be the cause, and a victim waiting for a member that died would show that member's failure (or be
+# missing it: then the missing-member penalty applies). Retryable, so it never writes PermanentFailure; calibrated
+# like the others (docs/engine.md, "Which verdicts may reach 0.9").
+CONF_STUCK_ALONE = 0.9
 CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read from its class
 # ...is a program error of the worker's own (ValueError, KeyError...: PROGRAM_ERRORS) in its error file, the only
 # failure of its own in the job, and every other member that failed shows a known echo: the clear case, at the
@@ -202,14 +208,32 @@ def _too_close(first: Finding, then: Finding, named: Counter[str]) -> bool:
     return gap < max(TIE_SECONDS, min(first.spread + then.spread, 3.0))
 
 
+# faulthandler's dump of every thread with no header of its own: what it prints on a signal it was registered for (the
+# SIGTERM of a teardown, a SIGUSR1), every rank alike — not a record that this one was stuck (its timer says
+# "Timeout (0:30:00)!", py-spy and gdb are run on a process someone found stuck).
+_SIGNAL_DUMP = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-f]{6,16} \(most recent call first\)")
+
+
+def _stuck_own(f: Finding) -> bool:
+    """A weak hang in the rank's own words that says it was stuck: a timer's or a person's stack dump with no exception,
+    its own watchdog found stuck."""
+    return f.weak and f.source == "log" and f.category == "hang" and not _SIGNAL_DUMP.match(f.text)
+
+
 def _cause_named_first(ordered: list[Finding], named: Counter[str]) -> list[Finding]:
     """Within the timing uncertainty, a failure that names its cause goes before a carrier exception ahead of it: that
-    exception's words name no cause and may be the other's echo in words no rule knows (a victim's is, most often)."""
+    exception's words name no cause and may be the other's echo in words no rule knows (a victim's is, most often).
+    So does the stuck rank's own record (its times as they are, without the weak handicap): the carrier exception of
+    a rank that waited for it is a timeout's echo in words no rule knows, raised when the stuck rank is torn down."""
     head = ordered[0]
     if not _names_no_cause(head) or head.time is None:
         return ordered
     for f in ordered[1:]:
-        if _names_its_cause(f) and f.time is not None and _too_close(head, f, named):
+        if f.time is None:
+            continue
+        if _names_its_cause(f) and _too_close(head, f, named):
+            return [f, *(x for x in ordered if x is not f)]
+        if _stuck_own(f) and abs(f.time - head.time) < max(TIE_SECONDS, min(head.spread + f.spread, 3.0)):
             return [f, *(x for x in ordered if x is not f)]
     return ordered
 
@@ -226,6 +250,18 @@ def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo:
     )
 
 
+def _others_echo(findings: Sequence[Finding]) -> bool:
+    """Every member that is not an own failure failed as a known echo (none silent, none still pending)."""
+    return all(f.role in ("primary", "secondary", "clean") for f in findings)
+
+
+def _stuck_alone(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
+    """The rank's own words say it was stuck (`_stuck_own`: not a dump printed on a signal), nobody else failed on their
+    own at all (not even with a bare exit code: a member that died without words may be the one it waited for), and
+    every other member's failure is a known echo."""
+    return others_echo and len(ordered) == 1 and _stuck_own(root)
+
+
 def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_echo: bool = False) -> _Root:
     ordered = _cause_named_first(_device_fault_first(sorted(primaries, key=lambda f: _sort_key(f, named))), named)
     root = ordered[0]
@@ -233,6 +269,8 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
     assert rule is not None and rule.category is not None
     if root.weak:
         confidence = CONF_PRIMARY_WEAK if root.source == "termination" else CONF_PRIMARY_WEAK_MESSAGE
+        if _stuck_alone(root, ordered, others_echo):
+            confidence = CONF_STUCK_ALONE
     elif rule.generic:
         clear = _clear_own_exception(root, ordered, others_echo)
         confidence = CONF_CLEAR_OWN_EXCEPTION if clear else CONF_PRIMARY_GENERIC
@@ -688,11 +726,11 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     root: _Root | None = None
     if strong:
         # Every member that is not an own failure failed as a known echo (none silent, none still pending).
-        others_echo = all(f.role in ("primary", "secondary", "clean") for f in findings)
-        root = _choose_primary(strong + weak, named, others_echo)
+        root = _choose_primary(strong + weak, named, _others_echo(findings))
     elif timeouts and any(f.source != "termination" for f in weak):
         # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
-        root = _choose_primary([f for f in weak if f.source != "termination"], named)
+        alone = _others_echo(findings) and len(weak) == 1  # nobody else failed on their own, not even by exit code
+        root = _choose_primary([f for f in weak if f.source != "termination"], named, alone)
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [
@@ -713,7 +751,8 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     if root is None and weak:
         # Only weak own failures: one that says something of its own (an NCCL system error, a stuck watchdog)
         # before a bare exit code, which any member that died of anything shows.
-        root = _choose_primary([f for f in weak if f.source != "termination"] or weak, named)
+        alone = _others_echo(findings) and len(weak) == 1
+        root = _choose_primary([f for f in weak if f.source != "termination"] or weak, named, alone)
     if root is None and failed:
         root = _choose_echo(failed, findings, named)
     hang = stalled if not failed else (_hang_evidence(findings) if root is None or not strong else None)

@@ -10,6 +10,7 @@ classify the lines. Pure: text in, facts out.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,9 @@ _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)
 _SUMMARY_ENTRY = re.compile(r"^\[\d+\]:$")
 _SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
+# torchelastic's error handler printing an error file as JSON: its "message" field is the error file's message, the
+# exception line of the process that failed ("RuntimeError: Permission denied"), as a JSON string.
+_ERROR_JSON_MESSAGE = re.compile(r'^\s*"message": ("(?:[^"\\]|\\.)*")\s*,?\s*$')
 TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt]imed out after (\d+(?:\.\d+)?) ?s")
 # A peer's address in gloo/NCCL messages: "[10.0.0.7]:29500", "[2001:db8::7]:29500". At most 45
 # characters (the longest IPv6 text form) and possessive, so linear on any input: the unbounded form
@@ -33,13 +37,14 @@ PEER_ADDR = re.compile(r"\[([0-9a-fA-F.:]{2,45}+)\]:\d")
 # A victim naming the culprit, in its own words: the rank it waited for (torch's monitored barrier "from rank 0" /
 # "check rank 0 logs", rank 0's "Rank 3 failed to pass monitoredBarrier", mpirun's "process rank 1 with PID",
 # the c10d store's "crash on rank 0"), or the peer's host (NCCL's "Call to recv from 10.0.0.7<4242>" and "Connection
-# closed by remote peer host<port>", MPI's "on node worker-1"). Bounded repeats: linear on any input.
+# closed by remote peer host<port>", MPI's "on node worker-1", MPICH's "RANK 1 PID 77 RUNNING AT worker-1"). Bounded
+# repeats: linear on any input.
 NAMED_RANK = re.compile(
     r"\b(?:from|check|on) rank (\d{1,6})\b|\bRank (\d{1,6}) failed to pass monitoredBarrier"
-    r"|\bprocess rank (\d{1,6}) with PID"
+    r"|\bprocess rank (\d{1,6}) with PID|\bRANK (\d{1,6}) PID \d{1,10} RUNNING AT\b"
 )
 NAMED_HOST = re.compile(
-    r"\bremote peer \[?([\w.-]{1,253}?)(?:<\d{1,5}>|\]|\s|$)|\bon node \[?([\w.-]{1,253})"
+    r"\bremote peer \[?([\w.-]{1,253}?)(?:<\d{1,5}>|\]|\s|$)|\b(?:on node|RUNNING AT) \[?([\w.-]{1,253})"
     r"|\b(?:from|to) ([\w.-]{1,253}?)<\d{1,5}>"
 )
 # Launchers' and frameworks' wrappers around a worker's failure: never the cause itself.
@@ -55,10 +60,10 @@ _AGENT_WRAPPERS = (
 # Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
 # Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",
 # "10.0.0.7: " — lower case with a digit, so that no exception type is taken for a host), TorchX
-# ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "). The rank prefix [rankN]: is read
-# separately (it names the rank).
+# ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "), a bare stream tag ("[stderr]"). The
+# rank prefix [rankN]: is read separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
-    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\[std(?:out|err)\]|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
     r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
     r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )
@@ -66,11 +71,12 @@ _LAUNCHER_PREFIX = re.compile(
 # DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old
 # torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
 # torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
-# 128 + N): the same fact in other words.
+# 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal): the same
+# fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,3})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
-    r"|: Exited with exit code (\d{1,3})\b"
+    r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the rank, the collective's sequence
 # number and its kind. Ranks of one pod that time out in *different* collectives (another SeqNum or OpType)
@@ -190,13 +196,13 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun = m.groups()
+    code, ds, sub, died, spawn, srun, lightning = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun)
+    value = int(code or ds or sub or srun or lightning)
     # A worker run through a shell reports a signal death as 128 + N (137: SIGKILL, 139: SIGSEGV).
     return -(value - 128) if 128 < value < 160 else value
 
@@ -306,6 +312,12 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
                         teardown = _glog_time(gm, near)
                 continue
         if head in (" ", "\t"):
+            jm = _ERROR_JSON_MESSAGE.match(line) if '"message": "' in line else None
+            if jm:
+                message = json.loads(jm.group(1)).strip()
+                etype = exception_type_of(message) if ": " in message else ""
+                if etype and not etype.endswith(_AGENT_WRAPPERS):
+                    loose.append(message)
             continue
         if line.startswith("Failures:") and not others:
             in_failures, current = True, ""

@@ -230,7 +230,10 @@ def test_the_docs_list_every_rule_that_may_reach_the_threshold_and_every_capped_
     section = docs[docs.index("### Which verdicts may reach 0.9") :]
     section = section[: section.index("The values are judgements per decision path")]
     listed = set(re.findall(r"`([a-z0-9]+\.[a-z0-9.-]+)`", section))
-    may_reach = {r.id for r in DEFAULT_RULES.rules if r.is_primary and not (r.weak or r.generic)}
+    # a weak hang of the rank's own (its stack dump, its stuck watchdog) reaches 0.9 when it is alone among known echoes
+    may_reach = {
+        r.id for r in DEFAULT_RULES.rules if r.is_primary and not r.generic and (not r.weak or r.category == "hang")
+    }
     assert may_reach <= listed, sorted(may_reach - listed)
     assert {r.id for r in DEFAULT_RULES.rules if r.max_confidence < PERMANENT} <= listed
 

@@ -91,6 +91,46 @@ def test_a_stack_dump_without_an_exception_is_the_stuck_rank(dump: str) -> None:
     assert assess(stuck).rule is not None and assess(stuck).rule.id == "log.stack-dump"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "log",
+    [FAULTHANDLER, "[PG 0 Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info."],
+    ids=["dump", "stuck-watchdog"],
+)
+def test_the_stuck_rank_s_own_record_among_known_echoes_reaches_the_permanent_threshold(log: str) -> None:
+    """Nobody else failed on their own and every other member is a known echo: the stuck rank is the cause (a hang,
+    retryable, so it never writes PermanentFailure)."""
+    stuck = pod("llm-worker-2", 2, log=log, ts=T0 + 1790)
+    v = decide(job(timed_out("llm-master-0", 0), timed_out("llm-worker-1", 1), stuck))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-2", "hang", True), v.evidence
+    assert v.confidence >= 0.9
+    # A member that exited without words may be the one the others waited for: no longer alone.
+    v = decide(job(timed_out("llm-master-0", 0), pod("llm-worker-1", 1, ts=T0 + 1700), stuck))
+    assert v.confidence < 0.9
+    # A member that never reported may be it too.
+    v = decide(job(timed_out("llm-master-0", 0), stuck, world_size=3))
+    assert v.confidence < 0.9
+
+
+def test_the_stuck_rank_s_record_goes_before_carrier_exceptions_in_words_no_rule_knows() -> None:
+    """Ranks that waited for the stuck one raise in an unknown runtime's words (a carrier class): within the timing
+    uncertainty the stuck rank's own record goes first — below the threshold, as the order is a judgement."""
+    carrier = 'Traceback (most recent call last):\n  File "g.py", line 2, in wait\nmeshrt.MeshError: member left (17)\n'
+    stuck = pod("w-2", 2, log=FAULTHANDLER, ts=T0)
+    v = decide(job(pod("w-0", 0, log=carrier, ts=T0), pod("w-1", 1, log=carrier, ts=T0), stuck))
+    assert (v.pod, v.category) == ("w-2", "hang") and v.confidence <= 0.7, v.evidence
+
+
+def test_a_dump_printed_on_a_signal_does_not_go_before_the_exception_that_caused_the_teardown() -> None:
+    """faulthandler registered on SIGTERM prints every rank's stack at the teardown, with no header of its own: not a
+    record of being stuck, so the exception that caused the teardown stays the root."""
+    root = pod(
+        "w-0", 0, log='Traceback (most recent call last):\n  File "t.py", line 9\nRuntimeError: shard table corrupt\n'
+    )
+    signal_dump = FAULTHANDLER.split("\n", 1)[1]
+    v = decide(job(root, pod("w-1", 1, log=signal_dump), pod("w-2", 2, log=signal_dump)))
+    assert (v.pod, v.category) == ("w-0", "user_code"), v.evidence
+
+
 def test_a_dump_after_a_native_crash_is_the_crash_and_beside_a_timeout_it_is_the_echo() -> None:
     crashed = pod("w-0", 0, log="Fatal Python error: Segmentation fault\n\n" + FAULTHANDLER.split("\n", 1)[1])
     assert assess(crashed).category == "crash"
@@ -162,6 +202,23 @@ def test_the_launcher_naming_a_worker_s_host_counts_for_that_worker() -> None:
         0,
         log="mpirun noticed that process rank 5 with PID 88 on node mpi-worker-1 exited on signal 9 (Killed).\n",
     )
+    silent = [pod("mpi-worker-0", 1, exit_code=None), pod("mpi-worker-1", 2, exit_code=None)]
+    v = decide(job(launcher, *silent))
+    assert assess(launcher).secondary == "peer"
+    assert v.pod == "mpi-worker-1", v.evidence
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 5 PID 88 RUNNING AT mpi-worker-1\n"
+        "=   KILLED BY SIGNAL: 9 (Killed)\n",
+        "mpirun has exited due to process rank 5 with PID 88 on node mpi-worker-1 exiting improperly.\n",
+    ],
+    ids=["mpich", "mpirun-exited"],
+)
+def test_other_mpi_launchers_naming_a_worker_count_for_that_worker(report: str) -> None:
+    launcher = pod("mpi-launcher", 0, log=report)
     silent = [pod("mpi-worker-0", 1, exit_code=None), pod("mpi-worker-1", 2, exit_code=None)]
     v = decide(job(launcher, *silent))
     assert assess(launcher).secondary == "peer"

@@ -1,0 +1,310 @@
+"""Category from what a failure means, on words no rule was written from one file for: the same meaning in
+another vendor's, scheduler's or library's words (an accelerator's memory, an errno, an HTTP status, a runtime
+that cannot initialise, a scheduler's limits). The texts are written for these tests in the formats the tools
+print; each is read the way a pod watch sees it (the log tail and the exit code, no error file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from podmortem.core.assess import assess
+from podmortem.core.model import Member, Termination
+
+T0 = 1_800_000_000.0
+
+
+def _alone(log: str, exit_code: int = 1) -> Member:
+    return Member(
+        pod="w-0",
+        namespace="ml",
+        node="n-0",
+        rank=0,
+        phase="Failed",
+        termination=Termination(exit_code=exit_code, reason="Error", finished_at=T0),
+        log_tail=log,
+    )
+
+
+def _read(log: str) -> tuple[str, str | None, str]:
+    f = assess(_alone(log))
+    return f.role, f.category, f.rule.id if f.rule is not None else ""
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 3; 60.00 GiB total capacity)",
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 512.00 MiB",
+        "RuntimeError: MPS backend out of memory (MPS allocated: 17.2 GB, other allocations: 1.1 GB)",
+        "RuntimeError: HIP error: out of memory",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,4096]",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.5G.",
+    ],
+)
+def test_an_accelerator_s_memory_in_any_vendor_s_words_is_gpu_oom(line: str) -> None:
+    assert _read(f'step 40 loss 2.2\nTraceback (most recent call last):\n  File "t.py", line 9\n{line}\n')[:2] == (
+        "primary",
+        "gpu_oom",
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "huggingface_hub.errors.HfHubHTTPError: 502 Server Error: Bad Gateway for url: https://hub.example/api/x",
+        "urllib.error.HTTPError: HTTP Error 503: Service Unavailable",
+        "requests.exceptions.HTTPError: 504 Gateway Time-out",
+    ],
+)
+def test_a_remote_endpoint_failing_in_http_s_words_is_the_platform(line: str) -> None:
+    role, category, _ = _read(
+        f'uploading checkpoint\nTraceback (most recent call last):\n  File "u.py", line 3\n{line}\n'
+    )
+    assert (role, category) == ("primary", "infra")
+
+
+def test_a_missing_endpoint_name_stays_the_program_s() -> None:
+    """A 404 is the name the job asked for, not the endpoint failing."""
+    line = "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: x"
+    assert _read(f'Traceback (most recent call last):\n  File "u.py", line 3\n{line}\n')[1] == "user_code"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a runtime that cannot initialise: the node's driver stack (NCCL's first CUDA call meets it too, and says so
+        # before NCCL's CUDA error)
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error, "
+        "NCCL version 2.20\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'initialization error'",
+        "RuntimeError: CUDA driver error: CUDA_ERROR_NOT_INITIALIZED",
+        "RuntimeError: HIP error: hipErrorNoDevice",
+        # an errno of the environment, in any carrier
+        "OSError: [Errno 16] Device or resource busy: '/mnt/scratch/.nfs000123'",
+        "OSError: [Errno 24] Too many open files",
+        "E1127 10:00:01 io.cc:77] write failed (errno = 5)",
+        "thread 'main' panicked: open shard: Os { code: 24, kind: Uncategorized, message: \"Too many open files\" }",
+        "Error: failed to map segment from shared object (os error 16)",
+    ],
+)
+def test_the_environment_s_failures_are_infra_in_any_carrier(text: str) -> None:
+    assert _read(f"epoch 2\n{text}\n")[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("slurmstepd: error: Job 77 hit memory limit. JobState=OUT_OF_MEMORY Reason=OutOfMemory", "host_oom"),
+        ("srun: error: gpu-12: task 3: Out Of Memory", "host_oom"),
+        ("=>> PBS: job killed: mem 98765432kb exceeded limit 67108864kb", "host_oom"),
+        ("Job 81.0 held: memory usage exceeded request_memory", "host_oom"),
+        ("Exited with exit code 130. TERM_SWAP: job killed after reaching LSF swap usage limit.", "host_oom"),
+        ("=>> PBS: job killed: walltime 43210 exceeded limit 43200", "preemption"),
+        ("job 9 exceeded hard wallclock time - initiate terminate method", "preemption"),
+        ("TERM_CPULIMIT: job killed after reaching LSF CPU usage limit.", "preemption"),
+        ("Pod was active on the node longer than the specified deadline", "preemption"),
+        ("/var/spool/job.sh: line 12:  4242 Floating point exception(core dumped) python train.py", "crash"),
+    ],
+)
+def test_a_scheduler_s_or_shell_s_words_for_a_limit_or_a_signal(line: str, category: str) -> None:
+    assert _read(f"step 1200 loss 1.9\n{line}\n")[:2] == ("primary", category)
+
+
+def test_nccl_s_shared_memory_transport_failing_is_the_pod_s_shared_memory() -> None:
+    log = (
+        "job-7f2:97:183 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 "
+        "(size 9637888)\njob-7f2:97:183 [0] NCCL INFO transport/shm.cc:101 -> 2\n"
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:784, unhandled system error, NCCL version 2.7.8\n"
+    )
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+def test_the_error_handler_s_json_message_is_read_as_the_failure_s_message() -> None:
+    """torchelastic's error handler prints an error file as JSON; its "message" is the failing process's exception
+    line (here the agent's own, before any worker started)."""
+    log = (
+        "ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{\n"
+        '  "message": {\n'
+        '    "message": "RuntimeError: Permission denied",\n'
+        '    "extraInfo": {\n'
+        '      "py_callstack": ["  File \\"run.py\\", line 7, in <module>\\n"],\n'
+        '      "timestamp": "1700000000"\n'
+        "    }\n  }\n}\n"
+    )
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+def test_nccl_s_invalid_argument_in_an_old_torch_s_words_is_the_job_s_set_up() -> None:
+    line = "RuntimeError: NCCL error in: /src/c10d/NCCLUtils.hpp:82, invalid argument, NCCL version 2.4.8"
+    role, category, rule = _read(
+        f"srun: job 7 step 0 started\n{line}\nsrun: error: n-0: tasks 2-7: Exited with exit code 1\n"
+    )
+    assert (role, category) == ("primary", "user_code") and "invalid-usage" in rule, rule
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        # an NVSwitch system whose fabric manager has not brought the fabric up (802)
+        ("RuntimeError: CUDA error: system not yet initialized", "hardware"),
+        # kernel faults of the instruction kind, beside the illegal instruction
+        ("RuntimeError: CUDA error: device encountered an invalid program counter", "crash"),
+        ("RuntimeError: CUDA error: warp executed an instruction on an invalid address space", "crash"),
+        # CUDA's stream-capture error reuses EPERM's words: the program's misuse of a CUDA graph
+        ("RuntimeError: CUDA error: operation not permitted when stream is capturing", "user_code"),
+        ("PermissionError: [Errno 1] Operation not permitted: '/mnt/ckpt/latest'", "infra"),
+        # client libraries that could not reach an endpoint
+        ("urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>", "infra"),
+        ("httpx.ConnectError: [Errno 111] Connection refused", "infra"),
+        ("wandb.errors.CommError: Network error (ConnectTimeout), entering retry loop.", "infra"),
+    ],
+)
+def test_a_cuda_error_s_or_a_client_s_family_decides_the_category(line: str, category: str) -> None:
+    assert _read(f'Traceback (most recent call last):\n  File "t.py", line 4, in step\n{line}\n')[:2] == (
+        "primary",
+        category,
+    )
+
+
+def test_the_coordination_service_losing_a_task_is_a_lost_node_and_the_tasks_it_ends_are_echoes() -> None:
+    lost = (
+        "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Task /job:jax_worker/replica:0/task:3 heartbeat timeout. "
+        "This indicates that the remote task has failed, got preempted, or crashed unexpectedly."
+    )
+    assert _read(f"step 900\n{lost}\n")[:2] == ("primary", "node_lost")
+    ended = "F1127 10:00:00.000 client.cc:77] Terminating process because the coordinator detected missing heartbeats."
+    assert assess(_alone(f"step 900\n{ended}\n")).secondary == "peer"
+
+
+def test_a_client_s_transient_failure_logged_in_a_healthy_run_is_no_failure_of_its_own() -> None:
+    """W&B's and the hub's clients log a 5xx or a timeout and retry; only an exception the process raised counts."""
+    log = (
+        "wandb: 502 Server Error: Bad Gateway for url: https://api.example/graphql, entering retry loop.\n"
+        "[rank1]:[E1127 10:00:00.000 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds "
+        "before timing out.\n"
+    )
+    assert assess(_alone(log)).secondary == "timeout"
+
+
+def test_a_stream_tag_prefix_is_a_launcher_s_and_the_exception_behind_it_is_read() -> None:
+    log = (
+        "[stderr]Traceback (most recent call last):\n[stderr]    import wandb\n"
+        "[stderr]ModuleNotFoundError: No module named 'wandb'\n"
+    )
+    f = assess(_alone(log))
+    assert (f.role, f.category, f.exception_type) == ("primary", "user_code", "ModuleNotFoundError")
+
+
+def test_an_abort_through_the_c_plus_plus_runtime_s_terminate_says_why() -> None:
+    log = (
+        '#4    Object "/usr/lib/libstdc++.so.6", at 0x7f00, in std::terminate()\n'
+        '#1    Source "stdlib/abort.c", line 79, in abort [0x7f01]\nAborted (core dumped)\n'
+    )
+    role, category, rule = _read(log)
+    assert (role, category, rule) == ("primary", "crash", "log.native-crash")
+
+
+def test_the_watchdog_s_exception_report_of_a_newer_torch_is_the_timeout_echo() -> None:
+    line = (
+        "[rank1]:[E1003 18:37:01.833575187 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 1] Exception "
+        "(either an error or timeout) detected by watchdog at work: 6463, last enqueued NCCL work: 6463, "
+        "last completed NCCL work: 6462."
+    )
+    assert assess(_alone(f"step 30\n{line}\n")).secondary == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("torch.distributed.elastic.rendezvous.api.RendezvousStateError: the node state could not be synced", "store"),
+        ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGTERM", "teardown"),
+        ("ray.exceptions.OwnerDiedError: Failed to retrieve object. The owner of this object has died.", "peer"),
+        ("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task.", "peer"),
+        ("mpi4py.MPI.Exception: MPI_ERR_PROC_FAILED: Process Failure", "peer"),
+        ("srun: forcing job termination", "teardown"),
+    ],
+)
+def test_a_member_that_only_lost_another_is_an_echo_in_its_runtime_s_words(line: str, kind: str) -> None:
+    assert assess(_alone(f"step 5\n{line}\n")).secondary == kind
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("RuntimeError: CUDA driver error: CUDA_ERROR_OUT_OF_MEMORY", "gpu_oom"),
+        ("Container killed by YARN for exceeding memory limits. 33.1 GB of 33 GB physical memory used.", "host_oom"),
+        ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0.", "host_oom"),
+        ("DCGM: XID 79 detected on GPU 3", "hardware"),
+        (
+            "Memory access fault by GPU node-2 (Agent handle: 0x55d) on address 0x7f00. Reason: Page not present.",
+            "hardware",
+        ),
+        ("Windows fatal exception: access violation", "crash"),
+        ("Unhandled exception at 0x00007FF8 in python.exe: STATUS_ACCESS_VIOLATION", "crash"),
+        ("#  SIGSEGV (0xb) at pc=0x00007f3c, pid=1234, tid=5678", "crash"),
+        ("nfs: server fs01 not responding, still trying", "infra"),
+        ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "infra"),
+        ("slurmctld: error: Nodes gpu-07 not responding, setting DOWN", "node_lost"),
+        (
+            "node-3:77:90 [0] NCCL WARN Net : No interface found in the same subnet as remote address fe80::1<45873>",
+            "network",
+        ),
+    ],
+)
+def test_a_family_s_words_in_another_tool_s_format(line: str, category: str) -> None:
+    assert _read(f"step 5\n{line}\n")[:2] == ("primary", category)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded",
+        "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: status = "
+        'StatusCode.DEADLINE_EXCEEDED details = "Deadline Exceeded">',
+    ],
+)
+def test_a_call_to_another_task_that_ran_out_of_time_is_the_timeout_echo(line: str) -> None:
+    assert assess(_alone(f"step 5\n{line}\n")).secondary == "timeout"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same",
+        "RuntimeError: expected scalar type Float but found BFloat16",
+        "RuntimeError: Tensors must be CUDA and dense",
+        "RuntimeError: No backend type associated with device type cpu",
+        "ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
+    ],
+)
+def test_torch_s_own_checks_of_the_program_are_user_code_at_the_threshold(line: str) -> None:
+    role, category, rule = _read(f'Traceback (most recent call last):\n  File "t.py", line 4, in step\n{line}\n')
+    assert (role, category, rule) in {
+        ("primary", "user_code", "torch.program-error"),
+        ("primary", "user_code", "log.program-error"),
+    }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no worker-3 hostname' returned "
+        "non-zero exit status 255.",
+        "worker-3: Permission denied (publickey,password).",
+        "ssh: connect to host worker-3 port 22: Connection timed out",
+    ],
+)
+def test_a_launcher_that_cannot_reach_its_hosts_over_ssh_is_the_environment(line: str) -> None:
+    assert _read(f"launching on 4 hosts\n{line}\n")[:2] == ("primary", "infra")
+
+
+def test_lightning_s_word_that_a_child_exited_is_the_launcher_s_word_for_the_worker() -> None:
+    line = "[rank: 1] Child process with PID 23026 terminated with code 1. Forcefully terminating all other processes"
+    f = assess(_alone(f"epoch 0\n{line}\n"))
+    assert (f.role, f.category, f.source) == ("primary", "user_code", "log")
+
+
+def test_a_process_s_own_report_that_it_was_sigkilled_is_host_memory() -> None:
+    f = assess(_alone("epoch 3\nProcess finished with exit code 137 (interrupted by signal 9: SIGKILL)\n", 137))
+    assert (f.role, f.category) == ("primary", "host_oom")
