@@ -26,7 +26,7 @@ from podmortem.offline.corpus import Answer, Case, Excerpt, at_threshold, compos
 
 # Splits whose one blind scoring is still to come: their misses are not listed (rules are written without reading them);
 # take a split off this set once it has been scored.
-BLIND = frozenset({"fresh4"})
+BLIND: frozenset[str] = frozenset()
 
 
 def engine(incident: Incident) -> Answer:
