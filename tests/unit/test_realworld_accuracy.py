@@ -33,9 +33,9 @@ FLOORS = {
     # read as the root in 44 of its 56 misses (docs/engine.md, "The third fresh split"); 0.95 / 0.91 / 0.91 once
     # victims were read from what they mean (a development set since)
     "fresh3": (0.92, 0.88, 0.88),
-    # scored once, blind, 2026-11-27: 0.86 / 0.84 / 0.87 (n=153; docs/engine.md, "The fifth round"); provisional
-    # floors below that blind figure, a development set since
-    "fresh4": (0.83, 0.81, 0.84),
+    # scored once, blind, 2026-11-27: 0.86 / 0.84 / 0.87 (n=153; docs/engine.md, "The fifth round"); a development
+    # set since, 0.93 / 0.98 / 0.98 after the fifth round: provisional floors below that
+    "fresh4": (0.90, 0.94, 0.94),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -100,8 +100,8 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 # (`bench/realworld.py --calibration`; the figures are in docs/engine.md).
 RULE_PRECISION_FLOOR = 0.99
 # measured 2026-11-27 (docs/engine.md, "The fourth round"): train 0.84, held-out 0.88, fresh 0.87, fresh2 0.80,
-# fresh3 0.73; fresh4 scored once, blind: 75/153 = 0.49 (a provisional floor below it)
-COVERAGE_FLOORS = {"train": 0.81, "heldout": 0.85, "fresh": 0.82, "fresh2": 0.76, "fresh3": 0.70, "fresh4": 0.45}
+# fresh3 0.73; fresh4 scored once, blind: 75/153 = 0.49, then 105/153 = 0.69 after the fifth round (provisional)
+COVERAGE_FLOORS = {"train": 0.81, "heldout": 0.85, "fresh": 0.82, "fresh2": 0.76, "fresh3": 0.70, "fresh4": 0.65}
 
 
 @pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4"])
