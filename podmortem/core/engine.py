@@ -381,9 +381,15 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     if not cands:
         # Everyone who failed waited for someone; nobody is visibly stuck. The one who waited first is
         # the best guess for where the stuck rank lives (e.g. its sibling on the same pod).
-        first = min(timeouts, key=_waited_first)
-        ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
-        head = "a rank stopped making progress; this pod timed out first and may host it"
+        # A rank the waiting ones name (ProcessGroupNCCL's dump signal "from rank N": its collective timed out
+        # first) says it better than the kubelet's end times do.
+        first = min(timeouts, key=lambda f: (-named[f.member.pod], *_waited_first(f)))
+        if named[first.member.pod]:
+            ev.append(f"no member stands out as stuck; {named[first.member.pod]} victim(s) name {first.member.pod}")
+            head = "a rank stopped making progress; the waiting ranks name this pod, which may host it"
+        else:
+            ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
+            head = "a rank stopped making progress; this pod timed out first and may host it"
         others = [f for f in timeouts if f is not first]
         runner = min(others, key=_waited_first) if others else None
         return _Root(

@@ -6,9 +6,11 @@ print; each is read the way a pod watch sees it (the log tail and the exit code,
 from __future__ import annotations
 
 import pytest
+from support.members import member
 
 from podmortem.core.assess import assess
-from podmortem.core.model import Member, Termination
+from podmortem.core.engine import decide
+from podmortem.core.model import Incident, JobRef, Member, Termination
 
 T0 = 1_800_000_000.0
 
@@ -308,3 +310,157 @@ def test_lightning_s_word_that_a_child_exited_is_the_launcher_s_word_for_the_wor
 def test_a_process_s_own_report_that_it_was_sigkilled_is_host_memory() -> None:
     f = assess(_alone("epoch 3\nProcess finished with exit code 137 (interrupted by signal 9: SIGKILL)\n", 137))
     assert (f.role, f.category) == ("primary", "host_oom")
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        # Ray's raylet reporting a worker that left on the SIGTERM of a shutdown (its SystemExit), not the OOM killer
+        (
+            "(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker exit "
+            "type: SYSTEM_ERROR Worker exit detail: Worker exits unexpectedly by a signal. SystemExit is raised "
+            "(sys.exit is called). Exit code: 1. The process receives a SIGTERM.",
+            "teardown",
+        ),
+        # torch elastic's agent, its workers done, waiting at the store's exit barrier for agents that never came
+        (
+            "ERROR:torch.distributed.elastic.agent.server.api:Error waiting on exit barrier. Elapsed: 300.2 seconds\n"
+            'Traceback (most recent call last):\n  File "api.py", line 906, in _exit_barrier',
+            "store",
+        ),
+        # folly's (and glog's) failure-signal handler reporting a SIGTERM sent by another process
+        (
+            "*** Aborted at 1700000000 (Unix time, try 'date -d @1700000000') ***\n"
+            "*** Signal 15 (SIGTERM) (0x1f) received by PID 4242 (pthread TID 0x7f00) (linux TID 4242) (maybe from "
+            "PID 4200, UID 1000) (code: 0), stack trace: ***\n    @ 0000000000abcdef epoll_wait",
+            "teardown",
+        ),
+        # ProcessGroupNCCL told through the store that *another* rank's collective timed out
+        (
+            "[rank2]:[E101 10:00:00.1 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0(default_pg) Rank 2] Observed "
+            "flight recorder dump signal from another rank via TCPStore.\n"
+            "[rank2]:[E101 10:00:00.2 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 2] Received a "
+            "dump signal due to a collective timeout from  rank 5 and we will try our best to dump the debug info.",
+            "timeout",
+        ),
+    ],
+)
+def test_a_member_told_to_stop_or_told_of_another_s_timeout_is_an_echo(text: str, kind: str) -> None:
+    f = assess(_alone(f"step 9\n{text}\n"))
+    assert (f.role, f.secondary) == ("secondary", kind)
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # NCCL finding no algorithm/protocol the job's NCCL_ALGO/NCCL_PROTO settings allow: the job's set-up
+        ("node-1:77:77 [3] enqueue.cc:400 NCCL WARN Error : no algorithm/protocol available", "user_code"),
+        # cuda-gdb asked where a stuck process is: a kernel still active
+        (
+            "(cuda-gdb) info cuda kernels\n  Kernel Parent Dev Grid Status   SMs Mask GridDim BlockDim Invocation\n"
+            "*      0      -   0 1234 Active 0x00000003 (2,1,1) (256,1,1) ncclKernel_AllReduce_RING_LL_Sum_f32()",
+            "hang",
+        ),
+        # an accelerator's driver reporting a fatal error interrupt on its devices
+        (
+            "E0101 10:00:00.1 7 synchronous_driver.cc:820] [/dev/accel1 tpu7:pe0:1] !!!! FATAL ERROR !!!! for "
+            "[/dev/accel1 tpu7:pe0:1] , fatal_error: true\nE0101 10:00:00.2 8 error_handler.cc:100] Received Error "
+            "Interrupt! fatal: true",
+            "hardware",
+        ),
+        # Open MPI's mpirun losing the daemon of a named node
+        (
+            "ORTE has lost communication with its daemon located on node:\n\n  hostname:  gpu-node-12\n\n"
+            "This is usually due to either a failure of the TCP network",
+            "node_lost",
+        ),
+        # Ray's core worker finding its node's raylet gone
+        ("E0101 10:00:00.1 9 core_worker.cc:382] Raylet failed. Shutting down.", "node_lost"),
+        # Ray's autoscaler announcing that Kubernetes terminates the node's pod from outside
+        (
+            "(autoscaler +5m2s) Instance k-0001 (node IP: 10.0.0.9) will be terminated soon (reason: "
+            "kubernetes-pod-termination).",
+            "preemption",
+        ),
+        # a rank calling MPI_Abort itself (mpi4py's excepthook, the program's own error path)
+        (
+            "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
+            "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.",
+            "user_code",
+        ),
+    ],
+)
+def test_a_family_s_meaning_in_a_launcher_s_or_a_runtime_s_own_words(text: str, category: str) -> None:
+    """Read from the words (the log), not from the bare exit code every member that died shows."""
+    f = assess(_alone(f"step 9\n{text}\n"))
+    assert (f.role, f.category, f.source) == ("primary", category, "log")
+
+
+WAITED = (
+    "[rank{r}]:[E101 10:00:00.1 ProcessGroupNCCL.cpp:600] [Rank {r}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=88, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."
+)
+
+
+def test_a_rank_that_aborted_itself_among_ranks_that_waited_is_the_program_not_a_hang() -> None:
+    """The ranks that timed out waited for the one that called MPI_Abort: its own words name no hang."""
+    aborted = "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, WAITED.format(r=0)),
+                member("llm-worker-1", 1, aborted),
+                member("llm-worker-2", 2, WAITED.format(r=2)),
+            ),
+        )
+    )
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+
+
+def test_a_worker_sigtermed_at_shutdown_is_no_memory_failure_beside_the_one_that_exited() -> None:
+    """Ray's report of a worker that left on a SIGTERM says who stopped it: not the OOM killer."""
+    stopped = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker exit "
+        "type: SYSTEM_ERROR Worker exit detail: Worker exits unexpectedly by a signal. SystemExit is raised "
+        "(sys.exit is called). Exit code: 1. The process receives a SIGTERM."
+    )
+    exited = "[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 4242)\n  error_file: <N/A>\n"
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, stopped),
+                member("llm-worker-1", 1, exited),
+                member("llm-worker-2", 2, TORN),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-1", "user_code")
+
+
+TORN = "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal"
+
+
+def test_a_rank_the_waiting_ranks_name_is_where_an_unlocated_hang_is_looked_for() -> None:
+    """Every member timed out; one was told through the store that rank 2's collective timed out first. Rank 2's pod,
+    not the pod whose container happened to end first, is the best guess — and still only a guess (below 0.9)."""
+    told = (
+        "[rank1]:[E101 10:00:00.2 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump "
+        "signal due to a collective timeout from  rank 2 and we will try our best to dump the debug info."
+    )
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, WAITED.format(r=0), finished=T0 - 5),
+                member("llm-worker-1", 1, told, finished=T0),
+                member("llm-worker-2", 2, WAITED.format(r=2), finished=T0),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-2", "hang")
+    assert v.confidence < 0.9
