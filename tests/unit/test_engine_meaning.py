@@ -178,6 +178,18 @@ def test_the_coordination_service_losing_a_task_is_a_lost_node_and_the_tasks_it_
     assert assess(_alone(f"step 900\n{ended}\n")).secondary == "peer"
 
 
+def test_a_preemption_notice_counts_when_it_arrived_not_when_the_store_to_ask_is_gone() -> None:
+    # Our words: a task whose coordination service went away says it could not fetch a notice; no notice came.
+    unreachable = (
+        "W0101 00:00:00.000 preemption_sync_manager.cc:170] Failed to retrieve preemption notice from coordination "
+        "service: UNAVAILABLE: Socket closed"
+    )
+    f = assess(_alone(f"step 900\n{unreachable}\n"))
+    assert (f.role, f.category, f.secondary) == ("secondary", None, "store")
+    arrived = "I0101 00:00:00.000 notifier.cc:88] Received preemption notice; saving a checkpoint and exiting."
+    assert _read(f"step 900\n{arrived}\n")[:2] == ("primary", "preemption")
+
+
 def test_a_client_s_transient_failure_logged_in_a_healthy_run_is_no_failure_of_its_own() -> None:
     """W&B's and the hub's clients log a 5xx or a timeout and retry; only an exception the process raised counts."""
     log = (

@@ -36,6 +36,10 @@ FLOORS = {
     # scored once, blind, 2026-11-27: 0.86 / 0.84 / 0.87 (n=153; docs/engine.md, "The fifth round"); a development
     # set since, 0.93 / 0.98 / 0.98 after the fifth round: provisional floors below that
     "fresh4": (0.90, 0.94, 0.94),
+    # scored once, blind, 2026-11-27: 0.82 / 0.80 / 0.86 (n=129); one 0.9 rule read a task's failure to fetch a
+    # preemption notice from its gone store as a preemption (docs/engine.md, "fresh5's one scoring"); 0.90 / 0.88 / 0.88
+    # once that was read as the store echo (a development set since): provisional floors below that
+    "fresh5": (0.86, 0.84, 0.84),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -72,7 +76,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4"])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -100,11 +104,20 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 # (`bench/realworld.py --calibration`; the figures are in docs/engine.md).
 RULE_PRECISION_FLOOR = 0.99
 # measured 2026-11-27 (docs/engine.md, "The fourth round"): train 0.84, held-out 0.88, fresh 0.87, fresh2 0.80,
-# fresh3 0.73; fresh4 scored once, blind: 75/153 = 0.49, then 96/153 = 0.63 after the fifth round (provisional)
-COVERAGE_FLOORS = {"train": 0.81, "heldout": 0.85, "fresh": 0.82, "fresh2": 0.76, "fresh3": 0.70, "fresh4": 0.60}
+# fresh3 0.73; fresh4 scored once, blind: 75/153 = 0.49, then 96/153 = 0.63 after the fifth round (provisional);
+# fresh5 scored once, blind: 43/129 = 0.33 (39 right), then 51/129 = 0.40, all right (provisional)
+COVERAGE_FLOORS = {
+    "train": 0.81,
+    "heldout": 0.85,
+    "fresh": 0.82,
+    "fresh2": 0.76,
+    "fresh3": 0.70,
+    "fresh4": 0.60,
+    "fresh5": 0.37,
+}
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4"])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"])
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
     wrong = {
