@@ -394,6 +394,25 @@ def test_a_member_told_to_stop_or_told_of_another_s_timeout_is_an_echo(text: str
             "kubernetes-pod-termination).",
             "preemption",
         ),
+        # the MPI runtime failing to start before the program's first MPI call returns
+        (
+            "*** An error occurred in MPI_Init\n*** on a NULL communicator\n*** MPI_ERRORS_ARE_FATAL (processes in "
+            "this communicator will now abort,\n[gpu-3:4411] Local abort before MPI_INIT completed completed "
+            "successfully, but am not able to aggregate error messages",
+            "infra",
+        ),
+        # NCCL's topology detection unable to resolve a device's PCI path in the container's /sys
+        (
+            "gpu-3:77:90 [1] include/topo.h:27 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:41/"
+            "../../0000:41:00.0\ngpu-3:77:90 [1] NCCL INFO init.cc:512 -> 2",
+            "infra",
+        ),
+        # Ray's raylet told by the control store that its node was declared dead
+        (
+            "[2030-01-01 10:00:00,100 C 31 31] node_manager.cc:170: This node has been marked as dead.\n"
+            "*** StackTrace Information ***",
+            "node_lost",
+        ),
         # a rank calling MPI_Abort itself (mpi4py's excepthook, the program's own error path)
         (
             "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
