@@ -47,6 +47,7 @@ from podmortem.core.assess import TIE_SECONDS, Finding, assess, excerpt, log_tex
 from podmortem.core.captured import capture_notes, find_hang, has_captures
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
+from podmortem.core.logtail import watchdog_position
 from podmortem.core.model import LOW_CONFIDENCE, HangFinding, Incident, Member, Secondary, Verdict
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
 
@@ -120,6 +121,7 @@ CONF_MAX = 0.99
 CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chosen member is
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
 CONF_HANG_UNLOCATED = 0.3  # nobody stands out: the member that waited first
+CONF_HANG_BEHIND = 0.5  # nobody stands out, but one member's rank is behind the others' collectives of one group
 CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside
 CONF_NAMED_PEER = 0.4  # named by victims, its own failure not recorded
 CONF_FIRST_TORN_DOWN = 0.4  # only echoes; the first member SIGTERMed from outside
@@ -383,10 +385,17 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
         # the best guess for where the stuck rank lives (e.g. its sibling on the same pod).
         # A rank the waiting ones name (ProcessGroupNCCL's dump signal "from rank N": its collective timed out
         # first) says it better than the kubelet's end times do.
-        first = min(timeouts, key=lambda f: (-named[f.member.pod], *_waited_first(f)))
+        # Then a rank behind the others in their group's sequence of collectives: it never entered the one they wait in.
+        behind = _behind_in_sequence(timeouts)
+        first = min(timeouts, key=lambda f: (-named[f.member.pod], f.member.pod != behind, *_waited_first(f)))
+        confidence = CONF_HANG_UNLOCATED
         if named[first.member.pod]:
             ev.append(f"no member stands out as stuck; {named[first.member.pod]} victim(s) name {first.member.pod}")
             head = "a rank stopped making progress; the waiting ranks name this pod, which may host it"
+        elif first.member.pod == behind:
+            confidence = CONF_HANG_BEHIND
+            ev.append(f"no member stands out as stuck; {behind} timed out in an earlier collective of the same group")
+            head = "a rank stopped making progress; this pod's rank is behind the others' collectives and may be it"
         else:
             ev.append(f"no member stands out as stuck; {first.member.pod} timed out first")
             head = "a rank stopped making progress; this pod timed out first and may host it"
@@ -398,7 +407,7 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
             RETRYABLE["hang"],
             "engine.hang-unlocated",
             "hang attribution",
-            CONF_HANG_UNLOCATED,
+            confidence,
             head,
             tuple(ev),
             runner,
@@ -828,6 +837,17 @@ def _next_suspect(findings: Sequence[Finding], root: Finding, named: Counter[str
         others,
         key=lambda f: (order[f.role], -named[f.member.pod], *_waited_first(f)),
     )
+
+
+def _behind_in_sequence(timeouts: Sequence[Finding]) -> str | None:
+    """The one pod whose watchdog timed out in a lower-numbered collective than every other's, when all of them
+    report one of the same process group (numbers of different groups do not compare); else None."""
+    seen = [(watchdog_position(f.text), f.member.pod) for f in timeouts]
+    if len(seen) < 2 or any(pos is None for pos, _ in seen) or len({pos[0] for pos, _ in seen if pos}) != 1:
+        return None
+    lowest = min(pos[1] for pos, _ in seen if pos)
+    pods = {pod for pos, pod in seen if pos and pos[1] == lowest}
+    return pods.pop() if len(pods) == 1 and len({pod for _, pod in seen}) > 1 else None
 
 
 def _named(findings: Sequence[Finding], failed: Sequence[Finding]) -> Counter[str]:

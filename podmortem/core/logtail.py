@@ -78,11 +78,13 @@ _AGENT_EXIT = re.compile(
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
 )
-# A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the rank, the collective's sequence
-# number and its kind. Ranks of one pod that time out in *different* collectives (another SeqNum or OpType)
-# are out of step: the desync is visible here, and the rank that fell behind is on this pod.
+# A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
+# torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
+# one pod that time out in *different* collectives (another SeqNum or OpType) are out of step: the desync is visible
+# here, and the rank that fell behind is on this pod.
 _WATCHDOG_WORK = re.compile(
-    r"\[Rank (\d{1,6})\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d{1,12}), OpType=(\w{1,40})"
+    r"\[(?:(PG [^\]\n]{1,80}) )?Rank (\d{1,6})\] Watchdog caught collective operation timeout: "
+    r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=(\w{1,40})"
 )
 # The launcher saying the pod was told to stop from outside: torchrun's agent ("Received 15 death signal"), a
 # worker's "got signal: 15", DeepSpeed's signal handler ("Killing subprocess"), absl's "SIGTERM received", Slurm's
@@ -213,10 +215,18 @@ def collective_desync(text: str) -> tuple[tuple[int, int, str], ...]:
         return ()
     works: dict[int, tuple[int, str]] = {}
     for m in _WATCHDOG_WORK.finditer(text):
-        works.setdefault(int(m.group(1)), (int(m.group(2)), m.group(3)))
+        works.setdefault(int(m.group(2)), (int(m.group(3)), m.group(4)))
     if len(set(works.values())) < 2:
         return ()
     return tuple(sorted((rank, seq, op) for rank, (seq, op) in works.items()))
+
+
+def watchdog_position(text: str) -> tuple[str, int] | None:
+    """The process group ("" when the line names none) and the sequence number of the first collective this text's
+    watchdog reports timed out in; None without such a report. Numbers count one group's collectives, in the order
+    every member of the group issues them: they compare only within a group."""
+    m = _WATCHDOG_WORK.search(text) if "OpType=" in text else None
+    return (m.group(1) or "", int(m.group(3))) if m else None
 
 
 def several_workers_failed(text: str) -> bool:

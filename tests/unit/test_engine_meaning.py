@@ -394,6 +394,25 @@ def test_a_member_told_to_stop_or_told_of_another_s_timeout_is_an_echo(text: str
             "kubernetes-pod-termination).",
             "preemption",
         ),
+        # the MPI runtime failing to start before the program's first MPI call returns
+        (
+            "*** An error occurred in MPI_Init\n*** on a NULL communicator\n*** MPI_ERRORS_ARE_FATAL (processes in "
+            "this communicator will now abort,\n[gpu-3:4411] Local abort before MPI_INIT completed completed "
+            "successfully, but am not able to aggregate error messages",
+            "infra",
+        ),
+        # NCCL's topology detection unable to resolve a device's PCI path in the container's /sys
+        (
+            "gpu-3:77:90 [1] include/topo.h:27 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:41/"
+            "../../0000:41:00.0\ngpu-3:77:90 [1] NCCL INFO init.cc:512 -> 2",
+            "infra",
+        ),
+        # Ray's raylet told by the control store that its node was declared dead
+        (
+            "[2030-01-01 10:00:00,100 C 31 31] node_manager.cc:170: This node has been marked as dead.\n"
+            "*** StackTrace Information ***",
+            "node_lost",
+        ),
         # a rank calling MPI_Abort itself (mpi4py's excepthook, the program's own error path)
         (
             "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
@@ -476,3 +495,47 @@ def test_a_rank_the_waiting_ranks_name_is_where_an_unlocated_hang_is_looked_for(
     )
     assert (v.pod, v.category) == ("llm-worker-2", "hang")
     assert v.confidence < 0.9
+
+
+def _timed_out(rank: int, seq: int, group: str = "") -> str:
+    return (
+        f"[rank{rank}]:[E101 10:00:00.1 ProcessGroupNCCL.cpp:600] [{group}Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 "
+        "milliseconds before timing out."
+    )
+
+
+@pytest.mark.parametrize("group", ["", "PG ID 0 PG GUID 0(default_pg) "])
+def test_among_ranks_that_all_timed_out_the_one_behind_in_the_group_s_sequence_is_where_the_hang_is(group: str) -> None:
+    """Ranks 0 and 2 wait in the group's collective 88; rank 1 is still in 87, so it never entered the one the others
+    wait in. Its pod is the best guess, though another pod's container ended first — and still a guess (below 0.9)."""
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, _timed_out(0, 88, group), finished=T0 - 5),
+                member("llm-worker-1", 1, _timed_out(1, 87, group), finished=T0),
+                member("llm-worker-2", 2, _timed_out(2, 88, group), finished=T0),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+    assert v.confidence < 0.9
+
+
+def test_sequence_numbers_of_different_process_groups_are_not_compared() -> None:
+    """Each process group counts its own collectives: a lower number in another group says nothing about who is
+    behind, so the member that timed out first stays the guess."""
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, _timed_out(0, 88, "PG ID 0 PG GUID 0(default_pg) "), finished=T0 - 5),
+                member("llm-worker-1", 1, _timed_out(1, 12, "PG ID 3 PG GUID 3(tp) "), finished=T0),
+                member("llm-worker-2", 2, _timed_out(2, 88, "PG ID 0 PG GUID 0(default_pg) "), finished=T0),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-0", "hang")
