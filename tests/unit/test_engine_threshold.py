@@ -63,8 +63,22 @@ NODE_CONDITIONS = (
     "  Ready            True    KubeletReady                 kubelet is posting ready status"
 )
 
+# Kubernetes' warnings of an operation it retries, as `kubectl describe pod` lists them for a pod that then ran: the
+# projected token volume's mount failing once, a pod waiting for a GPU node, an image pulled on the second try.
+KUBE_EVENTS = (
+    "Events:\n  Type     Reason            Age   From               Message\n"
+    "  Warning  FailedScheduling  12m   default-scheduler  0/6 nodes are available: 6 Insufficient nvidia.com/gpu.\n"
+    "  Normal   Scheduled         9m    default-scheduler  Successfully assigned ml/w-0 to gpu-3\n"
+    '  Warning  FailedMount       9m    kubelet            MountVolume.SetUp failed for volume "kube-api-access-7x" : '
+    'object "ml"/"kube-root-ca.crt" not registered\n'
+    '  Warning  Failed            9m    kubelet            Failed to pull image "reg.example/train:4": i/o timeout\n'
+    "  Normal   Started           8m    kubelet            Started container trainer"
+)
 
-@pytest.mark.parametrize("healthy", [LIGHTNING_START, HUB_RETRY, HUB_RETRY_DNS, URLLIB3_RETRY, NODE_CONDITIONS])
+
+@pytest.mark.parametrize(
+    "healthy", [LIGHTNING_START, HUB_RETRY, HUB_RETRY_DNS, URLLIB3_RETRY, NODE_CONDITIONS, KUBE_EVENTS]
+)
 def test_a_healthy_run_s_own_lines_do_not_outrank_the_program_s_error(healthy: str) -> None:
     log = f"{healthy}\nepoch 3 step 120 loss 1.93\n" + _raised("KeyError: 'labels'")
     assert _alone(log) == ("user_code", "python.exception")
@@ -125,3 +139,10 @@ def test_a_path_the_program_names_wrong_and_a_missing_mount_read_the_same_so_sta
 def test_a_permission_the_environment_refused_still_reaches_the_threshold() -> None:
     got, confidence = _decided(_raised("PermissionError: cannot write to /mnt/ckpt/exp12"))
     assert (got, confidence) == ("infra", PERMANENT)
+
+
+def test_kubernetes_warnings_alone_say_the_environment_below_the_threshold() -> None:
+    """A pod that never started shows only the warnings of what Kubernetes retried: the environment, likely."""
+    got, confidence = _decided(KUBE_EVENTS.rsplit("\n", 1)[0])
+    assert got == "infra"
+    assert confidence < PERMANENT
