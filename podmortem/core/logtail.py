@@ -181,7 +181,9 @@ def _glog_time(m: re.Match[str], near: float) -> float | None:
 # endpoint's or the network's words (a name that does not resolve, a host unreachable) in runs that go on — the hub's
 # client falls back to its cache — so it is no failure of the pod; a request that finally fails raises, and the
 # exception says so.
-_RETRIED_REQUEST = re.compile(r"^[^\n]*?(?:\bRetrying \(Retry\(total=|' thrown while requesting [A-Z]+ )[^\n]*\n?", re.M)
+_RETRIED_REQUEST = re.compile(
+    r"^[^\n]*?(?:\bRetrying \(Retry\(total=|' thrown while requesting [A-Z]+ )[^\n]*\n?", re.M
+)
 
 
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:

@@ -1,5 +1,5 @@
-"""The words a rule reads at the PermanentFailure threshold (0.9) belong to its family alone: words that a healthy run, a
-client that retries, a notice of a risk or a status table also print are narrowed to the family's own sentence, or
+"""The words a rule reads at the PermanentFailure threshold (0.9) belong to its family alone: words that a healthy run,
+a client that retries, a notice of a risk or a status table also print are narrowed to the family's own sentence, or
 read below 0.9 (docs/engine.md, "Which verdicts may reach 0.9"). The texts are written for these tests in the formats
 the tools print; each pod is read the way a pod watch sees it (the log tail and the exit code, no error file)."""
 
@@ -45,7 +45,7 @@ HUB_RETRY = (
 )
 HUB_RETRY_DNS = (
     "WARNING:huggingface_hub.utils._http:'(MaxRetryError(\"HTTPSConnectionPool(host='hub.example', port=443): Max "
-    "retries exceeded with url: /m/resolve/main/tokenizer.json (Caused by NameResolutionError(\"<urllib3.connection."
+    'retries exceeded with url: /m/resolve/main/tokenizer.json (Caused by NameResolutionError("<urllib3.connection.'
     "HTTPSConnection object at 0x7f02>: Failed to resolve 'hub.example' ([Errno -3] Temporary failure in name "
     "resolution)\"))\"), '(Request ID: 77aa)')' thrown while requesting HEAD https://hub.example/m/resolve/main/x.json"
 )
@@ -89,7 +89,7 @@ def test_a_healthy_run_s_own_lines_do_not_outrank_the_program_s_error(healthy: s
     [
         # the failures those words stand for, in their own sentences
         ("Epoch 7: Handling auto-requeue signal: 10", "preemption"),
-        ("  MemoryPressure   True    KubeletHasInsufficientMemory   kubelet has insufficient memory available", "host_oom"),
+        ("  MemoryPressure   True    KubeletHasInsufficientMemory   kubelet has insufficient memory", "host_oom"),
         ("Status: Failed\nReason: Evicted\nMessage: The node had condition: [DiskPressure].", "infra"),
         (
             _raised(
