@@ -54,6 +54,22 @@ URLLIB3_RETRY = (
     "by 'ReadTimeoutError(\"HTTPSConnectionPool(host='pkgs.example', port=443): Read timed out. (read timeout=15)\")': "
     "/simple/tokenizers/"
 )
+# Ray at start-up when the pod's /dev/shm is small: it puts its object store in /tmp, and the run goes on.
+RAY_OBJECT_STORE = (
+    "2026-11-27 06:20:11,402\tWARNING services.py:2070 -- WARNING: The object store is using /tmp instead of /dev/shm "
+    "because /dev/shm has only 67108864 bytes available. This will harm performance!"
+)
+# Libraries probed at start-up, and missing on purpose: NCCL's network plugin (NCCL_DEBUG=INFO), TensorFlow's CUDA
+# runtime on a CPU-only node.
+NCCL_PLUGIN_PROBE = (
+    "w-0:88:88 [0] NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared "
+    "object file: No such file or directory\nw-0:88:88 [0] NCCL INFO NET/Plugin : No plugin found, using internal "
+    "implementation"
+)
+TF_DLOPEN = (
+    "2026-11-27 06:20:12.551 W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic "
+    "library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot open shared object file: No such file or directory"
+)
 # A node's conditions as `kubectl describe node` lists them on a healthy node.
 NODE_CONDITIONS = (
     "Conditions:\n  Type             Status  Reason                       Message\n"
@@ -77,7 +93,18 @@ KUBE_EVENTS = (
 
 
 @pytest.mark.parametrize(
-    "healthy", [LIGHTNING_START, HUB_RETRY, HUB_RETRY_DNS, URLLIB3_RETRY, NODE_CONDITIONS, KUBE_EVENTS]
+    "healthy",
+    [
+        LIGHTNING_START,
+        HUB_RETRY,
+        HUB_RETRY_DNS,
+        URLLIB3_RETRY,
+        RAY_OBJECT_STORE,
+        NODE_CONDITIONS,
+        KUBE_EVENTS,
+        NCCL_PLUGIN_PROBE,
+        TF_DLOPEN,
+    ],
 )
 def test_a_healthy_run_s_own_lines_do_not_outrank_the_program_s_error(healthy: str) -> None:
     log = f"{healthy}\nepoch 3 step 120 loss 1.93\n" + _raised("KeyError: 'labels'")
@@ -91,6 +118,7 @@ def test_a_healthy_run_s_own_lines_do_not_outrank_the_program_s_error(healthy: s
         ("Epoch 7: Handling auto-requeue signal: 10", "preemption"),
         ("  MemoryPressure   True    KubeletHasInsufficientMemory   kubelet has insufficient memory", "host_oom"),
         ("Status: Failed\nReason: Evicted\nMessage: The node had condition: [DiskPressure].", "infra"),
+        ("misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Qx1 to 9637892 bytes", "infra"),
         (
             _raised(
                 "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='hub.example', port=443): Max retries "
@@ -146,3 +174,14 @@ def test_kubernetes_warnings_alone_say_the_environment_below_the_threshold() -> 
     got, confidence = _decided(KUBE_EVENTS.rsplit("\n", 1)[0])
     assert got == "infra"
     assert confidence < PERMANENT
+
+
+def test_a_library_probed_at_start_up_does_not_make_a_victim_a_failure_of_its_own() -> None:
+    timed_out = (
+        "[rank1]:[E1127 06:41:00.100 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=88, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+    )
+    f = assess(member("w-1", 1, f"{NCCL_PLUGIN_PROBE}\n{timed_out}"))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+    missing = "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"
+    assert _alone(_raised(missing))[0] == "infra"
