@@ -70,6 +70,8 @@ TF_DLOPEN = (
     "2026-11-27 06:20:12.551 W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic "
     "library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot open shared object file: No such file or directory"
 )
+# The NIC telling NCCL of an event that is no failure: the RoCE GID table changed (an address added to the interface).
+IB_GID_CHANGE = "w-0:88:120 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_2:1 Got async event : GID table change"
 # A node's conditions as `kubectl describe node` lists them on a healthy node.
 NODE_CONDITIONS = (
     "Conditions:\n  Type             Status  Reason                       Message\n"
@@ -104,6 +106,7 @@ KUBE_EVENTS = (
         KUBE_EVENTS,
         NCCL_PLUGIN_PROBE,
         TF_DLOPEN,
+        IB_GID_CHANGE,
     ],
 )
 def test_a_healthy_run_s_own_lines_do_not_outrank_the_program_s_error(healthy: str) -> None:
@@ -119,6 +122,7 @@ def test_a_healthy_run_s_own_lines_do_not_outrank_the_program_s_error(healthy: s
         ("  MemoryPressure   True    KubeletHasInsufficientMemory   kubelet has insufficient memory", "host_oom"),
         ("Status: Failed\nReason: Evicted\nMessage: The node had condition: [DiskPressure].", "infra"),
         ("misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Qx1 to 9637892 bytes", "infra"),
+        ("w-0:88:120 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_2:1 Got async event : port error", "network"),
         (
             _raised(
                 "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='hub.example', port=443): Max retries "
