@@ -96,6 +96,72 @@ _WATCHDOG_WORK = re.compile(
 _TOLD_TO_STOP = re.compile(
     r"death signal|got signal: ?(?:15|SIGTERM)\b|SIGTERM received|Killing subprocess \d|CANCELLED AT"
 )
+# An MPI launcher's report of one process's death, printed by the launcher (mpirun, mpiexec, Hydra) on behalf of the
+# process, which often prints nothing itself (SIGKILL, SIGSEGV): Open MPI's "mpirun noticed that process rank 10 with
+# PID 77 on node worker-1 exited on signal 9 (Killed)", its "detected that one or more processes exited with non-zero
+# status ... Process name: [[29973,1],0] Exit code: 1", MPICH's and Intel MPI's Hydra banner "BAD TERMINATION OF ONE
+# OF YOUR APPLICATION PROCESSES / RANK 0 PID 1234 RUNNING AT node1 / EXIT CODE: 9" (Hydra's exit code of a process
+# killed by a signal is the signal's number: "EXIT STRING: Killed (signal 9)"; "KILLED BY SIGNAL: 9"). Bounded
+# repeats: linear on any input.
+_OMPI_NOTICED = re.compile(
+    r"noticed that process rank (\d{1,7}) with PID \S{1,20} on node ([\w.-]{1,253}) exited(?:\s{1,20}on\s{1,20}signal"
+    r" (\d{1,2}))?"
+)
+_OMPI_FIRST = re.compile(
+    r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}\[\[\d{1,10},\d{1,10}\],"
+    r"(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
+)
+_OMPI_NONZERO = re.compile(r"Primary job\s{1,20}terminated normally, but 1 process returned")
+_HYDRA_BAD = re.compile(
+    r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES[\s=]{0,200}(?:RANK (\d{1,7}) )?PID \d{1,10} RUNNING AT "
+    r"([\w.-]{1,253})(?:[\s=]{0,200}(?:EXIT CODE|KILLED BY SIGNAL): (\d{1,3}))?"
+)
+_HYDRA_EXIT_STRING = re.compile(r"TERMINATED WITH THE EXIT STRING: [^\n(]{0,80}\(signal (\d{1,2})\)")
+# Exit codes Hydra gives a process killed by a signal: the signal's number.
+_HYDRA_SIGNALS = frozenset({4, 6, 7, 8, 9, 11})
+
+
+@dataclass(frozen=True)
+class LauncherReport:
+    """An MPI launcher's word that one process died: its rank and host when named, and how it ended (a signal, else an
+    exit code; neither when the report is cut off before it)."""
+
+    text: str
+    rank: int | None = None
+    host: str = ""
+    signal: int | None = None
+    exit_code: int | None = None
+
+
+def launcher_report(text: str) -> LauncherReport | None:
+    """The MPI launcher's report of a process's death in `text` (see _OMPI_NOTICED), or None."""
+    if "rank" not in text and "RANK" not in text and "Primary job" not in text and "RUNNING AT" not in text:
+        return None
+    if m := _OMPI_NOTICED.search(text):
+        died = int(m.group(3)) if m.group(3) else None
+        return LauncherReport(_line_at(text, m.start()), int(m.group(1)), m.group(2), died)
+    if m := _OMPI_FIRST.search(text):
+        return LauncherReport(_line_at(text, m.start()), int(m.group(1)), exit_code=int(m.group(2)))
+    if m := _HYDRA_BAD.search(text):
+        rank = int(m.group(1)) if m.group(1) else None
+        code = int(m.group(3)) if m.group(3) else None
+        sig: int | None = None
+        if s := _HYDRA_EXIT_STRING.search(text):
+            sig, code = int(s.group(1)), None
+        elif code is not None and (code in _HYDRA_SIGNALS or 128 < code < 160):
+            sig, code = (code - 128 if code > 128 else code), None
+        return LauncherReport(_line_at(text, m.start()), rank, m.group(2), sig, code)
+    if m := _OMPI_NONZERO.search(text):
+        return LauncherReport(_line_at(text, m.start()))
+    return None
+
+
+def _line_at(text: str, at: int) -> str:
+    a = text.rfind("\n", 0, at) + 1
+    b = text.find("\n", at)
+    return text[a : b if b >= 0 else len(text)].strip()
+
+
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -137,6 +203,7 @@ class LogFacts:
     # The launcher said the pod was told to stop (_TOLD_TO_STOP) before the first exception line: what it raised
     # after that is the stop's consequence.
     stopped_first: bool = False
+    report: LauncherReport | None = None  # an MPI launcher's report of a process's death
 
     @property
     def silent_ranks(self) -> tuple[int, ...]:
@@ -345,9 +412,11 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     agent_code = _agent_exit(text)
     desync = collective_desync(text)
     first_exception = exceptions[order[0]] if order else (loose[0] if loose else "")
+    report = launcher_report(text)
     stop = _TOLD_TO_STOP.search(text) if first_exception else None
     stopped_first = stop is not None and stop.start() < text.find(first_exception)
     facts = LogFacts(
+        report=report,
         stopped_first=stopped_first,
         desync=desync,
         agent_exitcode=agent_code,
@@ -374,6 +443,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     if s_rank is not None:
         ranks.add(s_rank)
     return LogFacts(
+        report=report,
         stopped_first=stopped_first,
         desync=desync,
         agent_exitcode=agent_code,

@@ -5,12 +5,13 @@ way a pod watch sees it (the log tail and the exit code, no error file)."""
 
 from __future__ import annotations
 
+import pytest
 from support.members import member
 
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.errorfile import exception_type_of
-from podmortem.core.model import Incident, JobRef, Member
+from podmortem.core.model import LOW_CONFIDENCE, Incident, JobRef, Member
 
 WATCHDOG = (
     "[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
@@ -48,4 +49,59 @@ def test_a_worker_that_left_no_error_file_exited_on_its_own_while_its_peers_wait
         "Error msg: Process failed with exitcode 1\n"
     )
     v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, log), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "user_code")
+
+
+OMPI_KILLED = (
+    "Primary job  terminated normally, but 1 process returned\n"
+    "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+    "--------------------------------------------------------------------------\n"
+    "mpirun noticed that process rank 3 with PID 4711 on node {host} exited on signal {sig} ({name}).\n"
+    "--------------------------------------------------------------------------\n"
+)
+HYDRA_KILLED = (
+    "===================================================================================\n"
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    "=   RANK 2 PID 9665 RUNNING AT {host}\n"
+    "=   EXIT CODE: {sig}\n"
+    "=   CLEANING UP REMAINING PROCESSES\n"
+    "===================================================================================\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("report", "category"),
+    [
+        (OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed"), "host_oom"),
+        (OMPI_KILLED.format(host="gpu-17", sig=11, name="Segmentation fault"), "crash"),
+        (HYDRA_KILLED.format(host="gpu-17", sig=9), "host_oom"),
+        (HYDRA_KILLED.format(host="gpu-17", sig=139), "crash"),
+    ],
+)
+def test_an_mpi_launcher_s_report_of_a_death_is_that_process_s_own_failure(report: str, category: str) -> None:
+    """The launcher reports the process it saw die and the signal it died of; the process itself printed nothing (a
+    SIGKILL, a SIGSEGV). Its peers timed out or lost it: they are its victims, not a hang. No member hosts the reported
+    process here: the member whose log carries the report. Never certain: the launcher's word is second-hand."""
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, PEER_CLOSED), member("w-2", 2, report)))
+    assert (v.pod, v.category) == ("w-2", category)
+    assert v.confidence < LOW_CONFIDENCE
+
+
+def test_an_mpi_launcher_s_report_blames_the_member_that_hosts_the_rank() -> None:
+    """An MPIJob's launcher prints the report; the rank ran on a worker, whose own log shows it hosts that rank (or is
+    the host the report names)."""
+    hosting = "[rank3]: step 88 loss 1.93\n[rank3]: step 89 loss 1.91\n"
+    report = OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed")
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, hosting), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "host_oom")
+    by_host = OMPI_KILLED.format(host="w-2", sig=11, name="Segmentation fault")
+    v = decide(_incident(member("w-0", 0, by_host), member("w-1", 1, WATCHDOG), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-2", "crash")
+
+
+def test_an_mpi_launcher_s_report_yields_to_a_failure_in_words_of_its_own() -> None:
+    """A member's own exception says more than the launcher's report of the process that died of it."""
+    own = "Traceback (most recent call last):\n  File \"t.py\", line 3\nKeyError: 'labels'\n"
+    report = OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed")
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, own), member("w-2", 2, PEER_CLOSED)))
     assert (v.pod, v.category) == ("w-1", "user_code")
