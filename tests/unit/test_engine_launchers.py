@@ -105,3 +105,20 @@ def test_an_mpi_launcher_s_report_yields_to_a_failure_in_words_of_its_own() -> N
     report = OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed")
     v = decide(_incident(member("w-0", 0, report), member("w-1", 1, own), member("w-2", 2, PEER_CLOSED)))
     assert (v.pod, v.category) == ("w-1", "user_code")
+
+
+@pytest.mark.parametrize(
+    "warning",
+    [
+        "misc/argcheck.cc:39 NCCL WARN Broadcast : invalid root 4 (root should be in the 0..3 range)",
+        "misc/argcheck.cc:47 NCCL WARN AllReduce : invalid type 12",
+        "misc/argcheck.cc:30 NCCL WARN AllGather : recvbuff argument is NULL",
+    ],
+)
+def test_nccl_s_argument_check_is_the_program_s_call(warning: str) -> None:
+    """NCCL warns of the argument it refused before the collective returns ncclInvalidArgument; the rank then exits.
+    The program's call, the same on every retry; a warning line alone stays below the threshold."""
+    log = f"w1:126624:126758 [1] {warning}\nw1:126624:126758 [1] NCCL INFO enqueue.cc:1450 -> 4\n"
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, log), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
+    assert v.confidence < 0.9
