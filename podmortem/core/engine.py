@@ -438,11 +438,14 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     )
 
 
-def _choose_reported(reports: Sequence[Finding], findings: Sequence[Finding]) -> _Root:
+def _choose_reported(
+    reports: Sequence[Finding], findings: Sequence[Finding], placed_only: bool = False
+) -> _Root | None:
     """An MPI launcher (mpirun, mpiexec, Hydra) reported one process's death: its own failure, which the process often
     could not print (SIGKILL, SIGSEGV). The member whose own log shows it hosts the reported rank, else the member named
-    as the report's host, else the member whose log carries the report (the launcher runs beside it, or it is the one
-    pod); the category the report's signal or exit code names."""
+    as the report's host (its name, node or address), else the member whose log carries the report (the launcher runs
+    beside it, or it is the one pod); the category the report's signal or exit code names. With `placed_only` (a member
+    exited non-zero without words: it may be the process the report names), None unless a member is named."""
     rep = min(reports, key=_waited_first)
     report = rep.report
     assert report is not None
@@ -451,7 +454,16 @@ def _choose_reported(reports: Sequence[Finding], findings: Sequence[Finding]) ->
     by_node = {f.member.node: f for f in findings if f.member.node and on_node[f.member.node] == 1}
     owner = _rank_owners(findings, assume_node_ranks=False).get(report.rank) if report.rank is not None else None
     host = report.host
-    found = pods.get(owner or "") or pods.get(host) or pods.get(host.split(".", 1)[0]) or by_node.get(host)
+    by_ip = {f.member.pod_ip: f for f in findings if f.member.pod_ip}
+    found = (
+        pods.get(owner or "")
+        or pods.get(host)
+        or pods.get(host.split(".", 1)[0])
+        or by_node.get(host)
+        or by_ip.get(host)
+    )
+    if found is None and placed_only:
+        return None
     root = found or rep
     rule = rep.report_rule
     where = f" (its log shows rank {report.rank})" if owner is not None else (f" ({host})" if found else "")
@@ -794,10 +806,14 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
         alone = _others_echo(findings) and len(weak) == 1  # nobody else failed on their own, not even by exit code
         root = _choose_primary([f for f in weak if f.source != "termination"], named, alone)
-    elif reports and not any(f.source != "termination" for f in weak):
+    elif (
+        reports
+        and not any(f.source != "termination" for f in weak)
+        and (reported := _choose_reported(reports, findings, placed_only=bool(weak))) is not None
+    ):
         # No member failed in words of its own, and an MPI launcher reports a process's death: that process's own
         # failure, not a hang among its peers that waited for it.
-        root = _choose_reported(reports, findings)
+        root = reported
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [

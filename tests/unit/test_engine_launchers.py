@@ -5,6 +5,8 @@ way a pod watch sees it (the log tail and the exit code, no error file)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from support.members import member
 
@@ -122,3 +124,18 @@ def test_nccl_s_argument_check_is_the_program_s_call(warning: str) -> None:
     v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, log), member("w-2", 2, PEER_CLOSED)))
     assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
     assert v.confidence < 0.9
+
+
+def test_an_mpi_launcher_s_report_that_names_no_member_yields_to_one_that_exited_without_words() -> None:
+    """The report names a host no member is on; a member exited non-zero without a word: it may be the process the
+    report names (its words lost), so the report does not pick the member that carries it. The report still names a
+    member by its address."""
+    report = OMPI_KILLED.format(host="10.9.9.9", sig=9, name="Killed")
+    exited = member("w-1", 1, "")
+    v = decide(_incident(member("w-0", 0, report), exited, member("w-2", 2, PEER_CLOSED)))
+    assert v.pod == "w-1"
+    by_ip = OMPI_KILLED.format(host="10.0.0.3", sig=9, name="Killed")
+    members = [member("w-0", 0, by_ip), exited, member("w-2", 2, PEER_CLOSED)]
+    members = [dataclasses.replace(m, pod_ip=f"10.0.0.{m.rank + 1 if m.rank is not None else 0}") for m in members]
+    v = decide(_incident(*members))
+    assert (v.pod, v.category) == ("w-2", "host_oom")
