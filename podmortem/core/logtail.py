@@ -75,7 +75,7 @@ _LAUNCHER_PREFIX = re.compile(
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)":
 # the same fact in other words.
 _AGENT_EXIT = re.compile(
-    r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,3})\b"
+    r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
     r"|\) FAILED \(exitcode (-?\d{1,3})\)"
@@ -162,6 +162,16 @@ def _line_at(text: str, at: int) -> str:
     return text[a : b if b >= 0 else len(text)].strip()
 
 
+# A Windows process that crashed exits with the exception's NTSTATUS (Microsoft's ntstatus.h; Python's subprocess shows
+# it unsigned, "returned non-zero exit status 3221225477"): the POSIX signal of the same fault.
+_NTSTATUS_SIGNALS = {
+    0xC0000005: 11,  # STATUS_ACCESS_VIOLATION
+    0xC00000FD: 11,  # STATUS_STACK_OVERFLOW
+    0xC000001D: 4,  # STATUS_ILLEGAL_INSTRUCTION
+    0xC0000094: 8,  # STATUS_INTEGER_DIVIDE_BY_ZERO
+    0xC0000409: 6,  # STATUS_STACK_BUFFER_OVERRUN (a fail-fast abort)
+    0xC0000374: 6,  # STATUS_HEAP_CORRUPTION
+}
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -274,6 +284,9 @@ def _agent_exit(text: str) -> int | None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
     value = int(code or ds or sub or srun or lightning or no_file)
+    if not -256 < value < 256:  # a Windows process's status (NTSTATUS, unsigned or signed 32 bits)
+        number = _NTSTATUS_SIGNALS.get(value & 0xFFFFFFFF)
+        return -number if number is not None else None
     # A worker run through a shell reports a signal death as 128 + N (137: SIGKILL, 139: SIGSEGV).
     return -(value - 128) if 128 < value < 160 else value
 

@@ -139,3 +139,21 @@ def test_an_mpi_launcher_s_report_that_names_no_member_yields_to_one_that_exited
     members = [dataclasses.replace(m, pod_ip=f"10.0.0.{m.rank + 1 if m.rank is not None else 0}") for m in members]
     v = decide(_incident(*members))
     assert (v.pod, v.category) == ("w-2", "host_oom")
+
+
+@pytest.mark.parametrize(
+    ("status", "category"),
+    [("3221225477", "crash"), ("-1073741819", "crash"), ("3221225725", "crash"), ("3221226505", "crash")],
+)
+def test_a_windows_worker_s_crash_status_is_its_native_crash(status: str, category: str) -> None:
+    """A Windows process that crashed exits with the exception's NTSTATUS (0xC0000005 access violation, 0xC00000FD
+    stack overflow, 0xC0000409 a fail-fast abort); a subprocess launcher prints it as a number: a native crash, as
+    SIGSEGV is, not an exit code of the program's own."""
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "launch.py", line 704, in simple_launcher\n'
+        "subprocess.CalledProcessError: Command '['python.exe', 'train.py']' returned non-zero exit status "
+        f"{status}.\n"
+    )
+    v = decide(_incident(member("w-0", 0, PEER_CLOSED), member("w-1", 1, log)))
+    assert (v.pod, v.category) == ("w-1", category)
