@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         "fresh3 = a second split built before any rule of that issue's second round changed, scored once at its end; "
         "fresh4 = a third, collected by people who write no rules, frozen before the third round's rules changed; "
         "fresh5 = a fourth, collected the same way after fresh4's scoring and frozen before the fifth round's rules; "
-        "fresh6 = a fifth, collected the same way by three people after fresh5's scoring, frozen before the seventh round's rules",
+        "fresh6 = a fifth, collected the same way by three people after fresh5's scoring, frozen before the seventh "
+        "round's rules",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument(
