@@ -36,12 +36,14 @@ TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt
 PEER_ADDR = re.compile(r"\[([0-9a-fA-F.:]{2,45}+)\]:\d")
 # A victim naming the culprit, in its own words: the rank it waited for (torch's monitored barrier "from rank 0" /
 # "check rank 0 logs", ProcessGroupNCCL's dump signal "from  rank 3" (two spaces), rank 0's "Rank 3 failed to pass
-# monitoredBarrier", mpirun's "process rank 1 with PID", the c10d store's "crash on rank 0"), or the peer's host
+# monitoredBarrier", mpirun's "process rank 1 with PID", the c10d store's "crash on rank 0", Horovod's stalled tensor
+# "[missing ranks: 2]"), or the peer's host
 # (NCCL's "Call to recv from 10.0.0.7<4242>" and "Connection closed by remote peer host<port>", MPI's "on node
 # worker-1", MPICH's "RANK 1 PID 77 RUNNING AT worker-1"). Bounded repeats: linear on any input.
 NAMED_RANK = re.compile(
     r"\b(?:from|check|on) {1,2}rank (\d{1,6})\b|\bRank (\d{1,6}) failed to pass monitoredBarrier"
     r"|\bprocess rank (\d{1,6}) with PID|\bRANK (\d{1,6}) PID \d{1,10} RUNNING AT\b"
+    r"|\[missing ranks: (\d{1,6})[\],]"
 )
 NAMED_HOST = re.compile(
     r"\bremote peer \[?([\w.-]{1,253}?)(?:<\d{1,5}>|\]|\s|$)|\b(?:on node|RUNNING AT) \[?([\w.-]{1,253})"
