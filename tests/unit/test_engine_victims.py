@@ -384,11 +384,14 @@ OTHER_RUNTIMES_VICTIMS = [
     ("HorovodAllreduce_grads_dense_kernel_0 [missing ranks: 4]", "timeout"),
     # Ray and Dask: the actor or the peer it called is gone
     ("ray.exceptions.ActorUnavailableError: The actor 9f0e is unavailable: connection lost.", "peer"),
-    ("distributed.comm.core.CommClosedError: in <TCP (closed) Worker.gather_dep local=tcp://w1 remote=tcp://w2>", "peer"),
-    ("2026-11-27 06:40:00,118 - distributed.worker - ERROR - Worker stream died during communication: tcp://w2", "peer"),
+    ("distributed.comm.core.CommClosedError: in <TCP (closed) Worker.gather_dep remote=tcp://w2>", "peer"),
+    ("2026-11-27 06:40:00 - distributed.worker - ERROR - Worker stream died during communication: tcp://w2", "peer"),
     # torch elastic's agent told to stop (older Pythons print the signal's enum name); srun stopping a step
-    ("W1127 06:40:00.118 41 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
-     "signal, shutting down workers", "teardown"),
+    (
+        "W1127 06:40:00.118 41 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+        "signal, shutting down workers",
+        "teardown",
+    ),
     ("srun: launch/slurm: _step_signal: Terminating StepId=4012.0", "teardown"),
     # MPI launchers: mpirun passing on the SIGTERM it was sent; Hydra's mpiexec after one of its processes died
     ("mpirun: Forwarding signal 15 to job", "teardown"),
@@ -399,7 +402,10 @@ OTHER_RUNTIMES_VICTIMS = [
     ),
     # JAX's shutdown barrier that some task never reached; torch RPC's call to another worker unanswered in time
     ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Shutdown barrier has failed.", "store"),
-    ("RuntimeError: RPCErr:1:RPC ran for more than set timeout (60000 ms) and will now be marked with an error", "timeout"),
+    (
+        "RuntimeError: RPCErr:1:RPC ran for more than set timeout (60000 ms) and will now be marked with an error",
+        "timeout",
+    ),
     # the watchdog's exception known only by its origin; an agent's traceback cut off inside the rendezvous
     ("Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:618", "timeout"),
     (
@@ -442,7 +448,9 @@ def test_a_preemption_named_as_one_possible_cause_is_not_a_preemption(line: str)
 
 
 def test_a_preemption_stated_as_what_happened_stays_a_preemption() -> None:
-    f = assess(member("p", 0, "submitit WARNING (2026-11-27 06:40:00) - Bypassing signal SIGTERM: this job is preempted"))
+    f = assess(
+        member("p", 0, "submitit WARNING (2026-11-27 06:40:00) - Bypassing signal SIGTERM: this job is preempted")
+    )
     assert f.category == "preemption"
 
 
@@ -473,3 +481,16 @@ def test_a_rank_s_own_collective_timeout_record_is_not_read_as_a_waiting_peer_s_
     )
     f = assess(member("p", 0, line))
     assert f.rule is not None and f.rule.id not in ("log.another-waited", "message.another-waited")
+
+
+def test_a_remote_endpoint_closing_is_not_read_as_a_member_gone() -> None:
+    """The plain-words rule names members of the job (rank, task, worker, node...), not "the remote host", which the
+    endpoint of an upload or a download is as well."""
+    f = assess(member("p", 0, "ERROR: the remote host closed the connection while uploading checkpoint step_900"))
+    assert f.role == "primary"
+
+
+def test_other_ranks_failing_a_program_s_check_is_the_program_s_error() -> None:
+    """A program's own check says "failed" of other ranks too: the plain-words rule reads deaths and departures."""
+    f = assess(member("p", 0, "AssertionError: world size mismatch: other ranks failed the shape check"))
+    assert (f.role, f.category) == ("primary", "user_code")
