@@ -117,7 +117,11 @@ class _JobState:
     # wait; the quorum timer still closes the incident).
     capturing: bool = False
     restored_final: bool = False  # its final verdict was published before a restart (`Restored`)
-    stalled_at: float | None = None  # its provisional verdict on a stall was published (not withdrawn)
+    # A provisional verdict on a stall is out (not withdrawn): the moment that stall was first seen.
+    stalled_at: float | None = None
+    # The stall going on was first seen then (`IncidentBook.stalling`): every provisional verdict on it
+    # says this moment, however often it is asked again; the next stall begins after progress.
+    stall_since: float | None = None
 
     @property
     def incident_id(self) -> str:
@@ -222,6 +226,7 @@ class IncidentBook:
         counted and its stall's moment kept (the verdict on the failure that follows says it)."""
         state = self._job(job, attempt)
         state.revision, state.stalled_at = restored.revision, restored.stalled_at
+        state.stall_since = restored.stalled_at
         if not restored.provisional:  # a provisional verdict leaves the incident unopened, as it found it
             state.verdict, state.closed_by = restored.verdict, restored.closed_by
             state.opened_at, state.restored_final = restored.opened_at, restored.final
@@ -385,6 +390,18 @@ class IncidentBook:
         state = self._jobs.get(key)
         return state is not None and state.opened_at is None and state.stalled_at is not None
 
+    def stalling(self, key: JobKey, on: bool) -> None:
+        """The stall desk saw every member quiet (`on`): a stall begins now, unless one is going on (its
+        first moment stays, however often the job is asked again); or the job made progress that held
+        (not `on`): the next stall is a new one."""
+        state = self._jobs.get(key)
+        if state is None:
+            return
+        if not on:
+            state.stall_since = None
+        elif state.stall_since is None:
+            state.stall_since = self._clock()
+
     def failed(self, key: JobKey) -> bool:
         """Has this job attempt's incident opened (something failed)?"""
         state = self._jobs.get(key)
@@ -433,7 +450,10 @@ class IncidentBook:
             return  # it failed while this was decided: the verdict on the failure takes over
         state.revision += 1
         decided_at = self._clock()
-        state.stalled_at = decided_at if closed_by == "stall" else None  # "resumed": withdrawn
+        if closed_by == "stall":  # the moment the stall was first seen (before its captures were asked for)
+            state.stalled_at = state.stall_since if state.stall_since is not None else decided_at
+        else:  # "resumed": withdrawn
+            state.stalled_at = state.stall_since = None
         self._publish(
             Decision(
                 incident=dataclasses.replace(incident, stalled_at=state.stalled_at),

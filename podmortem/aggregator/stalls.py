@@ -12,9 +12,11 @@ before that, in two moments:
   condition is written, only annotations (`final: false`), an Event, the verdict file and a metric.
   If a member then makes progress again and the job has not failed within `resume_grace` (its first
   log lines after a stall may be the timeout's own), the stall was a false alarm: the provisional
-  verdict is withdrawn and `podmortem_stall_false_alarms_total` counts it. A job that moves and stalls
-  again within the grace counts a false alarm too, and is asked again: the earlier stacks are stale (a
-  slow start-up is silent too).
+  verdict is withdrawn and `podmortem_stall_false_alarms_total` counts it. A job that moves and is quiet
+  again within the grace is the same stall going on: it is asked again (the earlier stacks may be stale:
+  a slow start-up is silent too), and its moment stays the one first seen (`IncidentBook.stalling`: the
+  moment every provisional verdict on it says). A new stall, with a moment of its own, begins only
+  after progress that outlasted the grace.
 * **the first timeout** — among the first failures of a job attempt (`FIRST_FAILURES`), one the engine
   judges a hang (a collective or watchdog timeout: `core.assess`, not text matched here) makes the desk
   send a `CaptureRequest` (trigger `first_timeout`) to every member at once, the reporter included (its
@@ -168,10 +170,10 @@ class StallDesk:
         stalled = self.book.stalled(job)
         if stalled and not watch.stalled:
             watch.stalled = True
-            if watch.resume_timer is not None:  # it moved, and stopped again: the first stall was a false alarm
+            if watch.resume_timer is not None:  # quiet again within the grace: the same stall, asked again
                 watch.resume_timer.cancel()
                 watch.resume_timer = None
-                self._false_alarm(job)
+            self.book.stalling(job, True)
             log.warning(
                 "incident %s: every member is quiet (stalled); asking their sidecars for captures",
                 self.book.incident_id(job),
@@ -190,20 +192,23 @@ class StallDesk:
             return  # quiet again, or it failed after all: the stall was real
         if watch.round is not None and watch.round.trigger == "stall":
             self._end_round(job, watch, decide=False)
-        self._false_alarm(job)
-        if watch.published:
-            watch.published = False
-            self.book.provisional(
-                job,
-                "resumed",
-                "the job made progress again after every member had gone quiet: the provisional hang verdict "
-                "is withdrawn (a false alarm of stall detection)",
-            )
-
-    def _false_alarm(self, job: JobKey) -> None:
         if self.metrics is not None:
             self.metrics.false_alarms.inc()
         log.warning("incident %s: progress again after a stall (a false alarm)", self.book.incident_id(job))
+        self._withdraw(
+            job,
+            watch,
+            "the job made progress again after every member had gone quiet: the provisional hang verdict is "
+            "withdrawn (a false alarm of stall detection)",
+        )
+
+    def _withdraw(self, job: JobKey, watch: _Watch, note: str) -> None:
+        """The stall is over and nothing failed: its provisional verdict, if out, is withdrawn (`note` says
+        why), and the next stall is a new one."""
+        if watch.published:
+            watch.published = False
+            self.book.provisional(job, "resumed", note)
+        self.book.stalling(job, False)
 
     def _failure(self, key: MemberKey) -> None:
         watch = self._watch(key.job)

@@ -1,13 +1,17 @@
 """Capture requests over real gRPC streams: the aggregator writes a `CaptureRequest` onto the streams its
 sidecars already have when every member went quiet, publishes a provisional verdict file once they
-answered, and keeps the activity and captures in its state file across a restart."""
+answered, keeps the stall's first moment however often it asks again, and keeps the activity and
+captures in its state file across a restart."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -19,20 +23,42 @@ from podmortem.aggregator.config import AggregatorConfig
 from podmortem.aggregator.running import Aggregator
 
 
-@pytest.fixture
-async def aggregator(tmp_path: Path) -> AsyncIterator[Aggregator]:
+def serving(tmp_path: Path, clock: Callable[[], float] = time.time, **desk: float) -> Aggregator:
+    """An aggregator with a verdict directory and a state file under `tmp_path` (not started). `desk`: the
+    stall desk's timings, set before `start` takes up the stalls the state file kept."""
     config = AggregatorConfig(
         listen="127.0.0.1:0",
         metrics_listen="",
         verdict_dir=str(tmp_path / "verdicts"),
         state_dir=str(tmp_path / "state"),
     )
-    agg = Aggregator(config, registry=CollectorRegistry())
+    agg = Aggregator(config, registry=CollectorRegistry(), clock=clock)
+    for name, value in desk.items():
+        assert hasattr(agg.stalls, name), name
+        setattr(agg.stalls, name, value)
+    return agg
+
+
+@contextlib.asynccontextmanager
+async def running(agg: Aggregator) -> AsyncIterator[Aggregator]:
     await agg.start()
     try:
         yield agg
     finally:
         await agg.stop(grace=1)
+
+
+@pytest.fixture
+async def aggregator(tmp_path: Path) -> AsyncIterator[Aggregator]:
+    async with running(serving(tmp_path)) as agg:
+        yield agg
+
+
+def verdict(tmp_path: Path) -> dict[str, Any]:
+    """The job's one verdict file, as last written (every revision replaces it)."""
+    [path] = (tmp_path / "verdicts").glob("*.json")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
 
 
 async def test_a_stalled_job_is_asked_over_its_streams_and_gets_a_provisional_verdict(
@@ -56,7 +82,7 @@ async def test_a_stalled_job_is_asked_over_its_streams_and_gets_a_provisional_ve
         doc = json.loads(path.read_text())
         assert (doc["provisional"], doc["final"], doc["closed_by"]) == (True, False, "stall")
         assert doc["incident"]["opened_at"] is None
-        assert doc["incident"]["stalled_at"] == doc["decided_at"]  # the incident page draws this moment
+        assert doc["incident"]["stalled_at"] <= doc["decided_at"]  # first seen, then asked: the page draws it
         category = doc["verdict"]["category"] or "none"
         sample = aggregator.metrics.registry.get_sample_value
         assert sample("podmortem_provisional_verdicts_total", {"category": category}) == 1
@@ -99,3 +125,42 @@ async def test_a_sidecar_that_does_not_answer_captures_gets_no_request(aggregato
     finally:
         await capturing.close()
         await plain.channel.close()
+
+
+async def test_a_stall_asked_again_within_the_grace_keeps_the_moment_it_was_first_seen(tmp_path: Path) -> None:
+    # The job moves and is quiet again within the grace (a silent start-up, then the hang): its sidecars are
+    # asked again, and every provisional verdict on that stall says when it was first seen, not when a round
+    # of captures came back. The aggregator's clock is the test's: each moment is exact.
+    now = [time.time()]
+    async with running(serving(tmp_path, clock=lambda: now[0])) as agg:
+        sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i) for i in range(2)]
+        try:
+            for s in sidecars:
+                await s.register()
+            seen = now[0]
+            for i, s in enumerate(sidecars):
+                await s.send(quiet(f"llm-worker-{i}"))
+            requests = [await s.request() for s in sidecars]
+            now[0] += 5  # the captures take a while
+            for i, s in enumerate(sidecars):
+                await s.send(answer(f"llm-worker-{i}", requests[i], i))
+            await eventually(lambda: any((tmp_path / "verdicts").glob("*.json")), "the stall's verdict")
+            first = verdict(tmp_path)
+            assert (first["closed_by"], first["revision"], first["decided_at"]) == ("stall", 1, seen + 5)
+            now[0] += 2
+            await sidecars[0].send(quiet("llm-worker-0", n=2, quiet=False))  # moves ...
+            await sidecars[0].send(quiet("llm-worker-0", n=3))  # ... and is quiet again, within the grace
+            again = [await s.request() for s in sidecars]
+            assert [r.request_id for r in again] == ["ml:llm:0/stall/2"] * 2
+            now[0] += 5
+            for i, s in enumerate(sidecars):
+                await s.send(answer(f"llm-worker-{i}", again[i], i, n=2))
+            await eventually(lambda: verdict(tmp_path)["revision"] == 2, "the second round's verdict")
+            second = verdict(tmp_path)
+            assert (second["closed_by"], second["decided_at"]) == ("stall", seen + 12)
+            assert second["incident"]["stalled_at"] == first["incident"]["stalled_at"]  # asking again moves nothing
+            assert first["incident"]["stalled_at"] == seen  # when every member was seen quiet
+            assert agg.metrics.registry.get_sample_value("podmortem_stall_false_alarms_total") == 0
+        finally:
+            for s in sidecars:
+                await s.close()
