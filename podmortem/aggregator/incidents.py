@@ -46,7 +46,7 @@ from podmortem.aggregator.intake import (
     with_text,
     without_text,
 )
-from podmortem.aggregator.members import MemberState
+from podmortem.aggregator.members import MemberState, is_terminal
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core import repeats
 from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, Verdict
@@ -390,6 +390,11 @@ class IncidentBook:
         state = self._jobs.get(key)
         return state is not None and state.opened_at is None and state.stalled_at is not None
 
+    def published_stalls(self) -> list[JobKey]:
+        """The job attempts whose stall's provisional verdict is out (`stall_published`): after a restart,
+        those the state file kept."""
+        return [key for key in self._jobs if self.stall_published(key)]
+
     def stalling(self, key: JobKey, on: bool) -> None:
         """The stall desk saw every member quiet (`on`): a stall begins now, unless one is going on (its
         first moment stays, however often the job is asked again); or the job made progress that held
@@ -401,6 +406,14 @@ class IncidentBook:
             state.stall_since = None
         elif state.stall_since is None:
             state.stall_since = self._clock()
+
+    def heard(self, key: JobKey) -> bool:
+        """Is anything of this job attempt heard now: a member's sidecar stream open, or a member's pod
+        that the pod watch saw (since this process started) and that has not ended?"""
+        state = self._jobs.get(key)
+        return state is not None and any(
+            m.streams > 0 or (m.watched and not is_terminal(m.member())) for m in state.members.values()
+        )
 
     def failed(self, key: JobKey) -> bool:
         """Has this job attempt's incident opened (something failed)?"""

@@ -195,6 +195,7 @@ class Aggregator:
         self._elector = elector
         if self.store is not None:
             self.store.replay(self.book)  # before the port opens: what was acked before a restart comes first
+            self.stalls.restored()  # the stalls whose provisional verdict was out: watched until they end
         credentials = None
         if self.config.tls_cert:
             cert, key = await asyncio.to_thread(_read_pair, self.config.tls_cert, self.config.tls_key)
@@ -290,6 +291,7 @@ class Aggregator:
         self._kube_stop.set()
         if self._kube_task is not None:
             await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
+        self.stalls.close()  # no stream is left to ask or to hear from: its timers would publish past the stop
         await self.book.settle()  # decisions running in worker threads land first
         if decide_open and handover is not None:
             if self._worker is not None and not self._worker.done():

@@ -1,7 +1,8 @@
 """Capture requests over real gRPC streams: the aggregator writes a `CaptureRequest` onto the streams its
 sidecars already have when every member went quiet, publishes a provisional verdict file once they
-answered, keeps the stall's first moment however often it asks again, and keeps the activity and
-captures in its state file across a restart."""
+answered, keeps the stall's first moment however often it asks again, and keeps the activity, captures
+and the stall's verdict in its state file across a restart, after which that verdict ends as a live
+one does (or is withdrawn when nothing of the job comes back)."""
 
 from __future__ import annotations
 
@@ -17,22 +18,28 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 from support.common import eventually
+from support.kube_emulator import PODS, EmulatorHandle
+from support.kube_objects import JOB, NS, seed_pytorchjob
 from support.streams import STACK, Sidecar, answer, quiet
 
-from podmortem.aggregator.config import AggregatorConfig
+from podmortem.aggregator.config import AggregatorConfig, KubeSettings
+from podmortem.aggregator.incidents import MemberKey
 from podmortem.aggregator.running import Aggregator
+from podmortem.protocol.v1 import collector_pb2 as pb
 
 
-def serving(tmp_path: Path, clock: Callable[[], float] = time.time, **desk: float) -> Aggregator:
-    """An aggregator with a verdict directory and a state file under `tmp_path` (not started). `desk`: the
-    stall desk's timings, set before `start` takes up the stalls the state file kept."""
+def serving(
+    tmp_path: Path, clock: Callable[[], float] = time.time, kube: KubeSettings | None = None, **desk: float
+) -> Aggregator:
+    """An aggregator with a verdict directory and a state file under `tmp_path` (not started), watching pods
+    with `kube`. `desk`: the stall desk's timings, set before `start` takes up the stalls the state file kept."""
     config = AggregatorConfig(
         listen="127.0.0.1:0",
         metrics_listen="",
         verdict_dir=str(tmp_path / "verdicts"),
         state_dir=str(tmp_path / "state"),
     )
-    agg = Aggregator(config, registry=CollectorRegistry(), clock=clock)
+    agg = Aggregator(config, registry=CollectorRegistry(), clock=clock, kube_settings=kube)
     for name, value in desk.items():
         assert hasattr(agg.stalls, name), name
         setattr(agg.stalls, name, value)
@@ -164,3 +171,95 @@ async def test_a_stall_asked_again_within_the_grace_keeps_the_moment_it_was_firs
         finally:
             for s in sidecars:
                 await s.close()
+
+
+async def stall_kept(tmp_path: Path, captures: bool, kube_job: bool = False) -> dict[str, Any]:
+    """A first aggregator publishes a stall's provisional verdict (with `captures` false, nobody is asked:
+    the verdict comes at once) and stops; its state file keeps it. The verdict file, as published.
+    `kube_job`: the sidecars are the pods of the emulator's PyTorchJob (`seed_pytorchjob`), not ml/llm."""
+    async with running(serving(tmp_path)) as agg:
+        sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i, captures=captures) for i in range(2)]
+        if kube_job:
+            for i, s in enumerate(sidecars):
+                job = pb.JobRef(namespace=NS, name=JOB, kind="PyTorchJob")
+                s.reg = pb.Register(job=job, pod=f"{JOB}-worker-{i}", rank=i, world_size_hint=2, captures=captures)
+        try:
+            for s in sidecars:
+                await s.register()
+            for s in sidecars:
+                await s.send(quiet(s.reg.pod))
+            if captures:
+                for i, s in enumerate(sidecars):
+                    await s.send(answer(s.reg.pod, await s.request(), i))
+            await eventually(lambda: any((tmp_path / "verdicts").glob("*.json")), "the stall's verdict")
+        finally:
+            for s in sidecars:
+                await s.close()
+    stall = verdict(tmp_path)
+    assert (stall["closed_by"], stall["provisional"]) == ("stall", True)
+    return stall
+
+
+async def test_a_restored_stall_whose_sidecars_answer_no_captures_is_withdrawn_once_the_job_moves(
+    tmp_path: Path,
+) -> None:
+    # The sidecars answer no capture requests (none is asked, before or after the restart): the stall
+    # verdict the state file kept still ends as a live one does, withdrawn once the job moved and did not
+    # fail within the grace.
+    stall = await stall_kept(tmp_path, captures=False)
+    async with running(serving(tmp_path, resume_grace=0.5)) as agg:
+        assert agg.book.stall_published(("ml", "llm", "0"))
+        sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i, captures=False) for i in range(2)]
+        try:
+            for s in sidecars:
+                await s.register()
+            await sidecars[1].send(quiet("llm-worker-1", n=2, quiet=False))
+            await eventually(lambda: verdict(tmp_path)["closed_by"] == "resumed", "the stall withdrawn")
+        finally:
+            for s in sidecars:
+                await s.close()
+        doc = verdict(tmp_path)
+        assert (doc["revision"], doc["provisional"], doc["incident"]["stalled_at"]) == (2, True, None)
+        assert stall["incident"]["stalled_at"] is not None
+        assert "made progress again" in doc["verdict"]["summary"]
+        assert agg.metrics.registry.get_sample_value("podmortem_stall_false_alarms_total") == 1
+
+
+async def test_a_restored_stall_of_which_nothing_comes_back_is_withdrawn_unconfirmed(tmp_path: Path) -> None:
+    # The job's pods were deleted while the aggregator was down: no sidecar reconnects, and no pod watch
+    # sees one. The stall verdict the state file kept does not stay for ever: withdrawn at the rejoin wait.
+    await stall_kept(tmp_path, captures=True)
+    async with running(serving(tmp_path, rejoin_wait=1.0)) as agg:
+        await eventually(lambda: verdict(tmp_path)["closed_by"] == "resumed", "the stall withdrawn")
+        doc = verdict(tmp_path)
+        assert (doc["revision"], doc["incident"]["stalled_at"]) == (2, None)
+        assert "nothing of the job was heard within 1 s" in doc["verdict"]["summary"]
+        assert agg.metrics.registry.get_sample_value("podmortem_stall_false_alarms_total") == 0
+
+
+async def test_a_restored_stall_whose_pods_the_pod_watch_sees_running_stays_until_it_ends(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # No sidecar comes back, but the pod watch (against the API emulator) sees the job's pods running: the
+    # stall may well go on, so its verdict stays past the rejoin wait, and ends as a live one does: here the
+    # pods are deleted (a failure), and the verdict on it still says when the job stalled.
+    seed_pytorchjob(kube_api, workers=2)
+    stall = await stall_kept(tmp_path, captures=False, kube_job=True)
+    kube = KubeSettings(
+        enabled=True,
+        kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)),
+        namespaces=(NS,),
+        publish=frozenset(),
+    )
+    job = (NS, JOB, "")
+    async with running(serving(tmp_path, kube=kube, rejoin_wait=1.0)) as agg:
+        pods = [MemberKey(job, f"{JOB}-worker-{i}") for i in range(2)]
+        await eventually(lambda: all(agg.book.is_watched(k) for k in pods), "the pods seen by the pod watch")
+        await asyncio.sleep(1.5)  # past the rejoin wait
+        assert (verdict(tmp_path)["closed_by"], verdict(tmp_path)["revision"]) == ("stall", 1)
+        for i in range(2):
+            kube_api.remove(PODS, NS, f"{JOB}-worker-{i}")
+        await eventually(lambda: verdict(tmp_path)["final"], "the verdict on the deleted pods")
+        doc = verdict(tmp_path)
+        assert (doc["closed_by"], doc["provisional"]) == ("quorum", False)
+        assert doc["incident"]["stalled_at"] == stall["incident"]["stalled_at"] is not None

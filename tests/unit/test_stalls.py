@@ -284,18 +284,25 @@ async def test_a_stall_replayed_after_a_restart_is_asked_again_once_the_sidecars
     assert [[r.trigger for r in asked] for asked in d.pushed.values()] == [["stall"], ["stall"]]
 
 
-@pytest.mark.looptime
-async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_withdrawn_once_it_moves() -> None:
-    d = Desk(pods=2, capturing=0, rejoin_delay=3.0, resume_grace=10.0)
-    job = d.keys[0].job
+def restored_stall(d: Desk) -> None:
+    """The state file replayed into the book: the stall's verdict out (its moment T0), every member quiet."""
     verdict = Verdict(pod="llm-worker-1", category="hang", retryable=True, summary="")
     pods = tuple(k.pod for k in d.keys)
     d.book.restore_decision(
         JobRef("ml", "llm", "PyTorchJob"), "0", Restored(verdict, 1, "stall", None, pods, False, T0)
     )
-    for key in d.keys:  # the state file replayed into the book: quiet members, the stall's verdict out
+    for key in d.keys:
+        d.book.disconnected(key)  # replayed without its stream, until its sidecar is back
         d.book.ingest(key, make_event(activity_to_pb(True, 30.0), wall=T0), from_sidecar=True)
+
+
+@pytest.mark.looptime
+async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_withdrawn_once_it_moves() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_delay=3.0, resume_grace=10.0)
+    job = d.keys[0].job
+    restored_stall(d)
     assert d.book.stalled(job) and d.book.stall_published(job) and not d.book.failed(job)
+    d.desk.restored()
     for key in d.keys:
         d.desk.opened(key, d._recorder(key.pod))
     await asyncio.sleep(4)
@@ -305,6 +312,58 @@ async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_with
     [withdrawn] = d.decisions
     assert (withdrawn.closed_by, withdrawn.revision, withdrawn.incident.stalled_at) == ("resumed", 2, None)
     assert not d.book.stall_published(job)
+    assert d.sample("podmortem_stall_false_alarms_total") == 1
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_whose_sidecars_answer_no_captures_is_withdrawn_once_it_moves() -> None:
+    # Its sidecars are back, none of them answering captures: nothing opens a capture stream, and the
+    # stall still ends as a live one does, on the activity any sidecar sends.
+    d = Desk(pods=2, capturing=0, resume_grace=10.0)
+    restored_stall(d)
+    d.desk.restored()
+    for key in d.keys:
+        d.book.register(pb.Register(job=JOB, pod=key.pod, attempt="0"))  # its stream, captures=false
+    d.quiet(1, quiet=False, at=T0 + 50)
+    await asyncio.sleep(10.1)
+    assert [(x.closed_by, x.incident.stalled_at) for x in d.decisions] == [("resumed", None)]
+    assert "made progress again" in d.decisions[0].verdict.summary
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_that_moved_before_the_restart_is_withdrawn_after_the_grace() -> None:
+    d = Desk(pods=2, capturing=0, resume_grace=10.0)
+    restored_stall(d)
+    d.book.ingest(d.keys[0], make_event(activity_to_pb(False, 0.0), "moved", wall=T0 + 5), from_sidecar=True)
+    d.desk.restored()  # the replayed activity says it moved: no sidecar needs to come back for that
+    await asyncio.sleep(10.1)
+    assert [x.closed_by for x in d.decisions] == ["resumed"]
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_of_which_nothing_is_heard_is_withdrawn_unconfirmed() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_wait=60.0)
+    job = d.keys[0].job
+    restored_stall(d)
+    d.desk.restored()
+    await asyncio.sleep(59.9)
+    assert d.decisions == []
+    await asyncio.sleep(0.2)
+    [withdrawn] = d.decisions
+    assert (withdrawn.closed_by, withdrawn.revision, withdrawn.incident.stalled_at) == ("resumed", 2, None)
+    assert "nothing of the job was heard" in withdrawn.verdict.summary and "unconfirmed" in withdrawn.verdict.summary
+    assert d.sample("podmortem_stall_false_alarms_total") == 0  # nothing moved
+    assert not d.book.stall_published(job)
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_whose_sidecar_is_back_and_still_quiet_stays() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_wait=60.0)
+    restored_stall(d)
+    d.desk.restored()
+    d.book.register(pb.Register(job=JOB, pod="llm-worker-0", attempt="0"))  # one sidecar back, quiet
+    await asyncio.sleep(120)
+    assert d.decisions == [] and d.book.stall_published(d.keys[0].job)  # a stall going on, as a live one
 
 
 @pytest.mark.looptime
