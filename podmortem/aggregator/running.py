@@ -195,7 +195,6 @@ class Aggregator:
         self._elector = elector
         if self.store is not None:
             self.store.replay(self.book)  # before the port opens: what was acked before a restart comes first
-            self.stalls.restored()  # the stalls whose provisional verdict was out: watched until they end
         credentials = None
         if self.config.tls_cert:
             cert, key = await asyncio.to_thread(_read_pair, self.config.tls_cert, self.config.tls_key)
@@ -219,6 +218,9 @@ class Aggregator:
             self.queue.fence = elector
             if self.holds is not None:
                 self.holds.fence = elector
+        # The stalls whose provisional verdict the state file kept are watched until they end, from the moment
+        # this process may hear their sidecars (not while it stands by: no stream comes, nothing is heard).
+        self.stalls.restored()
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)

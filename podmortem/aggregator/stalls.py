@@ -139,8 +139,9 @@ class StallDesk:
     # -- streams (the server) ------------------------------------------------------------------
 
     def restored(self) -> None:
-        """After the state file was replayed into the book (a restart): every stall whose provisional
-        verdict was out is taken up as stalled and published, with nothing asked (its captures were kept).
+        """After the state file was replayed into the book (a restart), once this process may hear sidecars
+        (it leads): every stall whose provisional verdict was out is taken up as stalled and published, with
+        nothing asked (its captures were kept).
         A job that moved meanwhile has it withdrawn after the grace, as a live one; a job of which nothing
         is heard within `rejoin_wait` has it withdrawn then (`_unheard`)."""
         loop = asyncio.get_running_loop()

@@ -19,11 +19,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from support.common import eventually
 from support.kube_emulator import PODS, EmulatorHandle
-from support.kube_objects import JOB, NS, seed_pytorchjob
+from support.kube_objects import JOB, NS, make_kube, seed_pytorchjob
 from support.streams import STACK, Sidecar, answer, quiet
 
 from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.incidents import MemberKey
+from podmortem.aggregator.kube.leader import LeaderElector, LeaseTimings
 from podmortem.aggregator.running import Aggregator
 from podmortem.protocol.v1 import collector_pb2 as pb
 
@@ -263,3 +264,34 @@ async def test_a_restored_stall_whose_pods_the_pod_watch_sees_running_stays_unti
         doc = verdict(tmp_path)
         assert (doc["closed_by"], doc["provisional"]) == ("quorum", False)
         assert doc["incident"]["stalled_at"] == stall["incident"]["stalled_at"] is not None
+
+
+async def test_a_restored_stall_is_not_withdrawn_while_its_aggregator_stands_by(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # Under leader election a standby replica replays the state file but hears no sidecar (its streams are
+    # refused): its wait for the job to be heard from starts once it leads.
+    await stall_kept(tmp_path, captures=False)
+    kube = make_kube(kube_api, tmp_path)
+    timings = LeaseTimings(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
+    other = LeaderElector(kube, NS, "podmortem-aggregator", "other", timings)
+    assert await other.acquire()
+    holding = asyncio.create_task(other.hold())
+    agg = serving(tmp_path, rejoin_wait=0.5)
+    standby = asyncio.create_task(agg.start(LeaderElector(kube, NS, "podmortem-aggregator", "me", timings)))
+    try:
+        await asyncio.sleep(1.5)  # three rejoin waits, standing by
+        assert not standby.done() and agg.book.stall_published(("ml", "llm", "0"))
+        holding.cancel()
+        await asyncio.gather(holding, return_exceptions=True)
+        await other.release()
+        assert await asyncio.wait_for(standby, 10)  # it leads: nothing of the job is heard within the wait
+        await eventually(lambda: verdict(tmp_path)["closed_by"] == "resumed", "the stall withdrawn")
+    finally:
+        holding.cancel()
+        if standby.done() and not standby.cancelled() and standby.exception() is None:
+            await agg.stop(grace=1)
+        else:
+            standby.cancel()
+            await asyncio.gather(standby, return_exceptions=True)
+        kube.close()
