@@ -395,17 +395,30 @@ class IncidentBook:
         those the state file kept."""
         return [key for key in self._jobs if self.stall_published(key)]
 
-    def stalling(self, key: JobKey, on: bool) -> None:
-        """The stall desk saw every member quiet (`on`): a stall begins now, unless one is going on (its
-        first moment stays, however often the job is asked again); or the job made progress that held
-        (not `on`): the next stall is a new one."""
+    def stalling(self, key: JobKey, on: bool, since: float | None = None) -> None:
+        """The stall desk saw every member quiet (`on`): a stall begins now (or at `since`), unless one is
+        going on (its first moment stays, however often the job is asked again); or the job made progress
+        that held (not `on`): the next stall is a new one."""
         state = self._jobs.get(key)
         if state is None:
             return
         if not on:
             state.stall_since = None
         elif state.stall_since is None:
-            state.stall_since = self._clock()
+            state.stall_since = since if since is not None else self._clock()
+
+    def quiet_since(self, key: JobKey) -> float | None:
+        """When the last member went quiet, by its sidecar's newest `Activity` (sent at: the pod's clock plus
+        its measured offset, where one is): the moment a stall the state file replayed was first seen."""
+        state = self._jobs.get(key)
+        if state is None:
+            return None
+        sent = [
+            m.activity_at[0] + m.activity_at[1] / 1e9 + (m.clock_offset or 0.0)
+            for m in state.members.values()
+            if m.quiet and m.activity_at is not None
+        ]
+        return max(sent, default=None)
 
     def heard(self, key: JobKey) -> bool:
         """Is anything of this job attempt heard now: a member's sidecar stream open, or a member's pod

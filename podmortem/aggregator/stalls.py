@@ -27,7 +27,8 @@ Requests are bounded per job attempt (`max_rounds`), and only sidecars that said
 (`Register.captures`) get one. Answers are ordinary events: the book keeps them on their members
 (`Member.captures`), the state file stores them, and the engine reads them. This module keeps only
 in-memory round state: after an aggregator restart, a job the replayed book holds as stalled is asked
-again once its sidecars reconnected — unless its provisional verdict was already published (the state
+again once its sidecars reconnected, its moment the one its last member went quiet at (the replayed
+activity: `IncidentBook.quiet_since`) — unless its provisional verdict was already published (the state
 file kept it, its moment and the captures behind it). Such a stall is taken up at start-up
 (`restored`) as stalled and published, and asks nothing; it ends as a live one does: withdrawn once the
 job moved (the replayed activity, or any sidecar's, capturing or not) and did not fail within the
@@ -195,6 +196,8 @@ class StallDesk:
 
     def _rejoined(self, job: JobKey) -> None:
         self._watch(job).rejoining = False
+        if self.book.stalled(job):  # seen before the restart (its round may have been out): that moment
+            self.book.stalling(job, True, since=self.book.quiet_since(job))
         self._activity(job)
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from support.common import eventually
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import JOB, NS, make_kube, seed_pytorchjob
-from support.streams import STACK, Sidecar, answer, quiet
+from support.streams import STACK, T0, Sidecar, answer, quiet
 
 from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.incidents import MemberKey
@@ -172,6 +172,40 @@ async def test_a_stall_asked_again_within_the_grace_keeps_the_moment_it_was_firs
         finally:
             for s in sidecars:
                 await s.close()
+
+
+async def test_a_stall_whose_captures_were_out_at_a_restart_keeps_the_moment_its_members_went_quiet(
+    tmp_path: Path,
+) -> None:
+    # The aggregator stops while its capture round is out: nothing was published, and the state file kept
+    # the members' quiet activity. Restarted, it asks again once the sidecars are back, and the verdict says
+    # when the stall began (the last member's quiet activity, sent at T0), not when it was asked again.
+    async with running(serving(tmp_path)) as agg:
+        sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i) for i in range(2)]
+        try:
+            for s in sidecars:
+                await s.register()
+            for i, s in enumerate(sidecars):
+                await s.send(quiet(f"llm-worker-{i}"))
+            assert [(await s.request()).request_id for s in sidecars] == ["ml:llm:0/stall/1"] * 2
+        finally:
+            for s in sidecars:
+                await s.close()
+    assert not any((tmp_path / "verdicts").glob("*.json"))
+    async with running(serving(tmp_path, rejoin_delay=0.2)) as agg:
+        sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i) for i in range(2)]
+        try:
+            for s in sidecars:
+                await s.register()
+            requests = [await s.request() for s in sidecars]
+            for i, s in enumerate(sidecars):
+                await s.send(answer(f"llm-worker-{i}", requests[i], i, n=2))
+            await eventually(lambda: any((tmp_path / "verdicts").glob("*.json")), "the stall's verdict")
+        finally:
+            for s in sidecars:
+                await s.close()
+        doc = verdict(tmp_path)
+        assert (doc["closed_by"], doc["incident"]["stalled_at"]) == ("stall", T0)
 
 
 async def stall_kept(tmp_path: Path, captures: bool, kube_job: bool = False) -> dict[str, Any]:
