@@ -255,8 +255,20 @@ def _glog_time(m: re.Match[str], near: float) -> float | None:
     return best
 
 
+# An HTTP client's warning that a request failed and will be retried: urllib3's "Retrying (Retry(total=4, ...)) after
+# connection broken by ...", huggingface_hub's "'...' thrown while requesting HEAD https://...". It quotes the
+# endpoint's or the network's words (a name that does not resolve, a host unreachable) in runs that go on — the hub's
+# client falls back to its cache — so it is no failure of the pod; a request that finally fails raises, and the
+# exception says so.
+_RETRIED_REQUEST = re.compile(
+    r"^[^\n]*?(?:\bRetrying \(Retry\(total=|' thrown while requesting [A-Z]+ )[^\n]*\n?", re.M
+)
+
+
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """The first log rule (rule order is precedence) matching the tail, and the line it matched."""
+    if "Retrying (Retry(" in text or "thrown while requesting" in text:
+        text = _RETRIED_REQUEST.sub("", text)
     lr = rules.first_log_rule(text)  # one RE2 pass for every rule at once
     hit = lr.search(text) if lr is not None else None
     if lr is None or hit is None:
