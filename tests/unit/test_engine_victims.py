@@ -494,3 +494,21 @@ def test_other_ranks_failing_a_program_s_check_is_the_program_s_error() -> None:
     """A program's own check says "failed" of other ranks too: the plain-words rule reads deaths and departures."""
     f = assess(member("p", 0, "AssertionError: world size mismatch: other ranks failed the shape check"))
     assert (f.role, f.category) == ("primary", "user_code")
+
+
+def test_horovod_s_stall_report_names_the_rank_the_others_wait_for() -> None:
+    """Older Horovod lists each stalled tensor with the ranks it still waits for ("[missing ranks: 1]"): the ranks
+    that print it name the stuck one, as the monitored barrier's "from rank 1" does."""
+    waiting = "HorovodAllreduce_grads_dense_kernel_0 [missing ranks: 1]"
+    stuck = "[rank1]: step 40 loss 2.2\nHorovodAllreduce_grads_dense_kernel_0 [missing ranks: 0, 2]"
+    incident = Incident(
+        JobRef("ml", "llm"),
+        3,
+        (
+            member("llm-worker-0", 0, waiting, finished=T0 - 1),
+            member("llm-worker-1", 1, stuck),
+            member("llm-worker-2", 2, waiting, finished=T0 - 1),
+        ),
+    )
+    v = decide(incident)
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
