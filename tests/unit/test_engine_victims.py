@@ -512,3 +512,20 @@ def test_horovod_s_stall_report_names_the_rank_the_others_wait_for() -> None:
     )
     v = decide(incident)
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_paddle_s_launcher_says_how_each_pod_s_worker_ended() -> None:
+    """PaddlePaddle's launcher reports its worker's end as torchrun's agent does ("Container rank 0 status failed cmd
+    [...] code -9", negative: a signal): the SIGKILLed worker's pod is the root, the SIGTERMed ones are the teardown."""
+
+    def launcher(rank: int, code: int) -> str:
+        return (
+            "LAUNCH INFO 2026-11-27 06:40:00,118 Pod failed\n"
+            "LAUNCH ERROR 2026-11-27 06:40:00,120 Container failed !!!\n"
+            f"Container rank {rank} status failed cmd ['/usr/bin/python3', '-u', 'train.py'] code {code} log "
+            f"./log/workerlog.{rank}"
+        )
+
+    assert assess(member("v", 0, launcher(0, -15))).secondary == "teardown"
+    v = decide(cascade(launcher(1, -9), launcher(0, -15)))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
