@@ -382,6 +382,9 @@ OTHER_RUNTIMES_VICTIMS = [
     # Horovod: its launcher stopping the others after one process failed; an older stall report naming the rank
     ("Terminating remaining workers after failure of Process 5.", "peer"),
     ("HorovodAllreduce_grads_dense_kernel_0 [missing ranks: 4]", "timeout"),
+    # UCX (under Open MPI, Horovod, NCCL's UCX plugin): the peer closed its end
+    ("[node-0:00077] pml_ucx.c:812 Error: mca_pml_ucx_send_nbr failed: -25, Connection reset by remote peer", "peer"),
+    ("[1800000000.118] [node-0:77:0] sock.c:344 UCX  ERROR recv(fd=33) failed: Connection reset by peer", "peer"),
     # Ray and Dask: the actor or the peer it called is gone
     ("ray.exceptions.ActorUnavailableError: The actor 9f0e is unavailable: connection lost.", "peer"),
     ("distributed.comm.core.CommClosedError: in <TCP (closed) Worker.gather_dep remote=tcp://w2>", "peer"),
