@@ -76,12 +76,15 @@ _LAUNCHER_PREFIX = re.compile(
 # 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal),
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
 # PaddlePaddle's launcher "Container rank 0 status failed cmd ['python', '-u', 'train.py'] code -9 log ./workerlog.0"
-# (negative: a signal): the same fact in other words.
+# (negative: a signal), composer's launcher "Rank 3 crashed with exit code -9." or "Global rank 3 (PID 77) exited with
+# code 1": the same fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
     r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,4000}\] code (-?\d{1,3})\b"
+    r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
+    r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
@@ -292,13 +295,13 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning, no_file, paddle = m.groups()
+    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun or lightning or no_file or paddle)
+    value = int(code or ds or sub or srun or lightning or no_file or paddle or composer or composer_global)
     if not -256 < value < 256:  # a Windows process's status (NTSTATUS, unsigned or signed 32 bits)
         number = _NTSTATUS_SIGNALS.get(value & 0xFFFFFFFF)
         return -number if number is not None else None

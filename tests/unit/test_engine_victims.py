@@ -532,3 +532,17 @@ def test_paddle_s_launcher_says_how_each_pod_s_worker_ended() -> None:
     assert assess(member("v", 0, launcher(0, -15))).secondary == "teardown"
     v = decide(cascade(launcher(1, -9), launcher(0, -15)))
     assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+
+
+def test_composer_s_launcher_says_which_pod_s_rank_crashed_and_which_it_stopped() -> None:
+    """composer's launcher reports its own rank's end ("Rank 1 crashed with exit code -9.") and then stops the others
+    ("Killing global rank 0 (PID 77) with SIGTERM"): the first is the pod's own failure, the second alone a teardown."""
+    crashed = (
+        "ERROR:composer.cli.launcher:Rank 1 crashed with exit code -9.\n"
+        "INFO:composer.cli.launcher:Killing global rank 0 (PID 77) with SIGTERM\n"
+        "Waiting up to 30 seconds for all training processes to terminate. Press Ctrl-C to exit immediately."
+    )
+    stopped = "INFO:composer.cli.launcher:Killing global rank 8 (PID 78) with SIGTERM"
+    assert assess(member("v", 0, stopped)).secondary == "teardown"
+    v = decide(cascade(crashed, stopped))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
