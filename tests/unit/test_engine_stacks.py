@@ -218,3 +218,40 @@ def test_tensorflow_s_allocator_naming_the_cpu_is_host_memory_and_naming_a_gpu_t
     host = assess(member("w-1", 1, TB + line + " " + where.format(d="CPU", a="cpu") + "\n"))
     device = assess(member("w-1", 1, TB + line + " " + where.format(d="GPU", a="GPU_0_bfc") + "\n"))
     assert (host.category, device.category) == ("host_oom", "gpu_oom")
+
+
+def test_the_port_hccl_could_not_bind_is_taken_on_the_node() -> None:
+    log = (
+        "[rank0]: RuntimeError: create_config:torch_npu/csrc/distributed/HCCLUtils.cpp:140 HCCL function error: "
+        "hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 7\n"
+        "[rank0]: [ERROR] 2030-01-01-10:00:00 (PID:4411, Device:0, RankID:-1) ERR02200 DIST call hccl api failed.\n"
+        "[rank0]: [PID: 4411] 2030-01-01-10:00:00.100.200 Communication_Error_Bind_IP_Port(EJ0003): Failed to bind "
+        "the IP port. Reason: The IP address and port have been bound already.\n"
+    )
+    v = _verdict(log)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch_npu's words for an HCCL call that failed, with no cause named: NCCL's generic error
+        "RuntimeError: create:torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:89 HCCL function error: "
+        "HcclCommInitRootInfo(numRanks, &rootInfo, rank, &(comm->hcclComm_)), error code is 2\n"
+        "[ERROR] 2030-01-01-10:00:00 (PID:3674, Device:0, RankID:0) ERR02200 DIST call hccl api failed.",
+    ],
+)
+def test_an_hccl_call_failing_with_no_cause_named_is_a_weak_network_failure(line: str) -> None:
+    f = assess(member("w-1", 1, TB + line + "\n"))
+    assert (f.role, f.category, f.rule.weak if f.rule else None) == ("primary", "network", True)
+
+
+def test_xla_s_words_for_nccl_s_cuda_error_are_nccl_s() -> None:
+    line = (
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_api.cc:501: NCCL operation "
+        "ncclCommInitRank(&comm, nranks, nccl_id, rank) failed: unhandled cuda error (run with NCCL_DEBUG=INFO for "
+        "details)."
+    )
+    v = _verdict(TB + line + "\n")
+    assert (v.pod, v.category) == ("w-1", "hardware")
+    assert v.confidence < PERMANENT_CONFIDENCE
