@@ -66,6 +66,11 @@ PADDLE_OOM = (
         # TensorFlow creating its CUDA context on a device without room for it
         "tensorflow.python.framework.errors_impl.InternalError: CUDA runtime implicit initialization on GPU:0 failed. "
         "Status: out of memory",
+        # MindSpore's runtime unable to allocate a kernel's output on the device
+        "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: Default/MatMul-op12, alloc "
+        "size: 8589934592B.",
+        # PaddlePaddle's words for CUDA's out-of-memory result
+        "OSError: (External) CUDA error(2), out of memory.",
         # XLA's older status words (TensorFlow's "Resource exhausted:") for a device buffer that does not fit
         "Resource exhausted: Attempting to reserve 10.14G at the bottom of memory. That was not possible. There are "
         "5.50G free, 0B reserved, and 5.50G reservable.",
@@ -104,6 +109,10 @@ def test_words_that_most_often_mean_the_device_s_memory_are_gpu_oom_below_the_th
         "api failed",
         "RuntimeError: HCCS LINK ERROR, EZ9999: Inner Error! [ERROR] 2030-01-01-10:00:00 (PID:4411, Device:3, "
         "RankID:3) ERR00100 PTA call acl api failed",
+        # the CANN runtime's own reasons for the same, as torch_npu quotes them
+        "RuntimeError: ACL stream synchronize failed.\nEZ9999: Inner Error!\n        rtStreamSynchronize execute "
+        "failed, reason=[device mem error][FUNC:FuncErrorReason][FILE:error_message_manage.cc][LINE:53]",
+        "RuntimeError: ACL stream synchronize failed.\n        rtStreamSynchronize execute failed, reason=[link error]",
         # the amdgpu driver losing its device from the PCIe bus
         "amdgpu 0000:08:00.0: device lost from bus!\namdgpu 0000:08:00.0: SMU: bus error for message",
     ],
@@ -131,6 +140,8 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
         # a TPU core that halted, perhaps on a check of the program's own
         "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Core halted unexpectedly: INTERNAL: Accelerator device "
         "halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
+        # the CANN runtime's reason for an AI core's exception
+        "EZ9999: Inner Error!\n        rtStreamSynchronize execute failed, reason=[aicore exception]",
         # torch_npu's suspected (not confirmed) memory error
         "RuntimeError: SUSPECT MEM ERROR, [ERROR] ERR00100 PTA call acl api failed",
     ],
@@ -148,7 +159,7 @@ def test_an_interconnect_s_retry_failing_is_the_network_but_a_peer_s_death_says_
 
 
 def test_a_word_that_only_contains_the_letters_of_a_device_error_is_not_one() -> None:
-    """"reduce" holds the letters of UCE: the torch_npu word is a whole one."""
+    """ "reduce" holds the letters of UCE: the torch_npu word is a whole one."""
     f = assess(member("w-1", 1, TB + "RuntimeError: reduce error: the tensors differ in size\n"))
     assert f.category == "user_code"
 
@@ -160,8 +171,9 @@ def test_a_word_that_only_contains_the_letters_of_a_device_error_is_not_one() ->
         # libtpu is single-tenant: another process (a leftover of the last run) holds the chips
         "jaxlib.xla_extension.XlaRuntimeError: ABORTED: The TPU is already in use by process with pid 27846. Not "
         "attempting to load libtpu.so in this process.",
-        # torch's device manager on a ROCm build finding no GPU
+        # torch's device manager on a ROCm build finding no GPU; rocBLAS finding none either
         "RuntimeError: No HIP GPUs are available",
+        "rocBLAS error: Could not initialize Tensile host: No devices found\nAborted (core dumped)",
         # Habana's synapse finding no card to acquire
         "RuntimeError: synStatus=8 [Device not found] Device acquire failed.",
         # PaddlePaddle unable to load a CUDA library from the node's or image's library path
@@ -212,9 +224,15 @@ def test_paddle_s_launcher_word_on_a_worker_s_end_is_the_agent_s(code: int, cate
     assert (f.role, f.category) == ("primary", category)
 
 
+def test_paddle_s_host_allocator_out_of_memory_is_the_host_s() -> None:
+    line = "ResourceExhaustedError: Fail to alloc memory of 46549499904 size, error code is 12."
+    v = _verdict(TB + line + "\n")
+    assert (v.pod, v.category) == ("w-1", "host_oom")
+
+
 def test_tensorflow_s_allocator_naming_the_cpu_is_host_memory_and_naming_a_gpu_the_device_s() -> None:
     where = "on /job:worker/replica:0/task:1/device:{d}:0 by allocator {a}"
-    line = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,4096]"
+    line = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,40]"
     host = assess(member("w-1", 1, TB + line + " " + where.format(d="CPU", a="cpu") + "\n"))
     device = assess(member("w-1", 1, TB + line + " " + where.format(d="GPU", a="GPU_0_bfc") + "\n"))
     assert (host.category, device.category) == ("host_oom", "gpu_oom")
