@@ -273,3 +273,26 @@ def test_xla_s_words_for_nccl_s_cuda_error_are_nccl_s() -> None:
     v = _verdict(TB + line + "\n")
     assert (v.pod, v.category) == ("w-1", "hardware")
     assert v.confidence < PERMANENT_CONFIDENCE
+
+
+CCL_NO_PROVIDER = (
+    "2030:01:01-10:00:00:( 4456) |CCL_ERROR| atl_ofi_helper.cpp:1384 atl_ofi_open_nw_provs: can not open network "
+    "providers\n"
+    "2030:01:01-10:00:00:( 4456) |CCL_ERROR| atl_ofi.cpp:243 init: can't find suitable provider\n"
+    "failed to initialize ATL\n"
+)
+
+
+def test_the_collectives_library_unable_to_open_a_network_transport_is_the_network_below_the_threshold() -> None:
+    v = _verdict(CCL_NO_PROVIDER)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "network", True)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_a_provider_of_the_collectives_library_out_of_memory_is_the_interconnect_s_limit() -> None:
+    log = (
+        "2030:01:01-10:00:00:(168956) |CCL_ERROR| atl_ofi_helper.cpp:1204 atl_ofi_prov_init: fi_scalable_ep(prov->"
+        "domain, info, &prov->sep, nullptr)\n fails with ret: -12, strerror: Cannot allocate memory\n"
+    )
+    f = assess(member("w-1", 1, log))
+    assert (f.role, f.category) == ("primary", "network")
