@@ -84,22 +84,6 @@ def test_an_accelerator_s_memory_exhausted_in_its_stack_s_words_is_gpu_oom(text:
     assert v.confidence >= PERMANENT_CONFIDENCE
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        # CANN's allocation failure, which does not say whose memory (the device's, most often)
-        "EL0004: [PID: 4411] 2030-01-01-10:00:00.100.200 Memory_Allocation_Failure(EL0004): Failed to allocate "
-        "memory requested by GE module.\n        Possible Cause: Available memory is insufficient.",
-        # TensorFlow's copy into a destination tensor that was never allocated
-        "tensorflow.python.framework.errors_impl.InternalError: Dst tensor is not initialized.",
-    ],
-)
-def test_words_that_most_often_mean_the_device_s_memory_are_gpu_oom_below_the_threshold(text: str) -> None:
-    v = _verdict(TB + text + "\n")
-    assert (v.pod, v.category) == ("w-1", "gpu_oom")
-    assert v.confidence < PERMANENT_CONFIDENCE
-
-
 # --- the device, its memory or its links failing -----------------------------------------------------------------
 @pytest.mark.parametrize(
     "text",
@@ -124,31 +108,68 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "category"),
     [
+        # CANN's allocation failure, which does not say whose memory (the device's, most often)
+        (
+            "EL0004: [PID: 4411] 2030-01-01-10:00:00.100.200 Memory_Allocation_Failure(EL0004): Failed to allocate "
+            "memory requested by GE module.\n        Possible Cause: Available memory is insufficient.",
+            "gpu_oom",
+        ),
+        # TensorFlow's copy into a destination tensor that was never allocated
+        (
+            "tensorflow.python.framework.errors_impl.InternalError: Dst tensor is not initialized.",
+            "gpu_oom",
+        ),
         # ROCm's runtime: the GPU's queue hung (a kernel or the driver as often as the device)
-        "HW Exception by GPU node-1 (Agent handle: 0x1b0fc990) reason :GPU Hang",
-        "RuntimeError: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the "
-        "largest legal address.",
+        (
+            "HW Exception by GPU node-1 (Agent handle: 0x1b0fc990) reason :GPU Hang",
+            "hardware",
+        ),
+        (
+            "RuntimeError: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the "
+            "largest legal address.",
+            "hardware",
+        ),
         # the amdgpu driver's scheduler finding a ring timed out
-        "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1234, emitted seq=1236",
+        (
+            "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1234, emitted seq=1236",
+            "hardware",
+        ),
         # an Ascend AI core's exception (a kernel that faulted on the NPU)
-        "EZ9999: Inner Error!\nEZ9999: [PID: 4411] The error from device(chipId:0, dieId:0), serial number is 3, "
-        "there is an aicore error exception, core id is 5, error code = 0x800000",
+        (
+            "EZ9999: Inner Error!\nEZ9999: [PID: 4411] The error from device(chipId:0, dieId:0), serial number is 3, "
+            "there is an aicore error exception, core id is 5, error code = 0x800000",
+            "hardware",
+        ),
         # Level Zero's device lost: hung, reset or removed
-        "RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
+        (
+            "RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
+            "hardware",
+        ),
         # a TPU core that halted, perhaps on a check of the program's own
-        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Core halted unexpectedly: INTERNAL: Accelerator device "
-        "halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Core halted unexpectedly: INTERNAL: Accelerator device "
+            "halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
+            "hardware",
+        ),
         # the CANN runtime's reason for an AI core's exception
-        "EZ9999: Inner Error!\n        rtStreamSynchronize execute failed, reason=[aicore exception]",
+        (
+            "EZ9999: Inner Error!\n        rtStreamSynchronize execute failed, reason=[aicore exception]",
+            "hardware",
+        ),
         # torch_npu's suspected (not confirmed) memory error
-        "RuntimeError: SUSPECT MEM ERROR, [ERROR] ERR00100 PTA call acl api failed",
+        (
+            "RuntimeError: SUSPECT MEM ERROR, [ERROR] ERR00100 PTA call acl api failed",
+            "hardware",
+        ),
     ],
 )
-def test_a_device_fault_that_a_kernel_bug_prints_too_is_hardware_below_the_threshold(text: str) -> None:
+def test_words_another_family_prints_too_are_read_below_the_threshold(text: str, category: str) -> None:
+    """Words that most often mean the device's memory but do not say whose, and device faults that a kernel's bug
+    prints too: the family's reading, capped."""
     v = _verdict(TB + text + "\n")
-    assert (v.pod, v.category) == ("w-1", "hardware")
+    assert (v.pod, v.category) == ("w-1", category)
     assert v.confidence < PERMANENT_CONFIDENCE
 
 
