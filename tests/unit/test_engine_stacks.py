@@ -66,6 +66,9 @@ PADDLE_OOM = (
         # TensorFlow creating its CUDA context on a device without room for it
         "tensorflow.python.framework.errors_impl.InternalError: CUDA runtime implicit initialization on GPU:0 failed. "
         "Status: out of memory",
+        # PJRT's GPU allocator under JAX
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 5.41GiB on device "
+        "ordinal 0: while running replica 0 and partition 0 of a replicated computation",
         # MindSpore's runtime unable to allocate a kernel's output on the device
         "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: Default/MatMul-op12, alloc "
         "size: 8589934592B.",
