@@ -72,13 +72,14 @@ _LAUNCHER_PREFIX = re.compile(
 # torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
 # torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
 # 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal),
-# torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)":
-# the same fact in other words.
+# torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
+# paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
+# a signal, Popen's return code): the same fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
-    r"|\) FAILED \(exitcode (-?\d{1,3})\)"
+    r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,2000}\] code (-?\d{1,3})\b"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
@@ -289,13 +290,13 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning, no_file = m.groups()
+    code, ds, sub, died, spawn, srun, lightning, no_file, paddle = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun or lightning or no_file)
+    value = int(code or ds or sub or srun or lightning or no_file or paddle)
     if not -256 < value < 256:  # a Windows process's status (NTSTATUS, unsigned or signed 32 bits)
         number = _NTSTATUS_SIGNALS.get(value & 0xFFFFFFFF)
         return -number if number is not None else None
