@@ -6,7 +6,8 @@ failure fast (it orders pods that failed within the same second). This starts a 
 Collector on 127.0.0.1, runs `python -m podmortem.sidecar.running` against it, rewrites the error file
 N times (and once with a 50 MB file), and prints RSS, latencies and the CPU it uses while idle (user +
 system time from /proc over `--idle` seconds: the sidecar waits for something to happen nearly all its
-life, in every pod).
+life, in every pod). The idle window starts once the sidecar has settled (`running.SETTLED` after its
+registration, when it gives back what starting needed) and the idle RSS is read at its end.
 
     .venv/bin/python -m bench.sidecar_rss [--writes 100] [--idle 20]
 """
@@ -31,6 +32,7 @@ import grpc.aio
 
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.sidecar.running import SETTLED
 
 
 class AckingCollector(pb_grpc.CollectorServicer):
@@ -114,11 +116,11 @@ async def main(writes: int, idle_seconds: float) -> int:
         proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "podmortem.sidecar.running", env=env)
         try:
             await asyncio.wait_for(collector.registered.wait(), 30)
-            await asyncio.sleep(1.0)  # let the clock-probe burst pass
-            idle = memory_kib(proc.pid)
+            await asyncio.sleep(SETTLED + 1.0)  # past the clock-probe burst and the release after it
             cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
             await asyncio.sleep(idle_seconds)
             idle_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
+            idle = memory_kib(proc.pid)  # at rest: after the idle window
             latencies = []
             for i in range(writes):
                 message = f"ValueError: write {i}"
@@ -143,8 +145,9 @@ async def main(writes: int, idle_seconds: float) -> int:
     await server.stop(None)
     ms = sorted(x * 1000 for x in latencies)
     print(
-        f"sidecar idle (registered): RSS {mib(idle['VmRSS'])} = anon {mib(idle['RssAnon'])} + "
-        f"mapped files {mib(idle['RssFile'])}; PSS {mib(idle['Pss'])}; {idle['Threads']} threads"
+        f"sidecar idle (registered, {idle_seconds:g} s at rest): RSS {mib(idle['VmRSS'])} = "
+        f"anon {mib(idle['RssAnon'])} + mapped files {mib(idle['RssFile'])}; PSS {mib(idle['Pss'])}; "
+        f"{idle['Threads']} threads"
     )
     print(
         f"after {writes} writes and a 50 MB error file: RSS {mib(after['VmRSS'])}, peak {mib(after['VmHWM'])} "
