@@ -150,7 +150,8 @@ async def main(writes: int, idle_seconds: float) -> int:
         f"{idle['Threads']} threads"
     )
     print(
-        f"after {writes} writes and a 50 MB error file: RSS {mib(after['VmRSS'])}, peak {mib(after['VmHWM'])} "
+        f"after {writes} writes and a 50 MB error file: RSS {mib(after['VmRSS'])} (anon {mib(after['RssAnon'])}), "
+        f"peak {mib(after['VmHWM'])} "
         f"(target <= 40 MiB: {'met' if after['VmHWM'] <= 40 * 1024 else 'NOT met'})"
     )
     print(
