@@ -250,11 +250,12 @@ async def serve(
     capturing: set[asyncio.Task[None]] = set()
 
     async def answer(request: pb.CaptureRequest) -> None:
+        residency.release()  # what the rest since the last release touched: the capture's peak starts lower
         try:
             event = await capturer.answer(request)
         except Exception:  # a bug in one capture must not stop the sidecar: the request goes unanswered
             logger.exception("capture %s failed", request.request_id)
-            return
+            event = None
         if event is not None:
             outbox.put(event)
         residency.release()  # the dumps read and the modules loaded for them
