@@ -9,7 +9,11 @@ system time from /proc over `--idle` seconds: the sidecar waits for something to
 life, in every pod). The idle window starts once the sidecar has settled (`running.SETTLED` after its
 registration, when it gives back what starting needed) and the idle RSS is read at its end.
 
-    .venv/bin/python -m bench.sidecar_rss [--writes 100] [--idle 20]
+    .venv/bin/python -m bench.sidecar_rss [--writes 100] [--idle 20] [--api]
+
+`--api`: the pod source a sidecar has in a pod (`api`: it reads and watches its own Pod), against the
+Kubernetes emulator of tests/support (plain HTTP through a kubeconfig: no TLS) in this process; without
+it the sidecar has no pod source (`none`), the error file is all it watches.
 """
 
 from __future__ import annotations
@@ -96,7 +100,30 @@ def record(message: str) -> str:
     return json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": "tb", "timestamp": "1"}}})
 
 
-async def main(writes: int, idle_seconds: float) -> int:
+def pod(name: str, namespace: str) -> dict[str, Any]:
+    """A running training pod, as the API server has it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": "bench-uid", "labels": {"job-name": "bench"}},
+        "spec": {"nodeName": "node-0", "containers": [{"name": "pytorch"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "pytorch", "state": {"running": {}}}]},
+    }
+
+
+async def main(writes: int, idle_seconds: float, api: bool = False) -> int:
+    if api:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from support.kube_emulator import PODS, running_emulator
+
+        with running_emulator() as kube, tempfile.TemporaryDirectory() as tmp:
+            kube.put(PODS, pod("bench-worker-0", "bench"))
+            kubeconfig = kube.kubeconfig(Path(tmp) / "kubeconfig", "bench")
+            return await measure(writes, idle_seconds, {"PODMORTEM_POD_SOURCE": "api", "KUBECONFIG": str(kubeconfig)})
+    return await measure(writes, idle_seconds, {"PODMORTEM_POD_SOURCE": "none"})
+
+
+async def measure(writes: int, idle_seconds: float, pod_source: dict[str, str]) -> int:
     collector = AckingCollector()
     server = grpc.aio.server()
     pb_grpc.add_CollectorServicer_to_server(collector, server)  # type: ignore[no-untyped-call]
@@ -111,7 +138,7 @@ async def main(writes: int, idle_seconds: float) -> int:
             "TORCHELASTIC_ERROR_FILE": str(error_file),
             "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}",
             "PODMORTEM_LOG_LEVEL": "WARNING",
-            "PODMORTEM_POD_SOURCE": "none",
+            **pod_source,
         }
         proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "podmortem.sidecar.running", env=env)
         try:
@@ -172,5 +199,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
+    parser.add_argument("--api", action="store_true", help="the api pod source, against the Kubernetes emulator")
     ns = parser.parse_args()
-    sys.exit(asyncio.run(main(ns.writes, ns.idle)))
+    sys.exit(asyncio.run(main(ns.writes, ns.idle, ns.api)))
