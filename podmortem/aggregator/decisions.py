@@ -14,8 +14,9 @@ from podmortem.core.model import Incident, Verdict
 from podmortem.core.repeats import Attempt, run_length
 
 # quorum / timeout: the first verdict on a failure; revision: a later one. stall: a provisional verdict
-# on a job whose members all went quiet while the pods still run (`aggregator.stalls`); resumed: that
-# job made progress again, and the provisional verdict is withdrawn.
+# on a job whose members all went quiet while the pods still run (`aggregator.stalls`); resumed: the
+# provisional verdict is withdrawn (the job made progress again; or, after a restart, nothing of the job
+# came back: its summary says which).
 ClosedBy = Literal["quorum", "timeout", "revision", "stall", "resumed"]
 
 

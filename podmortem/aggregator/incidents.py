@@ -46,7 +46,7 @@ from podmortem.aggregator.intake import (
     with_text,
     without_text,
 )
-from podmortem.aggregator.members import MemberState
+from podmortem.aggregator.members import MemberState, is_terminal
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core import repeats
 from podmortem.core.model import MAX_WORLD_SIZE, Incident, JobRef, Member, Verdict
@@ -117,7 +117,11 @@ class _JobState:
     # wait; the quorum timer still closes the incident).
     capturing: bool = False
     restored_final: bool = False  # its final verdict was published before a restart (`Restored`)
-    stalled_at: float | None = None  # its provisional verdict on a stall was published (not withdrawn)
+    # A provisional verdict on a stall is out (not withdrawn): the moment that stall was first seen.
+    stalled_at: float | None = None
+    # The stall going on was first seen then (`IncidentBook.stalling`): every provisional verdict on it
+    # says this moment, however often it is asked again; the next stall begins after progress.
+    stall_since: float | None = None
 
     @property
     def incident_id(self) -> str:
@@ -222,6 +226,7 @@ class IncidentBook:
         counted and its stall's moment kept (the verdict on the failure that follows says it)."""
         state = self._job(job, attempt)
         state.revision, state.stalled_at = restored.revision, restored.stalled_at
+        state.stall_since = restored.stalled_at
         if not restored.provisional:  # a provisional verdict leaves the incident unopened, as it found it
             state.verdict, state.closed_by = restored.verdict, restored.closed_by
             state.opened_at, state.restored_final = restored.opened_at, restored.final
@@ -385,6 +390,44 @@ class IncidentBook:
         state = self._jobs.get(key)
         return state is not None and state.opened_at is None and state.stalled_at is not None
 
+    def published_stalls(self) -> list[JobKey]:
+        """The job attempts whose stall's provisional verdict is out (`stall_published`): after a restart,
+        those the state file kept."""
+        return [key for key in self._jobs if self.stall_published(key)]
+
+    def stalling(self, key: JobKey, on: bool, since: float | None = None) -> None:
+        """The stall desk saw every member quiet (`on`): a stall begins now (or at `since`), unless one is
+        going on (its first moment stays, however often the job is asked again); or the job made progress
+        that held (not `on`): the next stall is a new one."""
+        state = self._jobs.get(key)
+        if state is None:
+            return
+        if not on:
+            state.stall_since = None
+        elif state.stall_since is None:
+            state.stall_since = since if since is not None else self._clock()
+
+    def quiet_since(self, key: JobKey) -> float | None:
+        """When the last member went quiet, by its sidecar's newest `Activity` (sent at: the pod's clock plus
+        its measured offset, where one is): the moment a stall the state file replayed was first seen."""
+        state = self._jobs.get(key)
+        if state is None:
+            return None
+        sent = [
+            m.activity_at[0] + m.activity_at[1] / 1e9 + (m.clock_offset or 0.0)
+            for m in state.members.values()
+            if m.quiet and m.activity_at is not None
+        ]
+        return max(sent, default=None)
+
+    def heard(self, key: JobKey) -> bool:
+        """Is anything of this job attempt heard now: a member's sidecar stream open, or a member's pod
+        that the pod watch saw (since this process started) and that has not ended?"""
+        state = self._jobs.get(key)
+        return state is not None and any(
+            m.streams > 0 or (m.watched and not is_terminal(m.member())) for m in state.members.values()
+        )
+
     def failed(self, key: JobKey) -> bool:
         """Has this job attempt's incident opened (something failed)?"""
         state = self._jobs.get(key)
@@ -433,7 +476,10 @@ class IncidentBook:
             return  # it failed while this was decided: the verdict on the failure takes over
         state.revision += 1
         decided_at = self._clock()
-        state.stalled_at = decided_at if closed_by == "stall" else None  # "resumed": withdrawn
+        if closed_by == "stall":  # the moment the stall was first seen (before its captures were asked for)
+            state.stalled_at = state.stall_since if state.stall_since is not None else decided_at
+        else:  # "resumed": withdrawn
+            state.stalled_at = state.stall_since = None
         self._publish(
             Decision(
                 incident=dataclasses.replace(incident, stalled_at=state.stalled_at),

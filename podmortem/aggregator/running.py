@@ -218,6 +218,9 @@ class Aggregator:
             self.queue.fence = elector
             if self.holds is not None:
                 self.holds.fence = elector
+        # The stalls whose provisional verdict the state file kept are watched until they end, from the moment
+        # this process may hear their sidecars (not while it stands by: no stream comes, nothing is heard).
+        self.stalls.restored()
         await set_serving(health_servicer, True)
         self._worker = asyncio.create_task(self.queue.run(), name="publish-queue")
         self._roots.append(self._worker)
@@ -290,6 +293,7 @@ class Aggregator:
         self._kube_stop.set()
         if self._kube_task is not None:
             await asyncio.wait([self._kube_task], timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
+        self.stalls.close()  # no stream is left to ask or to hear from: its timers would publish past the stop
         await self.book.settle()  # decisions running in worker threads land first
         if decide_open and handover is not None:
             if self._worker is not None and not self._worker.done():

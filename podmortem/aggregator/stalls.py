@@ -12,9 +12,11 @@ before that, in two moments:
   condition is written, only annotations (`final: false`), an Event, the verdict file and a metric.
   If a member then makes progress again and the job has not failed within `resume_grace` (its first
   log lines after a stall may be the timeout's own), the stall was a false alarm: the provisional
-  verdict is withdrawn and `podmortem_stall_false_alarms_total` counts it. A job that moves and stalls
-  again within the grace counts a false alarm too, and is asked again: the earlier stacks are stale (a
-  slow start-up is silent too).
+  verdict is withdrawn and `podmortem_stall_false_alarms_total` counts it. A job that moves and is quiet
+  again within the grace is the same stall going on: it is asked again (the earlier stacks may be stale:
+  a slow start-up is silent too), and its moment stays the one first seen (`IncidentBook.stalling`: the
+  moment every provisional verdict on it says). A new stall, with a moment of its own, begins only
+  after progress that outlasted the grace.
 * **the first timeout** — among the first failures of a job attempt (`FIRST_FAILURES`), one the engine
   judges a hang (a collective or watchdog timeout: `core.assess`, not text matched here) makes the desk
   send a `CaptureRequest` (trigger `first_timeout`) to every member at once, the reporter included (its
@@ -25,9 +27,15 @@ Requests are bounded per job attempt (`max_rounds`), and only sidecars that said
 (`Register.captures`) get one. Answers are ordinary events: the book keeps them on their members
 (`Member.captures`), the state file stores them, and the engine reads them. This module keeps only
 in-memory round state: after an aggregator restart, a job the replayed book holds as stalled is asked
-again once its sidecars reconnected — unless its provisional verdict was already published (the state
-file kept it, and the captures behind it): then the desk takes it as stalled and published, asks
-nothing, and withdraws it if the job has moved (the stall's moment stays the one first published).
+again once its sidecars reconnected, its moment the one its last member went quiet at (the replayed
+activity: `IncidentBook.quiet_since`) — unless its provisional verdict was already published (the state
+file kept it, its moment and the captures behind it). Such a stall is taken up at start-up
+(`restored`) as stalled and published, and asks nothing; it ends as a live one does: withdrawn once the
+job moved (the replayed activity, or any sidecar's, capturing or not) and did not fail within the
+grace, or replaced by the verdict on a failure. One end only a restart needs: when nothing of the job
+is heard within `rejoin_wait` (no sidecar reconnected, no pod of it seen running by the pod watch), its
+pods ended or were deleted while the aggregator was down, and nobody can tell it is still stalled: the
+provisional verdict is withdrawn, saying so (not counted as a false alarm: nothing moved).
 """
 
 from __future__ import annotations
@@ -64,6 +72,10 @@ MAX_ROUNDS = 6
 FIRST_FAILURES = 4
 # Seconds a stalled job's sidecars get to reconnect to a restarted aggregator before they are asked.
 REJOIN_DELAY = 3.0
+# Seconds after a restart within which something of a job whose stall verdict the state file kept must be
+# heard (a sidecar reconnected, or its pod seen running), or the verdict is withdrawn. Above a sidecar's
+# longest wait between two streams (`k8s.backoff.Backoff`: 30 s, +20 % jitter).
+REJOIN_WAIT = 60.0
 # Job attempts watched before those the book has forgotten are let go too.
 MAX_WATCHES = 10_000
 
@@ -88,6 +100,12 @@ class _Watch:
     failures_judged: int = 0
     resume_timer: asyncio.TimerHandle | None = None
     rejoining: bool = False  # stalled in the book before this desk saw it: looked at after `rejoin_delay`
+    unheard_timer: asyncio.TimerHandle | None = None  # restored stall: anything of the job heard by then?
+
+    @property
+    def waiting(self) -> bool:
+        """A round or a timer of it is out."""
+        return self.round is not None or self.resume_timer is not None or self.unheard_timer is not None
 
 
 class StallDesk:
@@ -103,8 +121,10 @@ class StallDesk:
         max_rounds: int = MAX_ROUNDS,
         first_timeout: bool = True,
         rejoin_delay: float = REJOIN_DELAY,
+        rejoin_wait: float = REJOIN_WAIT,
     ) -> None:
         self.rejoin_delay = rejoin_delay
+        self.rejoin_wait = rejoin_wait
         self.book = book
         self.metrics = metrics
         self.rules = rules
@@ -119,24 +139,75 @@ class StallDesk:
 
     # -- streams (the server) ------------------------------------------------------------------
 
+    def restored(self) -> None:
+        """After the state file was replayed into the book (a restart), once this process may hear sidecars
+        (it leads): every stall whose provisional verdict was out is taken up as stalled and published, with
+        nothing asked (its captures were kept).
+        A job that moved meanwhile has it withdrawn after the grace, as a live one; a job of which nothing
+        is heard within `rejoin_wait` has it withdrawn then (`_unheard`)."""
+        loop = asyncio.get_running_loop()
+        for job in self.book.published_stalls():
+            watch = self._watch(job)
+            if watch.published:
+                continue
+            watch.stalled = watch.published = True
+            watch.unheard_timer = loop.call_later(self.rejoin_wait, self._unheard, job)
+            log.info(
+                "incident %s: its stall's provisional verdict was out before the restart; watching it",
+                self.book.incident_id(job),
+            )
+            self._activity(job)
+
+    def _unheard(self, job: JobKey) -> None:
+        watch = self._watch(job)
+        watch.unheard_timer = None
+        if not watch.published or self.book.failed(job) or self.book.heard(job):
+            return  # withdrawn, or failed, already; or its sidecars are back: it ends as a live stall
+        log.warning(
+            "incident %s: nothing of the job heard within %.0f s of the restart (no sidecar back, no pod seen "
+            "running): its stall's provisional verdict is withdrawn",
+            self.book.incident_id(job),
+            self.rejoin_wait,
+        )
+        if watch.resume_timer is not None:
+            watch.resume_timer.cancel()
+            watch.resume_timer = None
+        watch.stalled = False
+        self._withdraw(
+            job,
+            watch,
+            f"nothing of the job was heard within {self.rejoin_wait:.0f} s of an aggregator restart (no sidecar "
+            "reconnected, no pod of it seen running): its pods ended or were deleted meanwhile, and the provisional "
+            "hang verdict is withdrawn, unconfirmed",
+        )
+
     def opened(self, key: MemberKey, push: Push) -> None:
         """A registered stream whose sidecar answers capture requests; the newest one of a member wins. A
         job the book holds as stalled that this desk has not seen (the state file replayed it after a
-        restart) is looked at once its sidecars had `rejoin_delay` to reconnect."""
+        restart, before its stall's verdict was out) is asked once its sidecars had `rejoin_delay` to
+        reconnect."""
         self._streams[key] = push
         watch = self._watch(key.job)
         if watch.stalled or watch.rejoining:
             return
-        if self.book.stalled(key.job) or (self.book.stall_published(key.job) and not watch.published):
+        if self.book.stalled(key.job):
             watch.rejoining = True
             asyncio.get_running_loop().call_later(self.rejoin_delay, self._rejoined, key.job)
 
     def _rejoined(self, job: JobKey) -> None:
-        watch = self._watch(job)
-        watch.rejoining = False
-        if self.book.stall_published(job) and not watch.published:  # published before the restart
-            watch.stalled = watch.published = True  # still quiet: nothing to ask; moved: withdrawn after the grace
+        self._watch(job).rejoining = False
+        if self.book.stalled(job):  # seen before the restart (its round may have been out): that moment
+            self.book.stalling(job, True, since=self.book.quiet_since(job))
         self._activity(job)
+
+    def close(self) -> None:
+        """The aggregator stops: every timer cancelled (a round's wait, a grace, a restored stall's wait),
+        so that nothing is asked or published past the stop. A stall verdict out stays as published."""
+        for watch in self._watches.values():
+            for timer in (watch.round.timer if watch.round else None, watch.resume_timer, watch.unheard_timer):
+                if timer is not None:
+                    timer.cancel()
+            watch.round = watch.resume_timer = watch.unheard_timer = None
 
     def closed(self, key: MemberKey, push: Push) -> None:
         if self._streams.get(key) is push:
@@ -157,7 +228,7 @@ class StallDesk:
         watch = self._watches.get(job)
         if watch is None:
             if len(self._watches) >= MAX_WATCHES:  # the book forgets decided jobs: so does the desk
-                for old in [k for k, w in self._watches.items() if w.round is None and w.resume_timer is None]:
+                for old in [k for k, w in self._watches.items() if not w.waiting]:
                     if not self.book.pods(old):
                         del self._watches[old]
             watch = self._watches[job] = _Watch()
@@ -168,10 +239,10 @@ class StallDesk:
         stalled = self.book.stalled(job)
         if stalled and not watch.stalled:
             watch.stalled = True
-            if watch.resume_timer is not None:  # it moved, and stopped again: the first stall was a false alarm
+            if watch.resume_timer is not None:  # quiet again within the grace: the same stall, asked again
                 watch.resume_timer.cancel()
                 watch.resume_timer = None
-                self._false_alarm(job)
+            self.book.stalling(job, True)
             log.warning(
                 "incident %s: every member is quiet (stalled); asking their sidecars for captures",
                 self.book.incident_id(job),
@@ -190,20 +261,23 @@ class StallDesk:
             return  # quiet again, or it failed after all: the stall was real
         if watch.round is not None and watch.round.trigger == "stall":
             self._end_round(job, watch, decide=False)
-        self._false_alarm(job)
-        if watch.published:
-            watch.published = False
-            self.book.provisional(
-                job,
-                "resumed",
-                "the job made progress again after every member had gone quiet: the provisional hang verdict "
-                "is withdrawn (a false alarm of stall detection)",
-            )
-
-    def _false_alarm(self, job: JobKey) -> None:
         if self.metrics is not None:
             self.metrics.false_alarms.inc()
         log.warning("incident %s: progress again after a stall (a false alarm)", self.book.incident_id(job))
+        self._withdraw(
+            job,
+            watch,
+            "the job made progress again after every member had gone quiet: the provisional hang verdict is "
+            "withdrawn (a false alarm of stall detection)",
+        )
+
+    def _withdraw(self, job: JobKey, watch: _Watch, note: str) -> None:
+        """The stall is over and nothing failed: its provisional verdict, if out, is withdrawn (`note` says
+        why), and the next stall is a new one."""
+        if watch.published:
+            watch.published = False
+            self.book.provisional(job, "resumed", note)
+        self.book.stalling(job, False)
 
     def _failure(self, key: MemberKey) -> None:
         watch = self._watch(key.job)

@@ -11,8 +11,9 @@ still alive reconnect and resend too; ids deduplicate.
 Rows of a job attempt are deleted once a final verdict on it has been published (every expected
 member had reported: nothing more is expected to change it), and rows older than `retention`
 seconds are dropped at start-up, so the file stays bounded. Each verdict published is kept too (its
-answer, revision and members, and when a provisional verdict on a stall of the attempt was published and
-not withdrawn, `stalled_at`: the verdict on the failure that follows says it after a restart too;
+answer, revision and members, and while a provisional verdict on a stall of the attempt is out (not
+withdrawn), the moment that stall was first seen, `stalled_at`: the verdict on the failure that follows
+says it after a restart too;
 `decisions`), final or not: a restarted aggregator knows what it decided,
 so replaying a decided incident's events publishes nothing again (a revision only if the answer
 changes), and a run of a job after a final verdict stays filed under the attempt it was filed under
@@ -97,7 +98,7 @@ _LAYOUTS: dict[int, dict[str, tuple[str, ...]]] = {
         "decisions": _DECISIONS,
     },
 }
-_STALLED_AT = "stalled_at REAL"  # when its provisional verdict on a stall was published (NULL: none, or withdrawn)
+_STALLED_AT = "stalled_at REAL"  # its stall verdict's moment, when first seen (NULL: none, or withdrawn)
 _DECISIONS_COLUMNS = """
     ns TEXT NOT NULL, job TEXT NOT NULL, attempt TEXT NOT NULL, kind TEXT NOT NULL, uid TEXT NOT NULL,
     revision INTEGER NOT NULL, closed_by TEXT NOT NULL, opened_at REAL, pod TEXT, category TEXT,

@@ -24,6 +24,7 @@ from podmortem.core.logtail import (
     PEER_ADDR,
     SIGNAL_NAMES,
     TIMEOUT_MS,
+    LauncherReport,
     LogFacts,
     parse_log,
     several_workers_failed,
@@ -64,6 +65,10 @@ class Finding:
     desync: tuple[tuple[int, int, str], ...] = ()  # its ranks timed out in different collectives
     global_rank: int | None = None
     evidence: tuple[str, ...] = ()
+    # An MPI launcher's report in its log of one process's death, and what the report's signal or exit code says
+    # (a primary rule, or None when it says neither or names no cause): the launcher's second-hand word.
+    report: LauncherReport | None = None
+    report_rule: Rule | None = None
 
     @property
     def category(self) -> Category | None:
@@ -319,6 +324,19 @@ def _time_of(member: Member, cand: _Cand | None, log: LogFacts) -> tuple[float |
     return (mid, spread) if _finite(mid) is not None else (None, math.inf)
 
 
+def _report_rule(report: LauncherReport | None, rules: RuleSet) -> Rule | None:
+    """What an MPI launcher's report says the process died of: its signal's rule, else its exit code's (primaries only:
+    a SIGTERM is the job's teardown, no cause)."""
+    if report is None:
+        return None
+    rule = None
+    if report.signal is not None:
+        rule = rules.classify_signal(report.signal)
+    elif report.exit_code is not None:
+        rule = rules.classify_exit_code(report.exit_code)
+    return rule if rule is not None and rule.is_primary else None
+
+
 def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None = None) -> Finding:
     """Judge one member on its own evidence (see the module docstring).
 
@@ -392,6 +410,8 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
         desync=log.desync,
         global_rank=cand.global_rank,
         evidence=tuple(evidence),
+        report=log.report,
+        report_rule=_report_rule(log.report, rules),
     )
 
 

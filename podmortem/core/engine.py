@@ -122,6 +122,9 @@ CONF_HANG_BY_SCORE = {3: 0.8, 2: 0.3, 1: 0.35}  # by how visibly stuck the chose
 CONF_HANG_TIE_PENALTY = 0.25  # several members equally likely to be the stuck one
 CONF_HANG_UNLOCATED = 0.3  # nobody stands out: the member that waited first
 CONF_HANG_BEHIND = 0.5  # nobody stands out, but one member's rank is behind the others' collectives of one group
+# An MPI launcher's report that one process died of a signal or an exit code, and no member failed in words of its own:
+# the launcher's second-hand word, as much as a bare exit code says (below LOW_CONFIDENCE: "Likely").
+CONF_LAUNCHER_REPORT = 0.6
 CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside
 CONF_NAMED_PEER = 0.4  # named by victims, its own failure not recorded
 CONF_FIRST_TORN_DOWN = 0.4  # only echoes; the first member SIGTERMed from outside
@@ -435,6 +438,62 @@ def _choose_hang(findings: Sequence[Finding], timeouts: Sequence[Finding], named
     )
 
 
+def _choose_reported(
+    reports: Sequence[Finding], findings: Sequence[Finding], placed_only: bool = False
+) -> _Root | None:
+    """An MPI launcher (mpirun, mpiexec, Hydra) reported one process's death: its own failure, which the process often
+    could not print (SIGKILL, SIGSEGV). The member whose own log shows it hosts the reported rank, else the member named
+    as the report's host (its name, node or address), else the member whose log carries the report (the launcher runs
+    beside it, or it is the one pod); the category the report's signal or exit code names. With `placed_only` (a member
+    exited non-zero without words: it may be the process the report names), None unless a member is named."""
+    rep = min(reports, key=_waited_first)
+    report = rep.report
+    assert report is not None
+    pods = {f.member.pod: f for f in findings}
+    on_node = Counter(f.member.node for f in findings if f.member.node)
+    by_node = {f.member.node: f for f in findings if f.member.node and on_node[f.member.node] == 1}
+    owner = _rank_owners(findings, assume_node_ranks=False).get(report.rank) if report.rank is not None else None
+    host = report.host
+    by_ip = {f.member.pod_ip: f for f in findings if f.member.pod_ip}
+    found = (
+        pods.get(owner or "")
+        or pods.get(host)
+        or pods.get(host.split(".", 1)[0])
+        or by_node.get(host)
+        or by_ip.get(host)
+    )
+    if found is None and placed_only:
+        return None
+    root = found or rep
+    rule = rep.report_rule
+    where = f" (its log shows rank {report.rank})" if owner is not None else (f" ({host})" if found else "")
+    ev: tuple[str, ...] = (f"{rep.member.pod}'s launcher reports: {excerpt(report.text, 160)}",)
+    if root is not rep:
+        ev = (*ev, f"the reported process ran on {root.member.pod}{where}")
+    finding = dataclasses.replace(root, text=report.text, source="launcher report", global_rank=report.rank)
+    if rule is None or rule.category is None:
+        return _Root(
+            finding,
+            None,
+            None,
+            "engine.launcher-report",
+            "launcher's report",
+            CONF_NAMED_PEER,
+            "its process died, as the MPI launcher reports; how it ended was not recorded",
+            ev,
+        )
+    return _Root(
+        finding,
+        rule.category,
+        rule.is_retryable,
+        "engine.launcher-report",
+        "launcher's report",
+        min(CONF_LAUNCHER_REPORT, rule.max_confidence),
+        f"{rule.describe()}, as the MPI launcher reports: {excerpt(report.text, 200)}",
+        ev,
+    )
+
+
 def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: Counter[str]) -> _Root:
     """No member failed on its own and nobody timed out: follow the victims' accusations."""
     if named:
@@ -738,6 +797,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
 
     missing_ranks, missing_pods = missing_members(incident)
     strong, weak = _own_failures(failed)
+    reports = [f for f in failed if f.report is not None and f.role == "secondary"]
     root: _Root | None = None
     if strong:
         # Every member that is not an own failure failed as a known echo (none silent, none still pending).
@@ -746,6 +806,14 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         # An error of its own (e.g. an NCCL network error) among members that waited: it, not a hang.
         alone = _others_echo(findings) and len(weak) == 1  # nobody else failed on their own, not even by exit code
         root = _choose_primary([f for f in weak if f.source != "termination"], named, alone)
+    elif (
+        reports
+        and not any(f.source != "termination" for f in weak)
+        and (reported := _choose_reported(reports, findings, placed_only=bool(weak))) is not None
+    ):
+        # No member failed in words of its own, and an MPI launcher reports a process's death: that process's own
+        # failure, not a hang among its peers that waited for it.
+        root = reported
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [
@@ -873,10 +941,10 @@ def _named(findings: Sequence[Finding], failed: Sequence[Finding]) -> Counter[st
     return named
 
 
-def _rank_owners(findings: Sequence[Finding]) -> dict[int, str]:
+def _rank_owners(findings: Sequence[Finding], assume_node_ranks: bool = True) -> dict[int, str]:
     """Global rank -> the pod that hosts it, from what each pod's own log shows ([rank3]:, [Rank 3], torch's
     summary). A rank claimed by two pods is nobody's. With no claim for a rank, one rank per pod is assumed only
-    when every claim so far agrees with the pods' node ranks (rank == node rank)."""
+    when every claim so far agrees with the pods' node ranks (rank == node rank), and `assume_node_ranks`."""
     owners: dict[int, str] = {}
     contested: set[int] = set()
     one_per_pod = True
@@ -890,7 +958,7 @@ def _rank_owners(findings: Sequence[Finding]) -> dict[int, str]:
             one_per_pod = one_per_pod and rank == f.member.rank
     for rank in contested:
         del owners[rank]
-    if one_per_pod and owners:
+    if one_per_pod and owners and assume_node_ranks:
         for rank, pod in by_node_rank.items():
             owners.setdefault(rank, pod)
     return owners

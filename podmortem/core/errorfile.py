@@ -41,6 +41,10 @@ _EXC_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*):")
 # A word followed by a number or a progress bar is a training metric ("Epoch: 3", "Steps:  0%|"), not an exception,
 # unless the word is named like one (KeyError: 0).
 _METRIC_VALUE = re.compile(r"\s*[-+]?\d")
+# A word followed by one quoted name and nothing else is a label (TensorFlow's "Node: 'HorovodAllreduce_grads_0'",
+# the op an error happened in, printed after the traceback), not an exception, unless the word is named like one
+# (KeyError: 'x').
+_LABEL_VALUE = re.compile(r"\s*'[^'\s]{1,200}'\s*$")
 _EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Failure", "Fault", "Abort", "Timeout")
 MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _FIELD = re.compile(rb'"(message|py_callstack|timestamp|errorCode)"\s*:\s*')
@@ -56,7 +60,9 @@ def exception_type_of(message: str) -> str:
     last = name.rsplit(".", 1)[-1]
     if name == last and not (last[:1].isupper() and any(c.islower() for c in last)):
         return ""
-    if not last.endswith(_EXCEPTION_SUFFIXES) and _METRIC_VALUE.match(message, m.end()):
+    if not last.endswith(_EXCEPTION_SUFFIXES) and (
+        _METRIC_VALUE.match(message, m.end()) or _LABEL_VALUE.match(message, m.end())
+    ):
         return ""
     return name
 

@@ -71,12 +71,14 @@ _LAUNCHER_PREFIX = re.compile(
 # DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old
 # torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
 # torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
-# 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal): the same
-# fact in other words.
+# 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal),
+# torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)":
+# the same fact in other words.
 _AGENT_EXIT = re.compile(
-    r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,3})\b"
+    r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
+    r"|\) FAILED \(exitcode (-?\d{1,3})\)"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
@@ -94,6 +96,82 @@ _WATCHDOG_WORK = re.compile(
 _TOLD_TO_STOP = re.compile(
     r"death signal|got signal: ?(?:15|SIGTERM)\b|SIGTERM received|Killing subprocess \d|CANCELLED AT"
 )
+# An MPI launcher's report of one process's death, printed by the launcher (mpirun, mpiexec, Hydra) on behalf of the
+# process, which often prints nothing itself (SIGKILL, SIGSEGV): Open MPI's "mpirun noticed that process rank 10 with
+# PID 77 on node worker-1 exited on signal 9 (Killed)", its "detected that one or more processes exited with non-zero
+# status ... Process name: [[29973,1],0] Exit code: 1", MPICH's and Intel MPI's Hydra banner "BAD TERMINATION OF ONE
+# OF YOUR APPLICATION PROCESSES / RANK 0 PID 1234 RUNNING AT node1 / EXIT CODE: 9" (Hydra's exit code of a process
+# killed by a signal is the signal's number: "EXIT STRING: Killed (signal 9)"; "KILLED BY SIGNAL: 9"). Bounded
+# repeats: linear on any input.
+_OMPI_NOTICED = re.compile(
+    r"noticed that process rank (\d{1,7}) with PID \S{1,20} on node ([\w.-]{1,253}) exited(?:\s{1,20}on\s{1,20}signal"
+    r" (\d{1,2}))?"
+)
+_OMPI_FIRST = re.compile(
+    r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}\[\[\d{1,10},\d{1,10}\],"
+    r"(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
+)
+_OMPI_NONZERO = re.compile(r"Primary job\s{1,20}terminated normally, but 1 process returned")
+_HYDRA_BAD = re.compile(
+    r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES[\s=]{0,200}(?:RANK (\d{1,7}) )?PID \d{1,10} RUNNING AT "
+    r"([\w.-]{1,253})(?:[\s=]{0,200}(?:EXIT CODE|KILLED BY SIGNAL): (\d{1,3}))?"
+)
+_HYDRA_EXIT_STRING = re.compile(r"TERMINATED WITH THE EXIT STRING: [^\n(]{0,80}\(signal (\d{1,2})\)")
+# Exit codes Hydra gives a process killed by a signal: the signal's number.
+_HYDRA_SIGNALS = frozenset({4, 6, 7, 8, 9, 11})
+
+
+@dataclass(frozen=True)
+class LauncherReport:
+    """An MPI launcher's word that one process died: its rank and host when named, and how it ended (a signal, else an
+    exit code; neither when the report is cut off before it)."""
+
+    text: str
+    rank: int | None = None
+    host: str = ""
+    signal: int | None = None
+    exit_code: int | None = None
+
+
+def launcher_report(text: str) -> LauncherReport | None:
+    """The MPI launcher's report of a process's death in `text` (see _OMPI_NOTICED), or None."""
+    if "rank" not in text and "RANK" not in text and "Primary job" not in text and "RUNNING AT" not in text:
+        return None
+    if m := _OMPI_NOTICED.search(text):
+        died = int(m.group(3)) if m.group(3) else None
+        return LauncherReport(_line_at(text, m.start()), int(m.group(1)), m.group(2), died)
+    if m := _OMPI_FIRST.search(text):
+        return LauncherReport(_line_at(text, m.start()), int(m.group(1)), exit_code=int(m.group(2)))
+    if m := _HYDRA_BAD.search(text):
+        rank = int(m.group(1)) if m.group(1) else None
+        code = int(m.group(3)) if m.group(3) else None
+        sig: int | None = None
+        if s := _HYDRA_EXIT_STRING.search(text):
+            sig, code = int(s.group(1)), None
+        elif code is not None and (code in _HYDRA_SIGNALS or 128 < code < 160):
+            sig, code = (code - 128 if code > 128 else code), None
+        return LauncherReport(_line_at(text, m.start()), rank, m.group(2), sig, code)
+    if m := _OMPI_NONZERO.search(text):
+        return LauncherReport(_line_at(text, m.start()))
+    return None
+
+
+def _line_at(text: str, at: int) -> str:
+    a = text.rfind("\n", 0, at) + 1
+    b = text.find("\n", at)
+    return text[a : b if b >= 0 else len(text)].strip()
+
+
+# A Windows process that crashed exits with the exception's NTSTATUS (Microsoft's ntstatus.h; Python's subprocess shows
+# it unsigned, "returned non-zero exit status 3221225477"): the POSIX signal of the same fault.
+_NTSTATUS_SIGNALS = {
+    0xC0000005: 11,  # STATUS_ACCESS_VIOLATION
+    0xC00000FD: 11,  # STATUS_STACK_OVERFLOW
+    0xC000001D: 4,  # STATUS_ILLEGAL_INSTRUCTION
+    0xC0000094: 8,  # STATUS_INTEGER_DIVIDE_BY_ZERO
+    0xC0000409: 6,  # STATUS_STACK_BUFFER_OVERRUN (a fail-fast abort)
+    0xC0000374: 6,  # STATUS_HEAP_CORRUPTION
+}
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
@@ -135,6 +213,7 @@ class LogFacts:
     # The launcher said the pod was told to stop (_TOLD_TO_STOP) before the first exception line: what it raised
     # after that is the stop's consequence.
     stopped_first: bool = False
+    report: LauncherReport | None = None  # an MPI launcher's report of a process's death
 
     @property
     def silent_ranks(self) -> tuple[int, ...]:
@@ -176,8 +255,20 @@ def _glog_time(m: re.Match[str], near: float) -> float | None:
     return best
 
 
+# An HTTP client's warning that a request failed and will be retried: urllib3's "Retrying (Retry(total=4, ...)) after
+# connection broken by ...", huggingface_hub's "'...' thrown while requesting HEAD https://...". It quotes the
+# endpoint's or the network's words (a name that does not resolve, a host unreachable) in runs that go on — the hub's
+# client falls back to its cache — so it is no failure of the pod; a request that finally fails raises, and the
+# exception says so.
+_RETRIED_REQUEST = re.compile(
+    r"^[^\n]*?(?:\bRetrying \(Retry\(total=|' thrown while requesting [A-Z]+ )[^\n]*\n?", re.M
+)
+
+
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """The first log rule (rule order is precedence) matching the tail, and the line it matched."""
+    if "Retrying (Retry(" in text or "thrown while requesting" in text:
+        text = _RETRIED_REQUEST.sub("", text)
     lr = rules.first_log_rule(text)  # one RE2 pass for every rule at once
     hit = lr.search(text) if lr is not None else None
     if lr is None or hit is None:
@@ -198,13 +289,16 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning = m.groups()
+    code, ds, sub, died, spawn, srun, lightning, no_file = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun or lightning)
+    value = int(code or ds or sub or srun or lightning or no_file)
+    if not -256 < value < 256:  # a Windows process's status (NTSTATUS, unsigned or signed 32 bits)
+        number = _NTSTATUS_SIGNALS.get(value & 0xFFFFFFFF)
+        return -number if number is not None else None
     # A worker run through a shell reports a signal death as 128 + N (137: SIGKILL, 139: SIGSEGV).
     return -(value - 128) if 128 < value < 160 else value
 
@@ -343,9 +437,11 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     agent_code = _agent_exit(text)
     desync = collective_desync(text)
     first_exception = exceptions[order[0]] if order else (loose[0] if loose else "")
+    report = launcher_report(text)
     stop = _TOLD_TO_STOP.search(text) if first_exception else None
     stopped_first = stop is not None and stop.start() < text.find(first_exception)
     facts = LogFacts(
+        report=report,
         stopped_first=stopped_first,
         desync=desync,
         agent_exitcode=agent_code,
@@ -372,6 +468,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     if s_rank is not None:
         ranks.add(s_rank)
     return LogFacts(
+        report=report,
         stopped_first=stopped_first,
         desync=desync,
         agent_exitcode=agent_code,

@@ -197,8 +197,8 @@ class Incident:
     opened_at: float | None = None
     # Decided while the pods still run (a stall): nothing has failed yet, the verdict is provisional.
     provisional: bool = False
-    # When a provisional verdict on a stall of this attempt was published (reference clock); None: none was,
-    # or it was withdrawn (the job moved again). The incident page draws it.
+    # When the stall of this attempt that a provisional verdict is about was first seen (reference clock);
+    # None: none was published, or it was withdrawn (the job moved again). The incident page draws it.
     stalled_at: float | None = None
 
 

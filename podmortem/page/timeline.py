@@ -15,8 +15,8 @@ member whose offset was never measured is shown with none applied, and says so):
   was captured, labelled with the line it was stuck on; its row says what the capture showed (the
   collective it never entered), not the timeout it printed.
 
-Incident-wide moments: opened, stalled (`Incident.stalled_at`, the provisional verdict; else the first
-capture taken for the stall) and the verdict.
+Incident-wide moments: opened, stalled (`Incident.stalled_at`, when the aggregator first saw the stall its
+provisional verdict is about; else the first capture taken for the stall) and the verdict.
 
 Scale: up to `SHOW_ALL` pods every pod has its row. Above it, victims whose findings say the same thing
 (the same rule) fold into one band per node — or, where every node holds one pod or the job spans more
@@ -283,8 +283,8 @@ LIVE_PATHS = frozenset({"control_plane", "py_spy"})
 def _capture_mark(m: Member, hang: HangFinding, line: str, stalled_at: float | None) -> tuple[Mark, ...]:
     """The moment the stuck rank's stack or Flight Recorder state was captured, labelled with what it showed.
     Where the incident holds no capture time (a bundle copied without the sidecars' captures, beside the
-    verdict file that says what they showed), a live path's capture is placed at the stall's provisional
-    verdict, which came after it. None for a stack read from the log (no time)."""
+    verdict file that says what they showed), a live path's capture is placed at the stall's moment, when
+    the captures were asked for (just before they were taken). None for a stack read from the log (no time)."""
     taken = [
         c.captured_at
         for c in m.captures
@@ -381,8 +381,8 @@ STALL_LABEL = "stalled: provisional verdict"
 
 
 def _stall(incident: Incident) -> Moment | None:
-    """The stall of the job, where one is known: when the aggregator published its provisional verdict, else
-    (a bundle without it) when the first capture asked for the stall was taken."""
+    """The stall of the job, where one is known: when the aggregator first saw it (the moment its provisional
+    verdict says), else (a bundle without it) when the first capture asked for the stall was taken."""
     if incident.stalled_at is not None:
         return Moment(incident.stalled_at, STALL_LABEL)
     taken = [c.captured_at for m in incident.members for c in m.captures if c.trigger == "stall" and c.captured_at]

@@ -52,8 +52,11 @@ class Sidecar:
         await self.channel.close()
 
 
-def quiet(pod: str) -> pb.Event:
-    return make_event(activity_to_pb(True, 30.0, T0 - 30), f"{pod}/activity/1", wall=T0)
+def quiet(pod: str, n: int = 1, quiet: bool = True) -> pb.Event:
+    """Activity `n` of `pod` (sent at T0 + n - 1): quiet for 30 s, or (`quiet` false) moving again."""
+    at = T0 + n - 1
+    activity = activity_to_pb(True, 30.0, at - 30) if quiet else activity_to_pb(False, 0.0, at)
+    return make_event(activity, f"{pod}/activity/{n}", wall=at)
 
 
 def answer(pod: str, request: pb.CaptureRequest, rank: int, n: int = 1) -> pb.Event:

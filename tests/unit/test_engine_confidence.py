@@ -68,7 +68,6 @@ def test_the_nccl_heartbeat_monitor_is_a_hang_of_that_rank_not_a_lost_node() -> 
     [
         "2026-11-27 06:40:00,001\tWARNING worker.py:2049 -- The node with node id: 5be1 and address: 10.1.4.7 has "
         "been marked dead because the detector has missed too many heartbeats from it.",
-        "node gpu-node-7 heartbeat timed out after 90s; removing it from the cluster",
     ],
 )
 def test_a_node_s_missed_heartbeats_are_a_lost_node(line: str) -> None:

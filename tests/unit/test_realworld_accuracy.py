@@ -28,17 +28,17 @@ FLOORS = {
     "train": (0.97, 0.96, 0.97),
     "heldout": (0.96, 0.90, 0.93),
     "fresh": (0.93, 0.93, 0.93),
-    "fresh2": (0.95, 0.86, 0.94),
+    "fresh2": (0.96, 0.95, 0.96),
     # scored once, blind, 2026-11-27: 0.67 / 0.71 / 0.82 (n=153); one victim's bare TCPStore connect timeout was
     # read as the root in 44 of its 56 misses (docs/engine.md, "The third fresh split"); 0.95 / 0.91 / 0.91 once
     # victims were read from what they mean (a development set since)
-    "fresh3": (0.92, 0.88, 0.88),
+    "fresh3": (0.95, 0.92, 0.92),
     # scored once, blind, 2026-11-27: 0.86 / 0.84 / 0.87 (n=153; docs/engine.md, "The fifth round"); a development
     # set since, 0.93 / 0.98 / 0.98 after the fifth round: provisional floors below that
-    "fresh4": (0.90, 0.94, 0.94),
-    # a development set since its one blind scoring (figures in docs/engine.md, "fresh5's one scoring"): provisional
-    # floors below its figures after that
-    "fresh5": (0.86, 0.84, 0.84),
+    "fresh4": (0.91, 0.95, 0.95),
+    # a development set since its one blind scoring (figures in docs/engine.md, "fresh5's one scoring" and "The seventh
+    # round"): provisional floors below its figures after the seventh round
+    "fresh5": (0.91, 0.92, 0.92),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -66,7 +66,8 @@ def test_the_corpus_is_sound() -> None:
     excerpts = load(CORPUS)
     assert len(excerpts) >= 300
     assert len({e.id for e in excerpts}) == len(excerpts)
-    assert {e.split for e in excerpts} == {"train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"}
+    splits = {"train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7"}
+    assert {e.split for e in excerpts} == splits
     # A thread's excerpts are all on one side of the split.
     sides: dict[str, set[str]] = {}
     for e in excerpts:
@@ -104,7 +105,7 @@ def test_verdicts_that_would_write_permanent_failure_are_right_about_retryabilit
 RULE_PRECISION_FLOOR = 0.99
 # measured 2026-11-27 (docs/engine.md, "The fourth round"): train 0.84, held-out 0.88, fresh 0.87, fresh2 0.80,
 # fresh3 0.73; fresh4 scored once, blind: 75/153 = 0.49, then 96/153 = 0.63 after the fifth round (provisional);
-# fresh5: provisional, below its coverage after its one blind scoring (docs/engine.md)
+# fresh5: provisional, below its coverage after the seventh round (docs/engine.md)
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -112,7 +113,7 @@ COVERAGE_FLOORS = {
     "fresh2": 0.76,
     "fresh3": 0.70,
     "fresh4": 0.60,
-    "fresh5": 0.37,
+    "fresh5": 0.50,
 }
 
 

@@ -4,6 +4,8 @@ provisional verdict, its withdrawal on progress, and the bounds (timers on the f
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -36,7 +38,12 @@ class Desk:
     """A book, a stall desk and one recording stream per member (what the server pushes on)."""
 
     def __init__(
-        self, pods: int = 3, capturing: int | None = None, offload_members: int = 256, **options: float
+        self,
+        pods: int = 3,
+        capturing: int | None = None,
+        offload_members: int = 256,
+        clock: Callable[[], float] = time.time,
+        **options: float,
     ) -> None:
         self.decisions: list[Decision] = []
         self.metrics = Metrics(CollectorRegistry())
@@ -47,6 +54,7 @@ class Desk:
             default_world_size=pods,
             metrics=self.metrics,
             offload_members=offload_members,
+            clock=clock,
         )
         self.desk = StallDesk(self.book, self.metrics, **options)  # type: ignore[arg-type]
         self.keys: list[MemberKey] = []
@@ -181,7 +189,7 @@ async def test_a_failure_within_the_grace_makes_the_stall_real_not_a_false_alarm
         d.send(i, make_event(termination_to_pb(end), f"end-{i}", wall=T0 + 52))
     await asyncio.sleep(1)
     stall, final = d.decisions
-    assert final.closed_by == "quorum" and final.incident.stalled_at == stall.decided_at is not None
+    assert final.closed_by == "quorum" and final.incident.stalled_at == stall.incident.stalled_at is not None
 
 
 @pytest.mark.looptime
@@ -276,18 +284,25 @@ async def test_a_stall_replayed_after_a_restart_is_asked_again_once_the_sidecars
     assert [[r.trigger for r in asked] for asked in d.pushed.values()] == [["stall"], ["stall"]]
 
 
-@pytest.mark.looptime
-async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_withdrawn_once_it_moves() -> None:
-    d = Desk(pods=2, capturing=0, rejoin_delay=3.0, resume_grace=10.0)
-    job = d.keys[0].job
+def restored_stall(d: Desk) -> None:
+    """The state file replayed into the book: the stall's verdict out (its moment T0), every member quiet."""
     verdict = Verdict(pod="llm-worker-1", category="hang", retryable=True, summary="")
     pods = tuple(k.pod for k in d.keys)
     d.book.restore_decision(
         JobRef("ml", "llm", "PyTorchJob"), "0", Restored(verdict, 1, "stall", None, pods, False, T0)
     )
-    for key in d.keys:  # the state file replayed into the book: quiet members, the stall's verdict out
+    for key in d.keys:
+        d.book.disconnected(key)  # replayed without its stream, until its sidecar is back
         d.book.ingest(key, make_event(activity_to_pb(True, 30.0), wall=T0), from_sidecar=True)
+
+
+@pytest.mark.looptime
+async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_withdrawn_once_it_moves() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_delay=3.0, resume_grace=10.0)
+    job = d.keys[0].job
+    restored_stall(d)
     assert d.book.stalled(job) and d.book.stall_published(job) and not d.book.failed(job)
+    d.desk.restored()
     for key in d.keys:
         d.desk.opened(key, d._recorder(key.pod))
     await asyncio.sleep(4)
@@ -297,23 +312,119 @@ async def test_a_stall_published_before_a_restart_is_not_asked_again_and_is_with
     [withdrawn] = d.decisions
     assert (withdrawn.closed_by, withdrawn.revision, withdrawn.incident.stalled_at) == ("resumed", 2, None)
     assert not d.book.stall_published(job)
+    assert d.sample("podmortem_stall_false_alarms_total") == 1
 
 
 @pytest.mark.looptime
-async def test_a_job_that_moves_and_stalls_again_is_asked_again() -> None:
-    # A silent start-up looks like a stall; the real hang comes after the first steps' output.
-    d = Desk(pods=2, resume_grace=10.0)
-    d.stall_answered()
+async def test_a_restored_stall_whose_sidecars_answer_no_captures_is_withdrawn_once_it_moves() -> None:
+    # Its sidecars are back, none of them answering captures: nothing opens a capture stream, and the
+    # stall still ends as a live one does, on the activity any sidecar sends.
+    d = Desk(pods=2, capturing=0, resume_grace=10.0)
+    restored_stall(d)
+    d.desk.restored()
+    for key in d.keys:
+        d.book.register(pb.Register(job=JOB, pod=key.pod, attempt="0"))  # its stream, captures=false
+    d.quiet(1, quiet=False, at=T0 + 50)
+    await asyncio.sleep(10.1)
+    assert [(x.closed_by, x.incident.stalled_at) for x in d.decisions] == [("resumed", None)]
+    assert "made progress again" in d.decisions[0].verdict.summary
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_that_moved_before_the_restart_is_withdrawn_after_the_grace() -> None:
+    d = Desk(pods=2, capturing=0, resume_grace=10.0)
+    restored_stall(d)
+    d.book.ingest(d.keys[0], make_event(activity_to_pb(False, 0.0), "moved", wall=T0 + 5), from_sidecar=True)
+    d.desk.restored()  # the replayed activity says it moved: no sidecar needs to come back for that
+    await asyncio.sleep(10.1)
+    assert [x.closed_by for x in d.decisions] == ["resumed"]
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_of_which_nothing_is_heard_is_withdrawn_unconfirmed() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_wait=60.0)
+    job = d.keys[0].job
+    restored_stall(d)
+    d.desk.restored()
+    await asyncio.sleep(59.9)
+    assert d.decisions == []
+    await asyncio.sleep(0.2)
+    [withdrawn] = d.decisions
+    assert (withdrawn.closed_by, withdrawn.revision, withdrawn.incident.stalled_at) == ("resumed", 2, None)
+    assert "nothing of the job was heard" in withdrawn.verdict.summary and "unconfirmed" in withdrawn.verdict.summary
+    assert d.sample("podmortem_stall_false_alarms_total") == 0  # nothing moved
+    assert not d.book.stall_published(job)
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_whose_sidecar_is_back_and_still_quiet_stays() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_wait=60.0)
+    restored_stall(d)
+    d.desk.restored()
+    d.book.register(pb.Register(job=JOB, pod="llm-worker-0", attempt="0"))  # one sidecar back, quiet
+    await asyncio.sleep(120)
+    assert d.decisions == [] and d.book.stall_published(d.keys[0].job)  # a stall going on, as a live one
+
+
+@pytest.mark.looptime
+async def test_a_job_quiet_again_within_the_grace_is_asked_again_and_keeps_the_stalls_first_moment() -> None:
+    # A silent start-up looks like a stall; the real hang may come within the grace after the first output:
+    # asked again (the earlier stacks may be stale), the same stall going on (its moment is the first one).
+    loop = asyncio.get_running_loop()
+    d = Desk(pods=2, resume_grace=10.0, clock=lambda: T0 + loop.time())
+    start = T0 + loop.time()
+    for i in range(2):
+        d.quiet(i)
+    await asyncio.sleep(2)
+    for i in range(2):
+        d.answer(i, d.pushed[f"llm-worker-{i}"][0])
     d.quiet(0, quiet=False, at=T0 + 50)
     await asyncio.sleep(3)
     d.quiet(0, at=T0 + 60)
     assert [[r.request_id for r in asked] for asked in d.pushed.values()] == [
         ["ml:llm:0/stall/1", "ml:llm:0/stall/2"]
     ] * 2
+    await asyncio.sleep(2)
     for i in range(2):
         d.answer(i, d.pushed[f"llm-worker-{i}"][1])
-    assert [x.closed_by for x in d.decisions] == ["stall", "stall"]
-    assert d.sample("podmortem_stall_false_alarms_total") == 1
+    first, again = d.decisions
+    assert (first.closed_by, again.closed_by, again.revision) == ("stall", "stall", 2)
+    assert first.decided_at == start + 2 and again.decided_at == start + 7
+    assert first.incident.stalled_at == again.incident.stalled_at == start  # first seen, not when published
+    assert d.sample("podmortem_stall_false_alarms_total") == 0  # nothing was withdrawn
+
+
+@pytest.mark.looptime
+async def test_a_stall_seen_again_while_its_captures_are_out_keeps_its_first_moment() -> None:
+    loop = asyncio.get_running_loop()
+    d = Desk(pods=2, resume_grace=10.0, capture_wait=8.0, clock=lambda: T0 + loop.time())
+    start = T0 + loop.time()
+    for i in range(2):
+        d.quiet(i)
+    await asyncio.sleep(1)
+    d.quiet(1, quiet=False, at=T0 + 50)  # a line of output while the first round is out ...
+    d.quiet(1, at=T0 + 51)  # ... and quiet again: the first round is dropped, a second one asked
+    await asyncio.sleep(8.1)  # nobody answers it
+    [stall] = d.decisions
+    assert stall.decided_at == start + 9 and stall.incident.stalled_at == start  # the second round timed out
+    assert [len(asked) for asked in d.pushed.values()] == [2, 2]
+
+
+@pytest.mark.looptime
+async def test_a_stall_after_progress_that_outlasted_the_grace_is_a_new_one() -> None:
+    loop = asyncio.get_running_loop()
+    d = Desk(pods=2, resume_grace=10.0, clock=lambda: T0 + loop.time())
+    start = T0 + loop.time()
+    d.stall_answered()
+    d.quiet(0, quiet=False, at=T0 + 50)
+    await asyncio.sleep(10.1)  # the grace passes: withdrawn
+    await asyncio.sleep(5)
+    d.quiet(0, at=T0 + 70)
+    for i in range(2):
+        d.answer(i, d.pushed[f"llm-worker-{i}"][-1])
+    stall, withdrawn, again = d.decisions
+    assert (stall.closed_by, withdrawn.closed_by, again.closed_by) == ("stall", "resumed", "stall")
+    assert stall.incident.stalled_at == start and again.incident.stalled_at == start + 15.1
 
 
 async def test_a_large_job_is_decided_off_the_loop_and_a_failure_meanwhile_takes_over() -> None:

@@ -1,0 +1,159 @@
+"""What launchers and frameworks print about a failure that is not a worker's own exception: an MPI launcher's
+report of another process's death (mpirun, mpiexec, Hydra), a launcher's word that a worker exited non-zero, a
+framework's label lines. The texts are written for these tests in the formats the tools print; each member is read the
+way a pod watch sees it (the log tail and the exit code, no error file)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from support.members import member
+
+from podmortem.core.assess import assess
+from podmortem.core.engine import decide
+from podmortem.core.errorfile import exception_type_of
+from podmortem.core.model import LOW_CONFIDENCE, Incident, JobRef, Member
+
+WATCHDOG = (
+    "[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600031 milliseconds "
+    "before timing out.\n"
+)
+PEER_CLOSED = "w:1:2 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer w-9<4242>\n"
+
+
+def _incident(*members: Member) -> Incident:
+    return Incident(job=JobRef("ml", "j", "PyTorchJob"), world_size=len(members), members=members)
+
+
+def test_a_framework_s_label_line_is_no_exception() -> None:
+    """TensorFlow prints the op an error happened in as "Node: 'name'"; Horovod's victims print it before their
+    shutdown message. A label, not an exception of their own."""
+    assert exception_type_of("Node: 'DistributedAdam_Allreduce/cond/HorovodAllreduce_grads_0'") == ""
+    assert exception_type_of("KeyError: 'labels'") == "KeyError"
+    log = (
+        '  File "<string>", line 107, in horovod_allreduce\n'
+        "Node: 'HorovodAllreduce_grads_0'\n"
+        "Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, "
+        "allgather or broadcast a tensor after one of the ranks finished execution.\n"
+    )
+    f = assess(member("w-0", 0, log))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+
+
+def test_a_worker_that_left_no_error_file_exited_on_its_own_while_its_peers_waited() -> None:
+    """torchelastic's warning for a worker that failed without an error file names its exit code: the pod's own
+    failure in words of its own, not a hang among the peers that timed out waiting for it."""
+    log = (
+        "CHILD PROCESS FAILED WITH NO ERROR_FILE\n"
+        "Child process 48529 (local_rank 0) FAILED (exitcode 1)\n"
+        "Error msg: Process failed with exitcode 1\n"
+    )
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, log), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "user_code")
+
+
+OMPI_KILLED = (
+    "Primary job  terminated normally, but 1 process returned\n"
+    "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+    "--------------------------------------------------------------------------\n"
+    "mpirun noticed that process rank 3 with PID 4711 on node {host} exited on signal {sig} ({name}).\n"
+    "--------------------------------------------------------------------------\n"
+)
+HYDRA_KILLED = (
+    "===================================================================================\n"
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    "=   RANK 2 PID 9665 RUNNING AT {host}\n"
+    "=   EXIT CODE: {sig}\n"
+    "=   CLEANING UP REMAINING PROCESSES\n"
+    "===================================================================================\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("report", "category"),
+    [
+        (OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed"), "host_oom"),
+        (OMPI_KILLED.format(host="gpu-17", sig=11, name="Segmentation fault"), "crash"),
+        (HYDRA_KILLED.format(host="gpu-17", sig=9), "host_oom"),
+        (HYDRA_KILLED.format(host="gpu-17", sig=139), "crash"),
+    ],
+)
+def test_an_mpi_launcher_s_report_of_a_death_is_that_process_s_own_failure(report: str, category: str) -> None:
+    """The launcher reports the process it saw die and the signal it died of; the process itself printed nothing (a
+    SIGKILL, a SIGSEGV). Its peers timed out or lost it: they are its victims, not a hang. No member hosts the reported
+    process here: the member whose log carries the report. Never certain: the launcher's word is second-hand."""
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, PEER_CLOSED), member("w-2", 2, report)))
+    assert (v.pod, v.category) == ("w-2", category)
+    assert v.confidence < LOW_CONFIDENCE
+
+
+def test_an_mpi_launcher_s_report_blames_the_member_that_hosts_the_rank() -> None:
+    """An MPIJob's launcher prints the report; the rank ran on a worker, whose own log shows it hosts that rank (or is
+    the host the report names)."""
+    hosting = "[rank3]: step 88 loss 1.93\n[rank3]: step 89 loss 1.91\n"
+    report = OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed")
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, hosting), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "host_oom")
+    by_host = OMPI_KILLED.format(host="w-2", sig=11, name="Segmentation fault")
+    v = decide(_incident(member("w-0", 0, by_host), member("w-1", 1, WATCHDOG), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-2", "crash")
+
+
+def test_an_mpi_launcher_s_report_yields_to_a_failure_in_words_of_its_own() -> None:
+    """A member's own exception says more than the launcher's report of the process that died of it."""
+    own = "Traceback (most recent call last):\n  File \"t.py\", line 3\nKeyError: 'labels'\n"
+    report = OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed")
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, own), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "user_code")
+
+
+@pytest.mark.parametrize(
+    "warning",
+    [
+        "misc/argcheck.cc:39 NCCL WARN Broadcast : invalid root 4 (root should be in the 0..3 range)",
+        "misc/argcheck.cc:47 NCCL WARN AllReduce : invalid type 12",
+        "misc/argcheck.cc:30 NCCL WARN AllGather : recvbuff argument is NULL",
+    ],
+)
+def test_nccl_s_argument_check_is_the_program_s_call(warning: str) -> None:
+    """NCCL warns of the argument it refused before the collective returns ncclInvalidArgument; the rank then exits.
+    The program's call, the same on every retry; a warning line alone stays below the threshold."""
+    log = f"w1:126624:126758 [1] {warning}\nw1:126624:126758 [1] NCCL INFO enqueue.cc:1450 -> 4\n"
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, log), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
+    assert v.confidence < 0.9
+
+
+def test_an_mpi_launcher_s_report_that_names_no_member_yields_to_one_that_exited_without_words() -> None:
+    """The report names a host no member is on; a member exited non-zero without a word: it may be the process the
+    report names (its words lost), so the report does not pick the member that carries it. The report still names a
+    member by its address."""
+    report = OMPI_KILLED.format(host="10.9.9.9", sig=9, name="Killed")
+    exited = member("w-1", 1, "")
+    v = decide(_incident(member("w-0", 0, report), exited, member("w-2", 2, PEER_CLOSED)))
+    assert v.pod == "w-1"
+    by_ip = OMPI_KILLED.format(host="10.0.0.3", sig=9, name="Killed")
+    members = [member("w-0", 0, by_ip), exited, member("w-2", 2, PEER_CLOSED)]
+    members = [dataclasses.replace(m, pod_ip=f"10.0.0.{m.rank + 1 if m.rank is not None else 0}") for m in members]
+    v = decide(_incident(*members))
+    assert (v.pod, v.category) == ("w-2", "host_oom")
+
+
+@pytest.mark.parametrize(
+    ("status", "category"),
+    [("3221225477", "crash"), ("-1073741819", "crash"), ("3221225725", "crash"), ("3221226505", "crash")],
+)
+def test_a_windows_worker_s_crash_status_is_its_native_crash(status: str, category: str) -> None:
+    """A Windows process that crashed exits with the exception's NTSTATUS (0xC0000005 access violation, 0xC00000FD
+    stack overflow, 0xC0000409 a fail-fast abort); a subprocess launcher prints it as a number: a native crash, as
+    SIGSEGV is, not an exit code of the program's own."""
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "launch.py", line 704, in simple_launcher\n'
+        "subprocess.CalledProcessError: Command '['python.exe', 'train.py']' returned non-zero exit status "
+        f"{status}.\n"
+    )
+    v = decide(_incident(member("w-0", 0, PEER_CLOSED), member("w-1", 1, log)))
+    assert (v.pod, v.category) == ("w-1", category)
