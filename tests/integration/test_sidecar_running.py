@@ -179,25 +179,29 @@ def test_register_carries_the_identity(tmp_path: Path) -> None:
     assert not running.build_register(settings_for(tmp_path, "h:1"), "s").HasField("rank")
 
 
+def process_env(error_file: Path, target: str) -> dict[str, str]:
+    """The environment of a real sidecar process with no pod source."""
+    return {
+        **os.environ,
+        "POD_NAME": "job-worker-1",
+        "POD_NAMESPACE": "ns",
+        "TORCHELASTIC_ERROR_FILE": str(error_file),
+        "PODMORTEM_AGGREGATOR": target,
+        "PODMORTEM_POD_SOURCE": "none",  # also when the tests themselves run in a pod
+    }
+
+
 async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
     async with serving(FakeCollector()) as served:
         fake = served.collector
         error_file = tmp_path / "error.json"
-        env: dict[str, Any] = {
-            **os.environ,
-            "POD_NAME": "job-worker-1",
-            "POD_NAMESPACE": "ns",
-            "TORCHELASTIC_ERROR_FILE": str(error_file),
-            "PODMORTEM_AGGREGATOR": served.target,
-            "PODMORTEM_POD_SOURCE": "none",  # also when the tests themselves run in a pod
-        }
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "podmortem.sidecar.running",
             "--flush-timeout",
             "5",
-            env=env,
+            env=process_env(error_file, served.target),
             stderr=asyncio.subprocess.PIPE,
         )
         try:
@@ -438,14 +442,7 @@ async def test_a_settled_sidecar_gives_back_the_library_pages_only_its_start_tou
     async with serving(FakeCollector()) as served:
         fake = served.collector
         error_file = tmp_path / "error.json"
-        env: dict[str, Any] = {
-            **os.environ,
-            "POD_NAME": "job-worker-1",
-            "POD_NAMESPACE": "ns",
-            "TORCHELASTIC_ERROR_FILE": str(error_file),
-            "PODMORTEM_AGGREGATOR": served.target,
-            "PODMORTEM_POD_SOURCE": "none",
-        }
+        env = process_env(error_file, served.target)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "podmortem.sidecar.running", env=env, stderr=asyncio.subprocess.DEVNULL
         )
