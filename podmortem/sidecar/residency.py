@@ -12,8 +12,9 @@ as much as on the code. At rest the sidecar touches a few MiB of them.
 (`madvise(MADV_DONTNEED)`) and hands the C heap's free pages back (`malloc_trim`). What holds:
 
 * Only clean pages go: a range is dropped only when it is a shared object's read-only mapping with no
-  private (copy-on-write) page in it (`Anonymous: 0` in `/proc/self/smaps`), and being read-only it can
-  get none later. Such a page is the file's own bytes, so the next touch maps the same page again from
+  private (copy-on-write) page in it, resident or swapped out (`Anonymous: 0` and `Swap: 0` in
+  `/proc/self/smaps`; a mapping whose smaps lacks either is kept), and being read-only it can get none
+  later. Such a page is the file's own bytes, so the next touch maps the same page again from
   the page cache (a minor fault, no I/O while the page is cached). Relocated data (RELRO, also
   read-only, but copied on write) and every writable mapping are left alone: dropping those would lose
   what was written there.
@@ -49,6 +50,7 @@ class Range:
     path: str  # "" for an anonymous mapping
     rss_kib: int = 0
     anonymous_kib: int | None = None  # None: not reported, so not known to be clean
+    swap_kib: int | None = None  # private pages swapped out (None: not reported)
 
     @property
     def droppable(self) -> bool:
@@ -59,24 +61,26 @@ class Range:
             and self.path.startswith("/")
             and ".so" in self.path.rsplit("/", 1)[-1]
             and self.anonymous_kib == 0
+            and self.swap_kib == 0
         )
 
 
 def parse_smaps(text: str) -> list[Range]:
-    """The mappings of a `/proc/PID/smaps` text, with their `Rss` and `Anonymous` sizes (KiB)."""
+    """The mappings of a `/proc/PID/smaps` text, with their `Rss`, `Anonymous` and `Swap` sizes (KiB)."""
     ranges: list[Range] = []
     start = end = rss = 0
     anon: int | None = None
+    swap: int | None = None
     perms = path = ""
     header = False
     for line in text.splitlines():
         first, _, rest = line.partition(" ")
         if "-" in first and not first.endswith(":"):
             if header:
-                ranges.append(Range(start, end, perms, path, rss, anon))
+                ranges.append(Range(start, end, perms, path, rss, anon, swap))
             low, _, high = first.partition("-")
             fields = rest.split(None, 4)  # perms, offset, device, inode, path
-            start, end, rss, anon = int(low, 16), int(high, 16), 0, None
+            start, end, rss, anon, swap = int(low, 16), int(high, 16), 0, None, None
             perms = fields[0] if fields else ""
             path = fields[4].strip() if len(fields) > 4 else ""
             header = True
@@ -84,8 +88,10 @@ def parse_smaps(text: str) -> list[Range]:
             rss = int(rest.split()[0])
         elif first == "Anonymous:":
             anon = int(rest.split()[0])
+        elif first == "Swap:":
+            swap = int(rest.split()[0])
     if header:
-        ranges.append(Range(start, end, perms, path, rss, anon))
+        ranges.append(Range(start, end, perms, path, rss, anon, swap))
     return ranges
 
 

@@ -19,42 +19,57 @@ SMAPS = """\
 Size:                132 kB
 Rss:                 120 kB
 Anonymous:           120 kB
+Swap:                  0 kB
 7f0000000000-7f0000400000 r--p 00000000 08:01 1234 /venv/grpc/_cython/cygrpc.cpython-311.so
 Size:               4096 kB
 Rss:                2048 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 7f0000400000-7f0000c00000 r-xp 00400000 08:01 1234 /venv/grpc/_cython/cygrpc.cpython-311.so
 Size:               8192 kB
 Rss:                6000 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 7f0000c00000-7f0000c40000 r--p 00c00000 08:01 1234 /venv/grpc/_cython/cygrpc.cpython-311.so
 Size:                256 kB
 Rss:                 256 kB
 Anonymous:           256 kB
+Swap:                  0 kB
 7f0000c40000-7f0000c50000 rw-p 00c40000 08:01 1234 /venv/grpc/_cython/cygrpc.cpython-311.so
 Size:                 64 kB
 Rss:                  64 kB
 Anonymous:            16 kB
+Swap:                  0 kB
+7f0000c50000-7f0000c60000 r--p 00c50000 08:01 1234 /venv/grpc/_cython/cygrpc.cpython-311.so
+Size:                 64 kB
+Rss:                  56 kB
+Anonymous:             0 kB
+Swap:                  8 kB
 7f0001000000-7f0001100000 r-xp 00000000 08:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
 Size:               1024 kB
 Rss:                 900 kB
 Anonymous:             4 kB
+Swap:                  0 kB
 7f0002000000-7f0002020000 r--p 00000000 08:01 77 /usr/lib/locale/C.utf8/LC_CTYPE
 Size:                128 kB
 Rss:                 128 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 7f0003000000-7f0003100000 rw-p 00000000 00:00 0
 Size:               1024 kB
 Rss:                1024 kB
 Anonymous:          1024 kB
+Swap:                  0 kB
 7f0004000000-7f0004001000 ---p 00000000 08:01 1234 /venv/lib/libz.so.1.2.13
 Size:                  4 kB
 Rss:                   0 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0 [vdso]
 Size:                  8 kB
 Rss:                   8 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 """
 
 
@@ -66,6 +81,7 @@ def test_only_a_shared_objects_clean_read_only_mappings_are_dropped() -> None:
     ]
     assert [r.path.rsplit("/", 1)[-1] for r in ranges] == [
         "[heap]",
+        "cygrpc.cpython-311.so",
         "cygrpc.cpython-311.so",
         "cygrpc.cpython-311.so",
         "cygrpc.cpython-311.so",
@@ -83,16 +99,19 @@ def test_only_a_shared_objects_clean_read_only_mappings_are_dropped() -> None:
     ]
     dropped = [(r.perms, r.rss_kib) for r in ranges if r.droppable]
     # The library's read-only data and code go; not its relocated data (read-only but copied on write),
-    # its writable data, a text with a private page, a locale file, the heap, anonymous memory, the vdso.
+    # its writable data, read-only data with a copied page swapped out, a text with a private page, a
+    # locale file, the heap, anonymous memory, the vdso.
     assert dropped == [("r--p", 2048), ("r-xp", 6000)]
 
 
 def test_an_empty_or_truncated_smaps_reads_as_what_it_has() -> None:
     assert parse_smaps("") == []
     (only,) = parse_smaps("7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /lib/x.so\n")
-    # No Anonymous line: not known to be free of copied-on-write pages, so never dropped.
+    # No Anonymous or Swap line: not known to be free of copied-on-write pages, so never dropped.
     assert only.droppable is False
-    assert (only.rss_kib, only.anonymous_kib, only.path) == (0, None, "/lib/x.so")
+    assert (only.rss_kib, only.anonymous_kib, only.swap_kib, only.path) == (0, None, None, "/lib/x.so")
+    (swap_unknown,) = parse_smaps("7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /lib/x.so\nAnonymous: 0 kB\n")
+    assert swap_unknown.anonymous_kib == 0 and swap_unknown.droppable is False
 
 
 RELEASE_IN_A_PROCESS = r"""
