@@ -208,7 +208,8 @@ async def main(workers: int, idle_seconds: float, fr_files: int, stall_after: fl
         f"{idle_seconds:g} s (target <= 0.5%: {'met' if idle_cpu <= 0.005 else 'NOT met'})"
     )
     print(
-        f"RSS before the first capture {mib(before['VmRSS'])}; after {mib(after['VmRSS'])}, peak {mib(after['VmHWM'])}"
+        f"RSS before the first capture {mib(before['VmRSS'])} (anon {mib(before['RssAnon'])}); after "
+        f"{mib(after['VmRSS'])} (anon {mib(after['RssAnon'])}), peak {mib(after['VmHWM'])}"
     )
     for request, took, cpu, event in results:
         n = max(len(event.capture.workers), 1)

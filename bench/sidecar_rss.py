@@ -6,9 +6,14 @@ failure fast (it orders pods that failed within the same second). This starts a 
 Collector on 127.0.0.1, runs `python -m podmortem.sidecar.running` against it, rewrites the error file
 N times (and once with a 50 MB file), and prints RSS, latencies and the CPU it uses while idle (user +
 system time from /proc over `--idle` seconds: the sidecar waits for something to happen nearly all its
-life, in every pod).
+life, in every pod). The idle window starts once the sidecar has settled (`running.SETTLED` after its
+registration, when it gives back what starting needed) and the idle RSS is read at its end.
 
-    .venv/bin/python -m bench.sidecar_rss [--writes 100] [--idle 20]
+    .venv/bin/python -m bench.sidecar_rss [--writes 100] [--idle 20] [--api]
+
+`--api`: the pod source a sidecar has in a pod (`api`: it reads and watches its own Pod), against the
+Kubernetes emulator of tests/support (plain HTTP through a kubeconfig: no TLS) in this process; without
+it the sidecar has no pod source (`none`), the error file is all it watches.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import grpc.aio
 
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.protocol.v1 import collector_pb2_grpc as pb_grpc
+from podmortem.sidecar.running import SETTLED
 
 
 class AckingCollector(pb_grpc.CollectorServicer):
@@ -94,7 +100,30 @@ def record(message: str) -> str:
     return json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": "tb", "timestamp": "1"}}})
 
 
-async def main(writes: int, idle_seconds: float) -> int:
+def pod(name: str, namespace: str) -> dict[str, Any]:
+    """A running training pod, as the API server has it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": "bench-uid", "labels": {"job-name": "bench"}},
+        "spec": {"nodeName": "node-0", "containers": [{"name": "pytorch"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "pytorch", "state": {"running": {}}}]},
+    }
+
+
+async def main(writes: int, idle_seconds: float, api: bool = False) -> int:
+    if api:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from support.kube_emulator import PODS, running_emulator
+
+        with running_emulator() as kube, tempfile.TemporaryDirectory() as tmp:
+            kube.put(PODS, pod("bench-worker-0", "bench"))
+            kubeconfig = kube.kubeconfig(Path(tmp) / "kubeconfig", "bench")
+            return await measure(writes, idle_seconds, {"PODMORTEM_POD_SOURCE": "api", "KUBECONFIG": str(kubeconfig)})
+    return await measure(writes, idle_seconds, {"PODMORTEM_POD_SOURCE": "none"})
+
+
+async def measure(writes: int, idle_seconds: float, pod_source: dict[str, str]) -> int:
     collector = AckingCollector()
     server = grpc.aio.server()
     pb_grpc.add_CollectorServicer_to_server(collector, server)  # type: ignore[no-untyped-call]
@@ -109,16 +138,16 @@ async def main(writes: int, idle_seconds: float) -> int:
             "TORCHELASTIC_ERROR_FILE": str(error_file),
             "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}",
             "PODMORTEM_LOG_LEVEL": "WARNING",
-            "PODMORTEM_POD_SOURCE": "none",
+            **pod_source,
         }
         proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "podmortem.sidecar.running", env=env)
         try:
             await asyncio.wait_for(collector.registered.wait(), 30)
-            await asyncio.sleep(1.0)  # let the clock-probe burst pass
-            idle = memory_kib(proc.pid)
+            await asyncio.sleep(SETTLED + 1.0)  # past the clock-probe burst and the release after it
             cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
             await asyncio.sleep(idle_seconds)
             idle_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
+            idle = memory_kib(proc.pid)  # at rest: after the idle window
             latencies = []
             for i in range(writes):
                 message = f"ValueError: write {i}"
@@ -143,11 +172,13 @@ async def main(writes: int, idle_seconds: float) -> int:
     await server.stop(None)
     ms = sorted(x * 1000 for x in latencies)
     print(
-        f"sidecar idle (registered): RSS {mib(idle['VmRSS'])} = anon {mib(idle['RssAnon'])} + "
-        f"mapped files {mib(idle['RssFile'])}; PSS {mib(idle['Pss'])}; {idle['Threads']} threads"
+        f"sidecar idle (registered, {idle_seconds:g} s at rest): RSS {mib(idle['VmRSS'])} = "
+        f"anon {mib(idle['RssAnon'])} + mapped files {mib(idle['RssFile'])}; PSS {mib(idle['Pss'])}; "
+        f"{idle['Threads']} threads"
     )
     print(
-        f"after {writes} writes and a 50 MB error file: RSS {mib(after['VmRSS'])}, peak {mib(after['VmHWM'])} "
+        f"after {writes} writes and a 50 MB error file: RSS {mib(after['VmRSS'])} (anon {mib(after['RssAnon'])}), "
+        f"peak {mib(after['VmHWM'])} "
         f"(target <= 40 MiB: {'met' if after['VmHWM'] <= 40 * 1024 else 'NOT met'})"
     )
     print(
@@ -168,5 +199,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
+    parser.add_argument("--api", action="store_true", help="the api pod source, against the Kubernetes emulator")
     ns = parser.parse_args()
-    sys.exit(asyncio.run(main(ns.writes, ns.idle)))
+    sys.exit(asyncio.run(main(ns.writes, ns.idle, ns.api)))

@@ -75,14 +75,14 @@ _LAUNCHER_PREFIX = re.compile(
 # torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
 # 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal),
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
-# PaddlePaddle's launcher "Container rank 0 status failed cmd ['python', '-u', 'train.py'] code -9 log ./workerlog.0"
-# (negative: a signal), composer's launcher "Rank 3 crashed with exit code -9." or "Global rank 3 (PID 77) exited with
-# code 1": the same fact in other words.
+# paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
+# a signal, Popen's return code), composer's launcher ("Rank 3 crashed with exit code -9.", "Global rank 3 (PID 77)
+# exited with code 1"): the same fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
-    r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,4000}\] code (-?\d{1,3})\b"
+    r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,2000}\] code (-?\d{1,3})\b"
     r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
     r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
 )

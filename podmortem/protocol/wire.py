@@ -23,7 +23,6 @@ from typing import Any, Literal, overload
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from podmortem.core.finite import finite_or_none, valid_timestamp
-from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
 from podmortem.core.model import Condition, ErrorRecord, Member, Termination, WorkerCapture, evolve
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.protocol.v1 import collector_pb2 as pb
@@ -418,6 +417,10 @@ def captures_from_pb(msg: pb.Capture, observed: float | None = None) -> tuple[Wo
     """A `Capture`'s workers as the engine reads them. A Flight Recorder summary that does not read back
     (`FRSummary.from_json`: not JSON, a newer version, a field out of bounds) is left out and its worker's
     note says why; the worker's stack and the other workers are kept."""
+    # Here, not at the top: the sidecar never reads a capture back, and flightrecorder (with pickletools)
+    # would be resident in every training pod (tests/unit/test_sidecar_imports.py).
+    from podmortem.core.flightrecorder import FlightRecorderError, FRSummary
+
     out = []
     for w in msg.workers:
         summary, note = None, w.note

@@ -32,7 +32,6 @@ import contextlib
 import json
 import logging
 import ssl
-import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +99,9 @@ class ApiEndpoint:
             ctx.load_cert_chain(str(self.client_cert), str(self.client_key) if self.client_key else None)
         elif self.client_pem is not None:
             # The ssl module loads a key only from a file: one private to this process, gone at once.
+            # tempfile (with shutil, bz2, lzma, random) only here: an in-cluster sidecar never needs it.
+            import tempfile
+
             with tempfile.TemporaryDirectory(prefix="podmortem-") as tmp:
                 pem = Path(tmp) / "client.pem"
                 pem.touch(mode=0o600)

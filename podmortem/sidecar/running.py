@@ -30,6 +30,10 @@ Hangs: each `capture_request` of the aggregator is answered by `capture.Capturer
 the Flight Recorder files the workers left (NCCL writes them on a collective timeout) go out in a capture
 of the sidecar's own (trigger `teardown`), unless the aggregator said it takes none (an aggregator from
 before captures that is not registered yet gets it, and ignores it).
+
+Memory: the library pages that only starting touched are given back (`residency.release`) once the
+imports are done, again SETTLED seconds after the stream has registered, and after each capture; at rest the sidecar
+keeps resident only what it uses (`bench/sidecar_rss.py` measures it).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from podmortem.k8s.backoff import Backoff
 from podmortem.k8s.workloads import attempt_from, attempt_of, workload_from_labels
 from podmortem.protocol.v1 import collector_pb2 as pb
 from podmortem.settings import HelpFormatter
-from podmortem.sidecar import config
+from podmortem.sidecar import config, residency
 from podmortem.sidecar.activity import ActivityDetector, LastOutput, file_output
 from podmortem.sidecar.capture import Capturer
 from podmortem.sidecar.config import ConfigError, Settings
@@ -70,6 +74,10 @@ GRACE_MARGIN = 2.0
 
 # Of the stop path, the most the teardown capture (Flight Recorder files) may take.
 TEARDOWN_CAPTURE = 5.0
+
+# Seconds after the registration when starting is over (the clock-probe burst takes 4 x 0.2 s): then the
+# memory only starting needed is given back (`residency.release`).
+SETTLED = 2.0
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -98,6 +106,7 @@ def run(ns: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:  # no API server to be found, an unusable kubeconfig or TLS files
         print(f"podmortem sidecar: pod source {settings.pod_source!r}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    residency.release()  # every module is imported: what only the imports touched need not stay resident
     return asyncio.run(serve(settings, pod_source=source))
 
 
@@ -241,13 +250,15 @@ async def serve(
     capturing: set[asyncio.Task[None]] = set()
 
     async def answer(request: pb.CaptureRequest) -> None:
+        residency.release()  # what the rest since the last release touched: the capture's peak starts lower
         try:
             event = await capturer.answer(request)
         except Exception:  # a bug in one capture must not stop the sidecar: the request goes unanswered
             logger.exception("capture %s failed", request.request_id)
-            return
+            event = None
         if event is not None:
             outbox.put(event)
+        residency.release()  # the dumps read and the modules loaded for them
 
     def on_capture_request(request: pb.CaptureRequest) -> None:
         task = start(answer(request), f"podmortem-capture-{request.request_id}")
@@ -272,6 +283,7 @@ async def serve(
     streamer = start(client.run(), "podmortem-stream")
     stopper = start(_wait(stop), "podmortem-stop")
     everything = [*observers, streamer, stopper]
+    settling = start(_release_when_settled(client), "podmortem-release")
     try:
         await asyncio.wait(everything, return_when=asyncio.FIRST_COMPLETED)
         if stopper.done() and not streamer.done():
@@ -293,9 +305,9 @@ async def serve(
             if not streamer.done():
                 await _hold(client, reporter, settings, stopped_at)
     finally:
-        for task in [*everything, *capturing]:
+        for task in [*everything, *capturing, settling]:
             task.cancel()
-        await asyncio.gather(*capturing, return_exceptions=True)
+        await asyncio.gather(*capturing, settling, return_exceptions=True)
         results = await asyncio.gather(*everything, return_exceptions=True)
         for sig in signals:
             loop.remove_signal_handler(sig)
@@ -306,6 +318,15 @@ async def serve(
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
     return EXIT_OK
+
+
+async def _release_when_settled(client: StreamClient) -> None:
+    """Once registered and SETTLED seconds on, the sidecar has done all its starting (the channel's set-up,
+    TLS, the first reads of the pod, the clock-probe burst): give back what only that needed
+    (`residency.release`), then rest."""
+    await client.registered.wait()
+    await asyncio.sleep(SETTLED)
+    residency.release()
 
 
 def _last_output(settings: Settings, source: PodSource | None, reporter: PodReporter | None) -> LastOutput | None:

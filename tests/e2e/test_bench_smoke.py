@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
         # The incident page in a real Chromium; exits 1 on a wrong root, a console error or any request.
         ("page", ["--pods", "100", "--per-node", "4", "--repeat", "1"], "incident page, 100 pods, 4 a node"),
         ("sidecar_rss", ["--writes", "5", "--idle", "1"], "idle CPU over 1 s"),
+        # With the pod source a sidecar has in a pod: its own Pod read and watched (the emulator).
+        ("sidecar_rss", ["--writes", "5", "--idle", "1", "--api"], "idle CPU over 1 s"),
         ("engine_speed", ["--members", "200", "--repeat", "1"], "200"),
         ("errorfile_speed", ["--mib", "2", "--repeat", "1"], "ms (best of 1)"),
         # The book's share of a burst, in process; exits 1 when the verdict names someone else.

@@ -101,6 +101,28 @@ async def test_a_capture_request_is_answered_with_every_path_there(tmp_path: Pat
     assert "the aggregator asks for a capture (stall, request req-7)" in log
 
 
+async def test_a_capture_is_answered_between_two_releases_of_memory(tmp_path: Path) -> None:
+    """Reading dumps touches code and memory the sidecar at rest does not use: it gives back what the rest
+    since the last release touched before the capture (its peak starts lower) and what the capture
+    touched after it (`residency.release`; `bench/capture_cost.py` measures both)."""
+    cap = tmp_path / "capture"
+    cap.mkdir()
+    shutil.copy(FIXTURES / "fr-2.pkl", cap / "fr-2")
+    async with (
+        serving(FakeCollector(captures=True)) as served,
+        sidecar(tmp_path, served.target, PODMORTEM_CAPTURE_DIR=str(cap), PODMORTEM_LOG_LEVEL="DEBUG") as proc,
+    ):
+        fake = served.collector
+        assert await eventually(lambda: fake.registers and fake.request_capture("req-1", "stall", 8.0))
+        await eventually(lambda: fake.captures_received, "a capture")
+        log = await _stopped(proc)
+    (c,) = fake.captures_received
+    assert [(w.path, w.global_rank) for w in c.workers] == [("fr_file", 2)]
+    asked = log.index("the aggregator asks for a capture (stall, request req-1)")
+    assert log[:asked].count("released ") >= 1, log  # once the imports were done
+    assert log[asked:].count("released ") >= 2, log  # before and after the capture
+
+
 async def test_flight_recorder_files_go_at_teardown_to_an_aggregator_that_takes_captures(tmp_path: Path) -> None:
     cap = tmp_path / "capture"
     cap.mkdir()

@@ -179,25 +179,29 @@ def test_register_carries_the_identity(tmp_path: Path) -> None:
     assert not running.build_register(settings_for(tmp_path, "h:1"), "s").HasField("rank")
 
 
+def process_env(error_file: Path, target: str) -> dict[str, str]:
+    """The environment of a real sidecar process with no pod source."""
+    return {
+        **os.environ,
+        "POD_NAME": "job-worker-1",
+        "POD_NAMESPACE": "ns",
+        "TORCHELASTIC_ERROR_FILE": str(error_file),
+        "PODMORTEM_AGGREGATOR": target,
+        "PODMORTEM_POD_SOURCE": "none",  # also when the tests themselves run in a pod
+    }
+
+
 async def test_real_process_sigterm_flushes_and_exits_0(tmp_path: Path) -> None:
     async with serving(FakeCollector()) as served:
         fake = served.collector
         error_file = tmp_path / "error.json"
-        env: dict[str, Any] = {
-            **os.environ,
-            "POD_NAME": "job-worker-1",
-            "POD_NAMESPACE": "ns",
-            "TORCHELASTIC_ERROR_FILE": str(error_file),
-            "PODMORTEM_AGGREGATOR": served.target,
-            "PODMORTEM_POD_SOURCE": "none",  # also when the tests themselves run in a pod
-        }
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "podmortem.sidecar.running",
             "--flush-timeout",
             "5",
-            env=env,
+            env=process_env(error_file, served.target),
             stderr=asyncio.subprocess.PIPE,
         )
         try:
@@ -422,3 +426,39 @@ async def test_no_hold_when_no_aggregator_was_ever_reached(tmp_path: Path, caplo
     assert code == 0
     assert "not holding the pod: no aggregator was reached" in caplog.text
     assert "holding the pod until" not in caplog.text
+
+
+def clean_library_kib(pid: int, name: str) -> int:
+    """KiB of a shared object's file pages resident in process `pid` (its private pages left out)."""
+    from podmortem.sidecar.residency import parse_smaps
+
+    text = Path(f"/proc/{pid}/smaps").read_text()
+    return sum(r.rss_kib - (r.anonymous_kib or 0) for r in parse_smaps(text) if name in r.path)
+
+
+async def test_a_settled_sidecar_gives_back_the_library_pages_only_its_start_touched(tmp_path: Path) -> None:
+    """Registered and settled (`running.SETTLED`), the sidecar drops its mappings of grpc's library pages
+    that starting touched; it still streams the next error file (the pages come back as it runs)."""
+    async with serving(FakeCollector()) as served:
+        fake = served.collector
+        error_file = tmp_path / "error.json"
+        env = process_env(error_file, served.target)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "podmortem.sidecar.running", env=env, stderr=asyncio.subprocess.DEVNULL
+        )
+        try:
+            await eventually(lambda: len(fake.registers) == 1)
+            started = clean_library_kib(proc.pid, "cygrpc")
+            # Starting (the channel, TLS, the clock-probe burst) leaves megabytes of it resident ...
+            assert started >= 2048, started
+            # ... and at rest the sidecar keeps well under half of that.
+            await eventually(lambda: clean_library_kib(proc.pid, "cygrpc") < started / 2, "cygrpc's pages dropped")
+            error_file.write_text(json.dumps(ERROR))
+            await eventually(lambda: len(fake.events) == 1)
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(HANG_GUARD):
+                assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

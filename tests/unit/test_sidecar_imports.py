@@ -41,6 +41,24 @@ def test_no_ctypes_util_and_what_it_pulls() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_the_api_pod_source_and_capture_readers_stay_out_until_used() -> None:
+    """A sidecar in a pod reads its pod from the API (apiserver, kubeconfig): tempfile (with shutil, bz2,
+    lzma) is only for a kubeconfig's inline key, yaml only for reading a kubeconfig, and the Flight
+    Recorder reader (with pickletools) only for a capture or the aggregator's reading of one: ~0.5 MiB of
+    every sidecar, `bench/sidecar_rss.py`. The engine, its rules and RE2 are the aggregator's."""
+    heavy = (
+        *("tempfile", "shutil", "bz2", "lzma", "yaml", "pickletools", "podmortem.core.flightrecorder"),
+        *("podmortem.core.engine", "podmortem.core.rules", "re2"),
+    )
+    code = (
+        "import sys, podmortem.sidecar.running, podmortem.sidecar.apiserver, podmortem.sidecar.kubeconfig\n"
+        f"print(sorted(set({heavy!r}) & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     "entry",
     [

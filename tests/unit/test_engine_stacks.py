@@ -1,0 +1,322 @@
+"""A failure of the pod's own in the words of a stack other than torch on CUDA: ROCm/HIP, Ascend NPUs (CANN, torch_npu,
+MindSpore), Habana Gaudi (synapse), TPUs and XLA, TensorFlow, PaddlePaddle, Intel XPU (Level Zero / Unified Runtime).
+Each stack prints the same families in words of its own: its accelerator's memory exhausted, its device or the device's
+links failing, no device to use, its launcher's word on a worker's end. The texts are written for these tests in the
+formats those tools print; each member is read the way a pod watch sees it (the log tail and the exit code)."""
+
+from __future__ import annotations
+
+import pytest
+from support.members import member
+
+from podmortem.core.assess import assess
+from podmortem.core.conditions import PERMANENT_CONFIDENCE
+from podmortem.core.engine import decide
+from podmortem.core.model import Incident, JobRef, Member
+
+TB = 'step 40 loss 2.21\nTraceback (most recent call last):\n  File "train.py", line 88, in <module>\n'
+WATCHDOG = (
+    "[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600031 milliseconds "
+    "before timing out.\n"
+)
+
+
+def _verdict(root_log: str, exit_code: int = 1):  # type: ignore[no-untyped-def]
+    """The root among two members that timed out waiting for it."""
+    members: tuple[Member, ...] = (
+        member("w-0", 0, WATCHDOG.format(r=0)),
+        member("w-1", 1, root_log, exit_code=exit_code),
+        member("w-2", 2, WATCHDOG.format(r=2)),
+    )
+    return decide(Incident(job=JobRef("ml", "j", "PyTorchJob"), world_size=3, members=members))
+
+
+# --- an accelerator's memory exhausted ----------------------------------------------------------------------------
+PADDLE_OOM = (
+    "MemoryError: \n\n"
+    "--------------------------------------\n"
+    "C++ Traceback (most recent call last):\n"
+    "--------------------------------------\n"
+    "0   paddle::memory::allocation::Allocator::Allocate(unsigned long)\n\n"
+    "----------------------\n"
+    "Error Message Summary:\n"
+    "----------------------\n"
+    "ResourceExhaustedError: \n\n"
+    "Out of memory error on GPU 2. Cannot allocate 1.250000GB memory on GPU 2, 30.5GB memory has been allocated and "
+    "available memory is only 212.000000MB.\n\n"
+    "Please check whether there is any other process using GPU 2.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # PaddlePaddle's allocator (raised in Python as a MemoryError: the class is its carrier, the summary says whose)
+        PADDLE_OOM,
+        "MemoryError: ResourceExhaustedError: Out of memory error on XPU 1. Cannot allocate 2.0GB memory on XPU 1",
+        # Habana Gaudi's device memory module
+        "RuntimeError: [Rank:3] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::939524096 (896)MB",
+        # Intel XPU under the Unified Runtime / Level Zero
+        "RuntimeError: level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+        "RuntimeError: Native API failed. Native API returns: ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+        # MindSpore's Ascend memory adapter
+        "RuntimeError: Malloc device memory failed, size[1073741824], ret[207001], Device 0 Available HBM size:65452 "
+        "free size:1046 may be other processes occupying this card, check as: ps -ef|grep python",
+        # TensorFlow creating its CUDA context on a device without room for it
+        "tensorflow.python.framework.errors_impl.InternalError: CUDA runtime implicit initialization on GPU:0 failed. "
+        "Status: out of memory",
+        # PJRT's GPU allocator under JAX
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 5.41GiB on device "
+        "ordinal 0: while running replica 0 and partition 0 of a replicated computation",
+        # MindSpore's runtime unable to allocate a kernel's output on the device
+        "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: Default/MatMul-op12, alloc "
+        "size: 8589934592B.",
+        # PaddlePaddle's words for CUDA's out-of-memory result
+        "OSError: (External) CUDA error(2), out of memory.",
+        # XLA's older status words (TensorFlow's "Resource exhausted:") for a device buffer that does not fit
+        "Resource exhausted: Attempting to reserve 10.14G at the bottom of memory. That was not possible. There are "
+        "5.50G free, 0B reserved, and 5.50G reservable.",
+    ],
+)
+def test_an_accelerator_s_memory_exhausted_in_its_stack_s_words_is_gpu_oom(text: str) -> None:
+    f = assess(member("w-1", 1, TB + text + "\n"))
+    assert (f.role, f.category) == ("primary", "gpu_oom")
+    v = _verdict(TB + text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "gpu_oom", False)
+    assert v.confidence >= PERMANENT_CONFIDENCE
+
+
+# --- the device, its memory or its links failing -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        # torch_npu's task queue told by the runtime of an uncorrectable error in the NPU's memory, or of its chip link
+        "RuntimeError: UCE ERROR, [ERROR] 2030-01-01-10:00:00 (PID:4411, Device:3, RankID:3) ERR00100 PTA call acl "
+        "api failed",
+        "RuntimeError: HCCS LINK ERROR, EZ9999: Inner Error! [ERROR] 2030-01-01-10:00:00 (PID:4411, Device:3, "
+        "RankID:3) ERR00100 PTA call acl api failed",
+        # the CANN runtime's own reasons for the same, as torch_npu quotes them
+        "RuntimeError: ACL stream synchronize failed.\nEZ9999: Inner Error!\n        rtStreamSynchronize execute "
+        "failed, reason=[device mem error][FUNC:FuncErrorReason][FILE:error_message_manage.cc][LINE:53]",
+        "RuntimeError: ACL stream synchronize failed.\n        rtStreamSynchronize execute failed, reason=[link error]",
+        # the amdgpu driver losing its device from the PCIe bus
+        "amdgpu 0000:08:00.0: device lost from bus!\namdgpu 0000:08:00.0: SMU: bus error for message",
+    ],
+)
+def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -> None:
+    v = _verdict(TB + text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "hardware", True)
+    assert v.confidence >= PERMANENT_CONFIDENCE
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # CANN's allocation failure, which does not say whose memory (the device's, most often)
+        (
+            "EL0004: [PID: 4411] 2030-01-01-10:00:00.100.200 Memory_Allocation_Failure(EL0004): Failed to allocate "
+            "memory requested by GE module.\n        Possible Cause: Available memory is insufficient.",
+            "gpu_oom",
+        ),
+        # TensorFlow's copy into a destination tensor that was never allocated
+        (
+            "tensorflow.python.framework.errors_impl.InternalError: Dst tensor is not initialized.",
+            "gpu_oom",
+        ),
+        # ROCm's runtime: the GPU's queue hung (a kernel or the driver as often as the device)
+        (
+            "HW Exception by GPU node-1 (Agent handle: 0x1b0fc990) reason :GPU Hang",
+            "hardware",
+        ),
+        (
+            "RuntimeError: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the "
+            "largest legal address.",
+            "hardware",
+        ),
+        # the amdgpu driver's scheduler finding a ring timed out
+        (
+            "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1234, emitted seq=1236",
+            "hardware",
+        ),
+        # an Ascend AI core's exception (a kernel that faulted on the NPU)
+        (
+            "EZ9999: Inner Error!\nEZ9999: [PID: 4411] The error from device(chipId:0, dieId:0), serial number is 3, "
+            "there is an aicore error exception, core id is 5, error code = 0x800000",
+            "hardware",
+        ),
+        # Level Zero's device lost: hung, reset or removed
+        (
+            "RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
+            "hardware",
+        ),
+        # a TPU core that halted, perhaps on a check of the program's own
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Core halted unexpectedly: INTERNAL: Accelerator device "
+            "halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
+            "hardware",
+        ),
+        # the CANN runtime's reason for an AI core's exception
+        (
+            "EZ9999: Inner Error!\n        rtStreamSynchronize execute failed, reason=[aicore exception]",
+            "hardware",
+        ),
+        # torch_npu's suspected (not confirmed) memory error
+        (
+            "RuntimeError: SUSPECT MEM ERROR, [ERROR] ERR00100 PTA call acl api failed",
+            "hardware",
+        ),
+    ],
+)
+def test_words_another_family_prints_too_are_read_below_the_threshold(text: str, category: str) -> None:
+    """Words that most often mean the device's memory but do not say whose, and device faults that a kernel's bug
+    prints too: the family's reading, capped."""
+    v = _verdict(TB + text + "\n")
+    assert (v.pod, v.category) == ("w-1", category)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_an_interconnect_s_retry_failing_is_the_network_but_a_peer_s_death_says_more() -> None:
+    """HCCL giving up its retries of a collective on a link: the network, or a peer that went away (weak)."""
+    f = assess(member("w-1", 1, TB + "RuntimeError: HCCL OP RETRY FAILED, [ERROR] ERR00100 PTA call acl api failed\n"))
+    assert (f.role, f.category, f.rule.weak if f.rule else None) == ("primary", "network", True)
+
+
+def test_a_word_that_only_contains_the_letters_of_a_device_error_is_not_one() -> None:
+    """ "reduce" holds the letters of UCE: the torch_npu word is a whole one."""
+    f = assess(member("w-1", 1, TB + "RuntimeError: reduce error: the tensors differ in size\n"))
+    assert f.category == "user_code"
+
+
+# --- no device to use --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        # libtpu is single-tenant: another process (a leftover of the last run) holds the chips
+        "jaxlib.xla_extension.XlaRuntimeError: ABORTED: The TPU is already in use by process with pid 27846. Not "
+        "attempting to load libtpu.so in this process.",
+        # torch's device manager on a ROCm build finding no GPU; rocBLAS finding none either
+        "RuntimeError: No HIP GPUs are available",
+        "rocBLAS error: Could not initialize Tensile host: No devices found\nAborted (core dumped)",
+        # Habana's synapse finding no card to acquire
+        "RuntimeError: synStatus=8 [Device not found] Device acquire failed.",
+        # PaddlePaddle unable to load a CUDA library from the node's or image's library path
+        "OSError: (PreconditionNotMet) The third-party dynamic library (libcudnn.so) that Paddle depends on is not "
+        "configured correctly. (error code is libcudnn.so: cannot open shared object file: No such file or directory)",
+    ],
+)
+def test_no_device_to_use_in_its_stack_s_words_is_the_environment(text: str) -> None:
+    v = _verdict(TB + text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "infra", True)
+
+
+# --- native aborts and launchers' words ---------------------------------------------------------------------------
+CHECK_FAILED = (
+    "F0101 10:00:00.100000 4411 gpu_executable.cc:612] Check failed: buffer_size >= 0\n"
+    "*** Check failure stack trace: ***\n"
+    "    @     0x7f3a1c2b5f2d  absl::lts_20230802::log_internal::LogMessageFatal::~LogMessageFatal()\n"
+)
+
+
+def test_a_failed_check_of_a_native_library_is_a_crash_below_the_threshold() -> None:
+    """glog's and absl's fatal check aborts the process: a native crash, but a victim's check can fail on a lost
+    peer too."""
+    v = _verdict(CHECK_FAILED)
+    assert (v.pod, v.category) == ("w-1", "crash")
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_a_failed_check_after_the_runtime_reported_another_task_s_failure_is_that_echo() -> None:
+    log = (
+        "F0101 10:00:00.1 4411 client.cc:112] Terminating process because the JAX distributed service detected "
+        "fatal errors. This most likely indicates that another task died\n*** Check failure stack trace: ***\n"
+    )
+    f = assess(member("w-1", 1, log, exit_code=134))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+
+
+@pytest.mark.parametrize(("code", "category"), [(-9, "host_oom"), (-11, "crash"), (1, "user_code")])
+def test_paddle_s_launcher_word_on_a_worker_s_end_is_the_agent_s(code: int, category: str) -> None:
+    """paddle.distributed.launch's summary of a container (a worker) that failed names its exit code (negative: the
+    signal), as torchrun's summary does."""
+    log = (
+        "LAUNCH INFO 2030-01-01 10:00:00,100 Pod failed\n"
+        "LAUNCH ERROR 2030-01-01 10:00:00,100 Container failed !!!\n"
+        f"Container rank 0 status failed cmd ['/usr/bin/python', '-u', 'train.py'] code {code} log log/workerlog.0\n"
+    )
+    f = assess(member("w-1", 1, log))
+    assert (f.role, f.category) == ("primary", category)
+
+
+def test_paddle_s_host_allocator_out_of_memory_is_the_host_s() -> None:
+    line = "ResourceExhaustedError: Fail to alloc memory of 46549499904 size, error code is 12."
+    v = _verdict(TB + line + "\n")
+    assert (v.pod, v.category) == ("w-1", "host_oom")
+
+
+def test_tensorflow_s_allocator_naming_the_cpu_is_host_memory_and_naming_a_gpu_the_device_s() -> None:
+    where = "on /job:worker/replica:0/task:1/device:{d}:0 by allocator {a}"
+    line = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,40]"
+    host = assess(member("w-1", 1, TB + line + " " + where.format(d="CPU", a="cpu") + "\n"))
+    device = assess(member("w-1", 1, TB + line + " " + where.format(d="GPU", a="GPU_0_bfc") + "\n"))
+    assert (host.category, device.category) == ("host_oom", "gpu_oom")
+
+
+def test_the_port_hccl_could_not_bind_is_taken_on_the_node() -> None:
+    log = (
+        "[rank0]: RuntimeError: create_config:torch_npu/csrc/distributed/HCCLUtils.cpp:140 HCCL function error: "
+        "hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 7\n"
+        "[rank0]: [ERROR] 2030-01-01-10:00:00 (PID:4411, Device:0, RankID:-1) ERR02200 DIST call hccl api failed.\n"
+        "[rank0]: [PID: 4411] 2030-01-01-10:00:00.100.200 Communication_Error_Bind_IP_Port(EJ0003): Failed to bind "
+        "the IP port. Reason: The IP address and port have been bound already.\n"
+    )
+    v = _verdict(log)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch_npu's words for an HCCL call that failed, with no cause named: NCCL's generic error
+        "RuntimeError: create:torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:89 HCCL function error: "
+        "HcclCommInitRootInfo(numRanks, &rootInfo, rank, &(comm->hcclComm_)), error code is 2\n"
+        "[ERROR] 2030-01-01-10:00:00 (PID:3674, Device:0, RankID:0) ERR02200 DIST call hccl api failed.",
+    ],
+)
+def test_an_hccl_call_failing_with_no_cause_named_is_a_weak_network_failure(line: str) -> None:
+    f = assess(member("w-1", 1, TB + line + "\n"))
+    assert (f.role, f.category, f.rule.weak if f.rule else None) == ("primary", "network", True)
+
+
+def test_xla_s_words_for_nccl_s_cuda_error_are_nccl_s() -> None:
+    line = (
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_api.cc:501: NCCL operation "
+        "ncclCommInitRank(&comm, nranks, nccl_id, rank) failed: unhandled cuda error (run with NCCL_DEBUG=INFO for "
+        "details)."
+    )
+    v = _verdict(TB + line + "\n")
+    assert (v.pod, v.category) == ("w-1", "hardware")
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+CCL_NO_PROVIDER = (
+    "2030:01:01-10:00:00:( 4456) |CCL_ERROR| atl_ofi_helper.cpp:1384 atl_ofi_open_nw_provs: can not open network "
+    "providers\n"
+    "2030:01:01-10:00:00:( 4456) |CCL_ERROR| atl_ofi.cpp:243 init: can't find suitable provider\n"
+    "failed to initialize ATL\n"
+)
+
+
+def test_the_collectives_library_unable_to_open_a_network_transport_is_the_network_below_the_threshold() -> None:
+    v = _verdict(CCL_NO_PROVIDER)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "network", True)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_a_provider_of_the_collectives_library_out_of_memory_is_the_interconnect_s_limit() -> None:
+    log = (
+        "2030:01:01-10:00:00:(168956) |CCL_ERROR| atl_ofi_helper.cpp:1204 atl_ofi_prov_init: fi_scalable_ep(prov->"
+        "domain, info, &prov->sep, nullptr)\n fails with ret: -12, strerror: Cannot allocate memory\n"
+    )
+    f = assess(member("w-1", 1, log))
+    assert (f.role, f.category) == ("primary", "network")
