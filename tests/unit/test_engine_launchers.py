@@ -157,3 +157,53 @@ def test_a_windows_worker_s_crash_status_is_its_native_crash(status: str, catego
     )
     v = decide(_incident(member("w-0", 0, PEER_CLOSED), member("w-1", 1, log)))
     assert (v.pod, v.category) == ("w-1", category)
+
+
+def test_paddle_s_older_launcher_saying_a_trainer_aborted_is_the_pod_s_own_exit() -> None:
+    """paddle's launch_utils prints "ABORT!!! ... the trainer process with rank=[N] was aborted" when a trainer it
+    started returned non-zero, then exits 1: the pod's own exit in the launcher's words, as torchrun's "failed
+    (exitcode: 1)" is — more than a member that exited 1 without a word."""
+    log = (
+        "INFO 2031-02-03 04:05:06,100 launch_utils.py:307] terminate all the procs\n"
+        "ERROR 2031-02-03 04:05:06,101 launch_utils.py:545] ABORT!!! Out of all 8 trainers, the trainer process with "
+        "rank=[5] was aborted. Please check its log.\n"
+    )
+    assert assess(member("w-2", 2, log)).source == "log"
+    v = decide(_incident(member("w-0", 0, ""), member("w-1", 1, WATCHDOG), member("w-2", 2, log)))
+    assert (v.pod, v.category, v.retryable) == ("w-2", "user_code", False)
+
+
+STORE_CLIENTS_LEFT = (
+    "[I101 09:00:01.100000000 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-4095 name:EOF "
+    "desc:end of file\n"
+    "[I101 09:00:01.300000000 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-104 "
+    "name:ECONNRESET desc:connection reset by peer\n"
+)
+
+
+def test_the_store_s_debug_trace_of_clients_leaving_is_no_echo() -> None:
+    """The store server traces each client connection that closes at c10d's debug level; every client closes its
+    connection as its worker exits, whoever failed. Not a lost store: the launcher's word that the worker exited 1
+    is what the pod says of itself."""
+    assert assess(member("w-0", 0, STORE_CLIENTS_LEFT)).role != "secondary"
+    own = STORE_CLIENTS_LEFT + (
+        "E0101 09:00:01.400000 7 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 0 (pid: 42) of binary: /usr/bin/python3\n"
+    )
+    v = decide(_incident(member("w-0", 0, own), member("w-1", 1, ""), member("w-2", 2, WATCHDOG)))
+    assert (v.pod, v.category) == ("w-0", "user_code")
+
+
+def test_an_mpi_launcher_s_report_in_the_log_of_a_member_that_only_exited_is_its_own() -> None:
+    """Hydra's banner without the rank: its carrier's only words are the report, so it reads as a bare exit. No other
+    member exited without words (the others lost the store or timed out): the process the report names can only be
+    the carrier's, and the report says how it ended."""
+    hydra = (
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+        "=   PID 4242 RUNNING AT box-7\n"
+        "=   EXIT CODE: 9\n"
+        "=   CLEANING UP REMAINING PROCESSES\n"
+    )
+    store = "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0\n"
+    v = decide(_incident(member("w-0", 0, store), member("w-1", 1, hydra, exit_code=9), member("w-2", 2, WATCHDOG)))
+    assert (v.pod, v.category) == ("w-1", "host_oom")
