@@ -44,6 +44,38 @@ MAX_EXCERPT = 300
 LOG_TIME_WINDOW = 2 * 3600.0
 
 
+# Built-in exception classes that describe the program's own logic or data, never a system failure they carry
+# (RuntimeError, OSError and custom classes may carry anything: storage, a device, a remote endpoint).
+PROGRAM_ERRORS = frozenset(
+    {
+        "ValueError",
+        "KeyError",
+        "TypeError",
+        "IndexError",
+        "AttributeError",
+        "AssertionError",
+        "NameError",
+        "UnboundLocalError",
+        "ZeroDivisionError",
+        "NotImplementedError",
+        "ImportError",
+        "ModuleNotFoundError",
+        "SyntaxError",
+        "IndentationError",
+        "LookupError",
+        "StopIteration",
+        "RecursionError",
+        "UnicodeDecodeError",
+        "UnicodeEncodeError",
+        "json.decoder.JSONDecodeError",
+        "JSONDecodeError",
+    }
+)
+# A carrier exception (any class but those) whose next lines, its own detail, say the call it reports timed out waiting
+# or lost a peer: this many lines at most.
+DETAIL_LINES = 8
+
+
 @dataclass(frozen=True)
 class Finding:
     """One member's failure as judged on its own, before comparing members."""
@@ -185,8 +217,10 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         else:
             grank2, exc = None, log.loose_exceptions[0]
         r = rules.classify_message(exc, exception_type_of(exc))
-        # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence.
-        if r is not None and not (r.generic and log.stopped_first):
+        # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence;
+        # one whose own detail (the lines after it) is an echo's words carries that echo (torch_npu's "NPU function
+        # error: ..., error code is N" and the runtime's reason printed under it).
+        if r is not None and not (r.generic and (log.stopped_first or _carries_echo(member, exc, log))):
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
     if log.log_rule is not None:
         # The launcher stopping the other workers after one of this pod's own exited non-zero is the
@@ -218,6 +252,22 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             if r is not None:
                 out.append(_Cand("termination", r, f"container exit code {code2}"))
     return out
+
+
+def _carries_echo(member: Member, exc: str, log: LogFacts) -> bool:
+    """The exception line `exc` is of a carrier class (not a program error: PROGRAM_ERRORS) and the log's echo words
+    (a timeout, a lost peer or store) follow it within its own detail (DETAIL_LINES), before any other traceback."""
+    if log.log_rule is None or log.log_rule[0].secondary not in ("timeout", "peer", "store"):
+        return False
+    if exception_type_of(exc).rsplit(".", 1)[-1] in PROGRAM_ERRORS:
+        return False
+    text = log_text(member)
+    at = text.find(exc)
+    echo = text.find(log.log_rule[1], at + len(exc)) if at >= 0 else -1
+    if echo < 0:
+        return False
+    between = text[at + len(exc) : echo]
+    return between.count("\n") <= DETAIL_LINES and "Traceback (most recent call last)" not in between
 
 
 def log_text(member: Member) -> str:

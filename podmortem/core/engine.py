@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from podmortem.core.assess import TIE_SECONDS, Finding, assess, excerpt, log_text
+from podmortem.core.assess import PROGRAM_ERRORS, TIE_SECONDS, Finding, assess, excerpt, log_text
 from podmortem.core.captured import capture_notes, find_hang, has_captures
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
@@ -82,33 +82,6 @@ CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read fro
 # PermanentFailure threshold (0.9). Calibrated like the others (docs/engine.md, "Confidence"); the share of such
 # verdicts right about retryability is guarded by tests/unit/test_realworld_accuracy.py.
 CONF_CLEAR_OWN_EXCEPTION = 0.9
-# Built-in exception classes that describe the program's own logic or data, never a system failure they carry
-# (RuntimeError, OSError and custom classes may carry anything: storage, a device, a remote endpoint).
-PROGRAM_ERRORS = frozenset(
-    {
-        "ValueError",
-        "KeyError",
-        "TypeError",
-        "IndexError",
-        "AttributeError",
-        "AssertionError",
-        "NameError",
-        "UnboundLocalError",
-        "ZeroDivisionError",
-        "NotImplementedError",
-        "ImportError",
-        "ModuleNotFoundError",
-        "SyntaxError",
-        "IndentationError",
-        "LookupError",
-        "StopIteration",
-        "RecursionError",
-        "UnicodeDecodeError",
-        "UnicodeEncodeError",
-        "json.decoder.JSONDecodeError",
-        "JSONDecodeError",
-    }
-)
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 # a failure that names its cause chosen over an earlier carrier exception (within the timing uncertainty; a device
 # fault up to DEVICE_REPORT_LAG_SECONDS later)

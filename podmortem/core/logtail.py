@@ -77,8 +77,8 @@ _LAUNCHER_PREFIX = re.compile(
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
 # paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
 # a signal, Popen's return code), composer's launcher ("Rank 3 crashed with exit code -9.", "Global rank 3 (PID 77)
-# exited with code 1"): the same fact in other words. paddle's older launcher (launch_utils) names no code: "ABORT!!! Out
-# of all 4 trainers, the trainer process with rank=[3] was aborted" is printed when a trainer it started returned
+# exited with code 1"): the same fact in other words. paddle's older launcher (launch_utils) names no code: "ABORT!!!
+# Out of all 4 trainers, the trainer process with rank=[3] was aborted" is printed when a trainer it started returned
 # non-zero, before it exits 1 itself — read as that exit 1, the same weak word as a bare exit code.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"

@@ -546,3 +546,38 @@ def test_composer_s_launcher_says_which_pod_s_rank_crashed_and_which_it_stopped(
     assert assess(member("v", 0, stopped)).secondary == "teardown"
     v = decide(cascade(crashed, stopped))
     assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+
+
+NPU_SYNC_TIMEOUT = (
+    "RuntimeError: npuSynchronizeDevice:torch_npu/csrc/core/npu/NPUStream.cpp:401 NPU function error: "
+    "aclrtSynchronizeDevice, error code is 507046\n"
+    "[ERROR] 2031-01-02-03:04:05 (PID:77, Device:3, RankID:3) ERR00100 PTA call acl api failed\n"
+    "EE1002: 2031-01-02-03:04:05.000.001 Stream synchronize timeout. rtDeviceSynchronize execute failed, "
+    "reason=[stream sync timeout]\n"
+)
+
+
+def test_an_exception_that_carries_a_timeout_in_its_own_detail_is_the_timeout_s_echo() -> None:
+    """torch_npu raises "NPU function error: <call>, error code is N" for any runtime error and prints the runtime's
+    reason under it: here the device's stream never finished the work it waited on (a collective, most often). The
+    exception names no cause; its detail says the rank waited: an echo, which never outranks a member's own exit."""
+    f = assess(member("w-0", 0, NPU_SYNC_TIMEOUT))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+    own = (
+        "E0101 09:00:01.400000 7 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: 1) local_rank: 0\n"
+    )
+    v = decide(cascade(own, NPU_SYNC_TIMEOUT, victim_first=True))
+    assert v.pod == "llm-worker-1"
+
+
+def test_a_program_error_followed_by_a_timeout_stays_the_program_s_own() -> None:
+    """A program error is the pod's own whatever follows it: a sibling rank's timeout printed next is its echo."""
+    log = (
+        'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n'
+        "KeyError: 'labels'\n"
+        "[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n"
+    )
+    f = assess(member("w-0", 0, log))
+    assert (f.role, f.category) == ("primary", "user_code")
