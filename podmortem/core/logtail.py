@@ -165,6 +165,19 @@ def launcher_report(text: str) -> LauncherReport | None:
     return None
 
 
+# The process a report names, by its PID and host (Open MPI's "with PID 77 on node w-1", Hydra's "PID 77 RUNNING AT
+# w-1"), and Open MPI's signal handler in that process announcing its own death ("[w-1:77] *** Process received
+# signal ***"): the report and the banner, in one log, are one process's crash.
+_REPORTED_PID = re.compile(r"\bPID (\d{1,10}) (?:on node|RUNNING AT) ([\w.-]{1,253})")
+
+
+def reports_own_crash(text: str, report: LauncherReport | None) -> bool:
+    """The launcher's report in `text` names the process whose own crash banner `text` shows: its death is this log's
+    own, not a peer's echo."""
+    m = _REPORTED_PID.search(report.text) if report is not None else None
+    return m is not None and f"[{m.group(2)}:{m.group(1)}] *** Process received signal" in text
+
+
 def _line_at(text: str, at: int) -> str:
     a = text.rfind("\n", 0, at) + 1
     b = text.find("\n", at)
@@ -457,6 +470,9 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     desync = collective_desync(text)
     first_exception = exceptions[order[0]] if order else (loose[0] if loose else "")
     report = launcher_report(text)
+    if report is not None and log_rule is not None and log_rule[1] == report.text and reports_own_crash(text, report):
+        # The echo read from the report is this log's own crash: read the log without it.
+        log_rule = _log_rule(text.replace(report.text, ""), rules)
     stop = _TOLD_TO_STOP.search(text) if first_exception else None
     stopped_first = stop is not None and stop.start() < text.find(first_exception)
     facts = LogFacts(

@@ -207,3 +207,25 @@ def test_an_mpi_launcher_s_report_in_the_log_of_a_member_that_only_exited_is_its
     store = "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0\n"
     v = decide(_incident(member("w-0", 0, store), member("w-1", 1, hydra, exit_code=9), member("w-2", 2, WATCHDOG)))
     assert (v.pod, v.category) == ("w-1", "host_oom")
+
+
+def test_an_mpi_launcher_s_report_of_the_process_whose_crash_the_log_shows_is_that_crash() -> None:
+    """Open MPI's signal handler in the crashing process prints "[host:pid] *** Process received signal ***"; mpirun's
+    report names the same PID on the same node. One process's crash, this log's own — not a peer's death it echoes.
+    A report of another PID beside the banner stays the launcher's word about another process."""
+    banner = (
+        "[box-3:5151] *** Process received signal ***\n"
+        "[box-3:5151] Signal: Segmentation fault (11)\n"
+        "[box-3:5151] Signal code: Address not mapped (1)\n"
+        "[box-3:5151] *** End of error message ***\n"
+    )
+    noticed = (
+        "mpirun noticed that process rank 1 with PID {pid} on node box-3 exited on signal 11 (Segmentation fault)\n"
+    )
+    own = banner + noticed.format(pid=5151)
+    f = assess(member("w-1", 1, own))
+    assert (f.role, f.category) == ("primary", "crash")
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, own), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "crash")
+    other = assess(member("w-1", 1, banner + noticed.format(pid=6262)))
+    assert other.role == "secondary"
