@@ -77,9 +77,10 @@ _LAUNCHER_PREFIX = re.compile(
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
 # paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
 # a signal, Popen's return code), composer's launcher ("Rank 3 crashed with exit code -9.", "Global rank 3 (PID 77)
-# exited with code 1"): the same fact in other words. paddle's older launcher (launch_utils) names no code: "ABORT!!!
-# Out of all 4 trainers, the trainer process with rank=[3] was aborted" is printed when a trainer it started returned
-# non-zero, before it exits 1 itself — read as that exit 1, the same weak word as a bare exit code.
+# exited with code 1"): the same fact in other words. paddle's older launcher (launch_utils) and MindSpore's msrun name
+# no code: "ABORT!!! Out of all 4 trainers, the trainer process with rank=[3] was aborted", "There's worker exits with
+# exception, kill all other workers" are printed when a worker they started on this node returned non-zero — read as
+# exit 1 (paddle's launcher then exits 1 itself), the same weak word as a bare exit code.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
@@ -87,7 +88,8 @@ _AGENT_EXIT = re.compile(
     r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,2000}\] code (-?\d{1,3})\b"
     r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
     r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
-    r"|\btrainers, the trainer process with rank=\[[\d, ]{1,200}\] was (aborted)"
+    r"|\b(trainers, the trainer process with rank=\[[\d, ]{1,200}\] was aborted"
+    r"|There's worker exits with exception, kill all other workers)"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
@@ -319,8 +321,8 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global, aborted = m.groups()
-    if aborted is not None:  # paddle's older launcher: a trainer returned non-zero, the launcher exits 1
+    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global, no_code = m.groups()
+    if no_code is not None:  # a worker returned non-zero, its code not said
         return 1
     if died is not None:
         return -int(died)

@@ -229,3 +229,23 @@ def test_an_mpi_launcher_s_report_of_the_process_whose_crash_the_log_shows_is_th
     assert (v.pod, v.category) == ("w-1", "crash")
     other = assess(member("w-1", 1, banner + noticed.format(pid=6262)))
     assert other.role == "secondary"
+
+
+MSRUN = "[WARNING] ME(77:281,MainProcess):2031-01-02-03:04:05.000.000 [process_entity/_api.py:318]"
+
+
+def test_msrun_saying_a_worker_exited_is_the_pod_s_own_exit_and_the_nodes_it_lists_are_the_lost_ones() -> None:
+    """MindSpore's msrun watches the workers it started on its node: "There's worker exits with exception, kill all
+    other workers" is the pod's own exit in the launcher's words. Reading its scheduler's log, it lists the nodes the
+    scheduler stopped hearing from ("Time out nodes are ['3']"): another member went away, and this pod's exit is its
+    echo. An empty list names nobody."""
+    own = f"{MSRUN} There's worker exits with exception, kill all other workers.\n"
+    f = assess(member("w-1", 1, own))
+    assert (f.role, f.source, f.category) == ("primary", "log", "user_code")
+    v = decide(_incident(member("w-0", 0, ""), member("w-1", 1, own), member("w-2", 2, WATCHDOG)))
+    assert v.pod == "w-1"
+    listed = "[ERROR] ME(77:281,MainProcess):2031-01-02-03:04:31.000.000 [_api.py:431] Time out nodes are {}\n"
+    lost = assess(member("w-1", 1, own + listed.format("['3']")))
+    assert (lost.role, lost.secondary) == ("secondary", "peer")
+    none = own + listed.format("[]")
+    assert assess(member("w-1", 1, none)).role == "primary"
