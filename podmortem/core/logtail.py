@@ -173,7 +173,7 @@ def launcher_report(text: str) -> LauncherReport | None:
 _REPORTED_PID = re.compile(r"\bPID (\d{1,10}) (?:on node|RUNNING AT) ([\w.-]{1,253})")
 
 
-def reports_own_crash(text: str, report: LauncherReport | None) -> bool:
+def _reports_own_crash(text: str, report: LauncherReport | None) -> bool:
     """The launcher's report in `text` names the process whose own crash banner `text` shows: its death is this log's
     own, not a peer's echo."""
     m = _REPORTED_PID.search(report.text) if report is not None else None
@@ -472,7 +472,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     desync = collective_desync(text)
     first_exception = exceptions[order[0]] if order else (loose[0] if loose else "")
     report = launcher_report(text)
-    if report is not None and log_rule is not None and log_rule[1] == report.text and reports_own_crash(text, report):
+    if report is not None and log_rule is not None and log_rule[1] == report.text and _reports_own_crash(text, report):
         # The echo read from the report is this log's own crash: read the log without it.
         log_rule = _log_rule(text.replace(report.text, ""), rules)
     stop = _TOLD_TO_STOP.search(text) if first_exception else None
