@@ -12,6 +12,7 @@ single finding to decide a pod's condition before its peers have reported.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -74,6 +75,7 @@ PROGRAM_ERRORS = frozenset(
 # A carrier exception (any class but those) whose next lines, its own detail, say the call it reports timed out waiting
 # or lost a peer: this many lines at most.
 DETAIL_LINES = 8
+_RANK_PREFIX = re.compile(r"\[rank\d{1,6}\]:")
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,8 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
 
 def _carries_echo(member: Member, exc: str, log: LogFacts) -> bool:
     """The exception line `exc` is of a carrier class (not a program error: PROGRAM_ERRORS) and the log's echo words
-    (a timeout, a lost peer or store) follow it within its own detail (DETAIL_LINES), before any other traceback."""
+    (a timeout, a lost peer or store) follow it within its own detail: DETAIL_LINES at most, before any other traceback,
+    and printed by the same process (no other rank's prefix)."""
     if log.log_rule is None or log.log_rule[0].secondary not in ("timeout", "peer", "store"):
         return False
     if exception_type_of(exc).rsplit(".", 1)[-1] in PROGRAM_ERRORS:
@@ -267,7 +270,13 @@ def _carries_echo(member: Member, exc: str, log: LogFacts) -> bool:
     if echo < 0:
         return False
     between = text[at + len(exc) : echo]
-    return between.count("\n") <= DETAIL_LINES and "Traceback (most recent call last)" not in between
+    if between.count("\n") > DETAIL_LINES or "Traceback (most recent call last)" in between:
+        return False
+    # ...printed by the same process: no line of another rank's ([rankN]: prefix) between, nor the echo itself
+    own = _RANK_PREFIX.match(text, text.rfind("\n", 0, at) + 1)
+    mine = own.group(0) if own else ""
+    lines = [*between.split("\n")[1:], log.log_rule[1]]
+    return all((m.group(0) if (m := _RANK_PREFIX.match(line)) else mine) == mine for line in lines)
 
 
 def log_text(member: Member) -> str:

@@ -579,3 +579,14 @@ def test_an_exception_that_carries_a_timeout_in_its_own_detail_is_the_timeout_s_
     )
     v = decide(cascade(own, NPU_SYNC_TIMEOUT, victim_first=True))
     assert v.pod == "llm-worker-1"
+
+
+def test_a_sibling_rank_s_echo_under_a_carrier_exception_is_not_its_detail() -> None:
+    """Interleaved ranks: an echo another rank prints under this rank's exception is not that exception's detail."""
+    log = (
+        "[rank0]: RuntimeError: step 88 failed: bad shard header\n"
+        "[rank1]: [E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n"
+    )
+    assert assess(member("w-0", 0, log)).role == "primary"
+    assert assess(member("w-0", 0, NPU_SYNC_TIMEOUT)).role == "secondary"
