@@ -382,7 +382,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
             # Cheap tests first: most victims' words name no rank and no host (a 10,000-member cascade).
             if "<" in text or "remote peer" in text or "on node" in text or "RUNNING AT" in text:
                 hosts.extend(next(g for g in m.groups() if g) for m in NAMED_HOST.finditer(text))
-            if "ank " in text or "ANK " in text:
+            if "ank " in text or "ANK " in text or "ranks: " in text:
                 named_ranks.extend(int(next(g for g in m.groups() if g)) for m in NAMED_RANK.finditer(text))
     evidence = [
         f"{member.pod}: {cand.source}: {excerpt(cand.text, 160)} -> "

@@ -36,12 +36,14 @@ TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|Timeout\(ms\)=(\d+)|[Tt
 PEER_ADDR = re.compile(r"\[([0-9a-fA-F.:]{2,45}+)\]:\d")
 # A victim naming the culprit, in its own words: the rank it waited for (torch's monitored barrier "from rank 0" /
 # "check rank 0 logs", ProcessGroupNCCL's dump signal "from  rank 3" (two spaces), rank 0's "Rank 3 failed to pass
-# monitoredBarrier", mpirun's "process rank 1 with PID", the c10d store's "crash on rank 0"), or the peer's host
+# monitoredBarrier", mpirun's "process rank 1 with PID", the c10d store's "crash on rank 0", Horovod's stalled tensor
+# "[missing ranks: 2]"), or the peer's host
 # (NCCL's "Call to recv from 10.0.0.7<4242>" and "Connection closed by remote peer host<port>", MPI's "on node
 # worker-1", MPICH's "RANK 1 PID 77 RUNNING AT worker-1"). Bounded repeats: linear on any input.
 NAMED_RANK = re.compile(
     r"\b(?:from|check|on) {1,2}rank (\d{1,6})\b|\bRank (\d{1,6}) failed to pass monitoredBarrier"
     r"|\bprocess rank (\d{1,6}) with PID|\bRANK (\d{1,6}) PID \d{1,10} RUNNING AT\b"
+    r"|\[missing ranks: (\d{1,6})[\],]"
 )
 NAMED_HOST = re.compile(
     r"\bremote peer \[?([\w.-]{1,253}?)(?:<\d{1,5}>|\]|\s|$)|\b(?:on node|RUNNING AT) \[?([\w.-]{1,253})"
@@ -74,12 +76,15 @@ _LAUNCHER_PREFIX = re.compile(
 # 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal),
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
 # paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
-# a signal, Popen's return code): the same fact in other words.
+# a signal, Popen's return code), composer's launcher ("Rank 3 crashed with exit code -9.", "Global rank 3 (PID 77)
+# exited with code 1"): the same fact in other words.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
     r"|: Exited with exit code (\d{1,3})\b|Child process with PID \d{1,10} terminated with code (-?\d{1,3})\b"
     r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,2000}\] code (-?\d{1,3})\b"
+    r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
+    r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
@@ -290,13 +295,13 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning, no_file, paddle = m.groups()
+    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global = m.groups()
     if died is not None:
         return -int(died)
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun or lightning or no_file or paddle)
+    value = int(code or ds or sub or srun or lightning or no_file or paddle or composer or composer_global)
     if not -256 < value < 256:  # a Windows process's status (NTSTATUS, unsigned or signed 32 bits)
         number = _NTSTATUS_SIGNALS.get(value & 0xFFFFFFFF)
         return -number if number is not None else None

@@ -13,6 +13,7 @@ from support.members import T0, member
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident, JobRef
+from podmortem.core.rules import DEFAULT_RULES
 
 PERMANENT = 0.9
 
@@ -328,3 +329,220 @@ def test_a_peer_s_socket_closing_under_rpc_and_grpc_is_an_echo(victim: str) -> N
 def test_a_program_error_or_a_capped_cause_also_goes_before_a_carrier_exception(root: str) -> None:
     v = decide(cascade(root, UNKNOWN_VICTIM))
     assert v.pod == "llm-worker-1"
+
+
+# --- a live member's words when another died, hung or was stopped, in runtimes and launchers beyond torch's ---------
+# Each is what a healthy member prints; a root that only exited 1 (no words of its own) ends after them, so a victim
+# read as a failure of its own would take the root.
+
+OTHER_RUNTIMES_VICTIMS = [
+    # JAX's coordination service: the leader task (its host) gone; tasks that stopped sending heartbeats; a collective
+    # cancelled because a participant is no longer connected
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Failed to send RPC to coordination service. Either the "
+        "leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues.",
+        "store",
+    ),
+    (
+        "E1127 06:40:00.118 41 coordination_service_agent.cc:332] Polled an error from coordination service (this can "
+        "be an error from this or another task).\n"
+        "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: The following tasks are unhealthy (stopped sending "
+        "heartbeats):\n/job:jax_worker/replica:0/task:5\nThe tasks have crashed. Check the task logs for an earlier "
+        "error, or scheduler events (e.g. preemption, eviction) to debug further.",
+        "peer",
+    ),
+    ("jaxlib._jax.XlaRuntimeError: FAILED_PRECONDITION: Task with incarnation id 77 is not connected", "peer"),
+    # Ascend HCCL's cluster monitor: a remote rank's heartbeat lost
+    (
+        "there are(is) 1 abnormal device(s):\n    Cluster Exception Location[IP/ID]:[10.0.0.9/3], Arrival Time:[Fri "
+        "Nov 27 06:40:00 2026], Discoverer:[10.0.0.2/1], ExceptionType:[Heartbeat Lost Occurred], Possible Reason:1. "
+        "Process has exited, 2. Network Disconnected",
+        "peer",
+    ),
+    # PaddlePaddle: a parameter server doubting a trainer is alive (then aborting); a trainer told to stop by glog's
+    # signal handler and Paddle's own summary
+    (
+        "PaddleCheckError: the latest update of worker 2 is 600 secs ago, we doubt the worker is not alive and this "
+        "may have a bad effect on the fitting result\n*** SIGABRT (@0x3e8) received by PID 88 (TID 0x7f11) from PID "
+        "88; stack trace: ***",
+        "peer",
+    ),
+    (
+        "FatalError: `Termination signal` is detected by the operating system.\n  [SignalInfo: *** SIGTERM (@0x3e8) "
+        "received by PID 88 (TID 0x7f11) from PID 12 ***]",
+        "teardown",
+    ),
+    # TensorFlow: a ring all-reduce aborted on a closed socket; gRPC unable to reach a remote task
+    (
+        "2026-11-27 06:40:00.118: E tensorflow/core/common_runtime/ring_reducer.cc:369] Aborting RingReduce with "
+        "Unavailable: Socket closed",
+        "peer",
+    ),
+    ("tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses", "peer"),
+    # Horovod: its launcher stopping the others after one process failed; an older stall report naming the rank
+    ("Terminating remaining workers after failure of Process 5.", "peer"),
+    ("HorovodAllreduce_grads_dense_kernel_0 [missing ranks: 4]", "timeout"),
+    # UCX (under Open MPI, Horovod, NCCL's UCX plugin): the peer closed its end
+    ("[node-0:00077] pml_ucx.c:812 Error: mca_pml_ucx_send_nbr failed: -25, Connection reset by remote peer", "peer"),
+    ("[1800000000.118] [node-0:77:0] sock.c:344 UCX  ERROR recv(fd=33) failed: Connection reset by peer", "peer"),
+    # Ray and Dask: the actor or the peer it called is gone
+    ("ray.exceptions.ActorUnavailableError: The actor 9f0e is unavailable: connection lost.", "peer"),
+    ("distributed.comm.core.CommClosedError: in <TCP (closed) Worker.gather_dep remote=tcp://w2>", "peer"),
+    ("2026-11-27 06:40:00 - distributed.worker - ERROR - Worker stream died during communication: tcp://w2", "peer"),
+    # torch elastic's agent told to stop (older Pythons print the signal's enum name); srun stopping a step
+    (
+        "W1127 06:40:00.118 41 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+        "signal, shutting down workers",
+        "teardown",
+    ),
+    ("srun: launch/slurm: _step_signal: Terminating StepId=4012.0", "teardown"),
+    # MPI launchers: mpirun passing on the SIGTERM it was sent; Hydra's mpiexec after one of its processes died
+    ("mpirun: Forwarding signal 15 to job", "teardown"),
+    (
+        "[mpiexec@node-0] HYDT_bscu_wait_for_completion (tools/bootstrap/utils/bscu_wait.c:76): one of the processes "
+        "terminated badly; aborting",
+        "peer",
+    ),
+    # JAX's shutdown barrier that some task never reached; torch RPC's call to another worker unanswered in time
+    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Shutdown barrier has failed.", "store"),
+    (
+        "RuntimeError: RPCErr:1:RPC ran for more than set timeout (60000 ms) and will now be marked with an error",
+        "timeout",
+    ),
+    # the watchdog's exception known only by its origin; an agent's traceback cut off inside the rendezvous
+    ("Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:618", "timeout"),
+    (
+        '  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/elastic/rendezvous/etcd_rendezvous.py", '
+        "line 152, in next_rendezvous",
+        "store",
+    ),
+    # any runtime saying in plain words that another member died, or that it timed out waiting for one
+    ("RuntimeError: shard exchange failed: another worker exited before sending its part", "peer"),
+    ("fleetrt.SyncError: timed out after 600 s waiting for peers to reach step 1200", "timeout"),
+    ("meshrt.CollectiveError: allgather on group 'dp' timed out after 1800 s", "timeout"),
+    ("WARNING trainer: barrier timeout at step 1200, shutting down", "timeout"),
+    ("swarm.errors.LinkError: lost connection to the coordinator at 10.0.0.1:7077", "store"),
+    ("E1127 06:40:00 agent.cc:88] unable to reach the head node: deadline passed", "store"),
+    ("INFO launcher: received SIGTERM, stopping the training loop", "teardown"),
+    ("fleetrt.Stopped: worker terminated by signal 15", "teardown"),
+]
+
+
+@pytest.mark.parametrize(("victim", "kind"), OTHER_RUNTIMES_VICTIMS)
+def test_what_a_live_member_of_another_runtime_prints_is_an_echo(victim: str, kind: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
+    v = decide(cascade("", victim))
+    assert v.pod == "llm-worker-1"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Either the leader task was preempted/died/restarted unexpectedly or this task has network issues.",
+        "Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.",
+        "This indicates that the remote worker has failed, got preempted, or crashed unexpectedly.",
+        "The session was closed; this may be due to a preemption in a connected worker.",
+    ],
+)
+def test_a_preemption_named_as_one_possible_cause_is_not_a_preemption(line: str) -> None:
+    f = assess(member("v", 0, line))
+    assert f.category != "preemption"
+
+
+def test_a_preemption_stated_as_what_happened_stays_a_preemption() -> None:
+    f = assess(
+        member("p", 0, "submitit WARNING (2026-11-27 06:40:00) - Bypassing signal SIGTERM: this job is preempted")
+    )
+    assert f.category == "preemption"
+
+
+def test_nccl_s_remote_error_keeps_its_reading_beside_the_plain_words_rule() -> None:
+    """NCCL's "remote process exited or there was a network error" names two causes: its own rule reads the message
+    (a weak network failure), not the rule for a member that says another died."""
+    message = "NCCL error: remote process exited or there was a network error"
+    rule = DEFAULT_RULES.classify_message(message, "torch.distributed.DistBackendError")
+    assert rule is not None and rule.id == "nccl.remote-error"
+
+
+def test_the_stress_test_s_victims_stay_in_words_no_rule_knows() -> None:
+    """`bench.realworld --unknown-victims` measures the decision when no victim's words are known: its echoes must stay
+    unknown to the rules (a member left, a session closed: no other member is said to have died)."""
+    from bench.realworld import UNKNOWN_ECHOES
+
+    for text in UNKNOWN_ECHOES:
+        f = assess(member("v", 0, text))
+        assert (f.role, f.rule.generic if f.rule else None) == ("primary", True)
+
+
+def test_a_rank_s_own_collective_timeout_record_is_not_read_as_a_waiting_peer_s_words() -> None:
+    """ProcessGroupNCCL's dump signal "due to a collective timeout from this local rank" is the rank's own record (the
+    collective-timeout words read it); the rule for any runtime's timed-out collective does not take it as an echo."""
+    line = (
+        "[rank1]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump "
+        "signal due to a collective timeout from this local rank and we will try our best to dump the debug info."
+    )
+    f = assess(member("p", 0, line))
+    assert f.rule is not None and f.rule.id not in ("log.another-waited", "message.another-waited")
+
+
+def test_a_remote_endpoint_closing_is_not_read_as_a_member_gone() -> None:
+    """The plain-words rule names members of the job (rank, task, worker, node...), not "the remote host", which the
+    endpoint of an upload or a download is as well."""
+    f = assess(member("p", 0, "ERROR: the remote host closed the connection while uploading checkpoint step_900"))
+    assert f.role == "primary"
+
+
+def test_other_ranks_failing_a_program_s_check_is_the_program_s_error() -> None:
+    """A program's own check says "failed" of other ranks too: the plain-words rule reads deaths and departures."""
+    f = assess(member("p", 0, "AssertionError: world size mismatch: other ranks failed the shape check"))
+    assert (f.role, f.category) == ("primary", "user_code")
+
+
+def test_horovod_s_stall_report_names_the_rank_the_others_wait_for() -> None:
+    """Older Horovod lists each stalled tensor with the ranks it still waits for ("[missing ranks: 1]"): the ranks
+    that print it name the stuck one, as the monitored barrier's "from rank 1" does."""
+    waiting = "HorovodAllreduce_grads_dense_kernel_0 [missing ranks: 1]"
+    stuck = "[rank1]: step 40 loss 2.2\nHorovodAllreduce_grads_dense_kernel_0 [missing ranks: 0, 2]"
+    incident = Incident(
+        JobRef("ml", "llm"),
+        3,
+        (
+            member("llm-worker-0", 0, waiting, finished=T0 - 1),
+            member("llm-worker-1", 1, stuck),
+            member("llm-worker-2", 2, waiting, finished=T0 - 1),
+        ),
+    )
+    v = decide(incident)
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_paddle_s_launcher_says_how_each_pod_s_worker_ended() -> None:
+    """PaddlePaddle's launcher reports its worker's end as torchrun's agent does ("Container rank 0 status failed cmd
+    [...] code -9", negative: a signal): the SIGKILLed worker's pod is the root, the SIGTERMed ones are the teardown."""
+
+    def launcher(rank: int, code: int) -> str:
+        return (
+            "LAUNCH INFO 2026-11-27 06:40:00,118 Pod failed\n"
+            "LAUNCH ERROR 2026-11-27 06:40:00,120 Container failed !!!\n"
+            f"Container rank {rank} status failed cmd ['/usr/bin/python3', '-u', 'train.py'] code {code} log "
+            f"./log/workerlog.{rank}"
+        )
+
+    assert assess(member("v", 0, launcher(0, -15))).secondary == "teardown"
+    v = decide(cascade(launcher(1, -9), launcher(0, -15)))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+
+
+def test_composer_s_launcher_says_which_pod_s_rank_crashed_and_which_it_stopped() -> None:
+    """composer's launcher reports its own rank's end ("Rank 1 crashed with exit code -9.") and then stops the others
+    ("Killing global rank 0 (PID 77) with SIGTERM"): the first is the pod's own failure, the second alone a teardown."""
+    crashed = (
+        "ERROR:composer.cli.launcher:Rank 1 crashed with exit code -9.\n"
+        "INFO:composer.cli.launcher:Killing global rank 0 (PID 77) with SIGTERM\n"
+        "Waiting up to 30 seconds for all training processes to terminate. Press Ctrl-C to exit immediately."
+    )
+    stopped = "INFO:composer.cli.launcher:Killing global rank 8 (PID 78) with SIGTERM"
+    assert assess(member("v", 0, stopped)).secondary == "teardown"
+    v = decide(cascade(crashed, stopped))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
