@@ -352,6 +352,21 @@ def completed() -> dict[str, Any]:
     return patch
 
 
+@contextlib.asynccontextmanager
+async def watched_stall(agg: Aggregator, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """The emulator job's sidecars stall, its provisional verdict out, and the pod watch saw both pods: that
+    verdict file. The sidecars stay connected, saying nothing more, until the block ends."""
+    sidecars = job_sidecars(agg.port)
+    try:
+        stall = await stalled(sidecars, tmp_path)
+        pods = [MemberKey((NS, JOB, ""), s.reg.pod) for s in sidecars]
+        await eventually(lambda: all(agg.book.is_watched(k) for k in pods), "the pods seen by the pod watch")
+        yield stall
+    finally:
+        for s in sidecars:
+            await s.close()
+
+
 async def test_a_stalled_job_whose_pods_all_complete_has_its_provisional_verdict_withdrawn(
     kube_api: EmulatorHandle, tmp_path: Path
 ) -> None:
@@ -359,19 +374,12 @@ async def test_a_stalled_job_whose_pods_all_complete_has_its_provisional_verdict
     # sidecars, still connected, say nothing more: the pod watch's word ends the stall. The job was not hung.
     seed_pytorchjob(kube_api, workers=2)
     async with running(serving(tmp_path, kube=watching(kube_api, tmp_path))) as agg:
-        sidecars = job_sidecars(agg.port)
-        try:
-            stall = await stalled(sidecars, tmp_path)
-            pods = [MemberKey((NS, JOB, ""), s.reg.pod) for s in sidecars]
-            await eventually(lambda: all(agg.book.is_watched(k) for k in pods), "the pods seen by the pod watch")
+        async with watched_stall(agg, tmp_path) as stall:
             kube_api.change(PODS, NS, f"{JOB}-worker-0", completed())
             await asyncio.sleep(0.5)
             assert verdict(tmp_path)["closed_by"] == "stall"  # one pod still runs
             kube_api.change(PODS, NS, f"{JOB}-worker-1", completed())
             await eventually(lambda: verdict(tmp_path)["closed_by"] == "resumed", "the stall withdrawn")
-        finally:
-            for s in sidecars:
-                await s.close()
         doc = verdict(tmp_path)
         assert (doc["revision"], doc["provisional"], doc["incident"]["stalled_at"]) == (2, True, None)
         assert stall["incident"]["stalled_at"] is not None
@@ -385,16 +393,9 @@ async def test_a_stalled_job_whose_pods_fail_gets_the_verdict_on_the_failure(
     # The same stall, but the pods end with a failure: no withdrawal, the verdict on it replaces the stall's.
     seed_pytorchjob(kube_api, workers=2)
     async with running(serving(tmp_path, kube=watching(kube_api, tmp_path))) as agg:
-        sidecars = job_sidecars(agg.port)
-        try:
-            stall = await stalled(sidecars, tmp_path)
-            pods = [MemberKey((NS, JOB, ""), s.reg.pod) for s in sidecars]
-            await eventually(lambda: all(agg.book.is_watched(k) for k in pods), "the pods seen by the pod watch")
+        async with watched_stall(agg, tmp_path) as stall:
             for i in range(2):
                 kube_api.change(PODS, NS, f"{JOB}-worker-{i}", terminated(1))
-        finally:
-            for s in sidecars:
-                await s.close()
         await eventually(lambda: verdict(tmp_path)["final"], "the verdict on the failure")
         doc = verdict(tmp_path)
         assert (doc["closed_by"], doc["revision"], doc["provisional"]) == ("quorum", 2, False)
