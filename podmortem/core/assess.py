@@ -244,10 +244,11 @@ def _pick(cands: Sequence[_Cand]) -> _Cand | None:
     """Specific strong primary > generic strong primary (any exception) > secondary from the member's own
     messages > weak primary > secondary exit code. A known cause anywhere in the member's own output
     (storage full, an OOM kill, Xid) says more than the Python class that carried it, and among those, words no
-    other family prints (glibc's "free(): invalid pointer") more than words it does (a bare SIGABRT: max_confidence)."""
+    other family prints (glibc's "free(): invalid pointer") more than words it does (a bare SIGABRT: max_confidence),
+    and at the same cap, words more than an exit code (srun's "exit code 2" beside the exec that failed with ENOENT)."""
     specific = [c for c in cands if c.rule.is_primary and not c.rule.weak and not c.rule.generic]
     if specific:
-        return max(specific, key=lambda c: c.rule.max_confidence)
+        return max(specific, key=lambda c: (c.rule.max_confidence, c.rule.kind != "exit_code"))
     for c in cands:
         if c.rule.is_primary and not c.rule.weak:
             return c

@@ -287,3 +287,56 @@ def test_a_library_s_name_in_a_stack_frame_is_not_a_missing_library() -> None:
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
     missing = decide(incident("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"))
     assert (missing.pod, missing.category, missing.retryable) == ("llm-worker-1", "infra", True)
+
+
+# --- a bare exit status names no family; the program's usage error does ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("root_log", "exit_code", "category"),
+    [
+        # exit 2: argparse's usage error, but also a launcher's failed exec (errno 2, ENOENT), Python unable to open
+        # its script, a shell builtin misused
+        ("step 40 loss 2.21", 2, "user_code"),
+        (summary(2), 1, "user_code"),
+        # exit 127: a command not found, or the dynamic loader missing a library the binary needs; 126: not
+        # executable, also a mount without exec
+        ("step 40 loss 2.21", 127, "user_code"),
+        ("step 40 loss 2.21", 126, "user_code"),
+        # exit 138: a process killed by SIGUSR1, also a scheduler's warning signal before the time limit
+        ("step 40 loss 2.21", 138, "user_code"),
+    ],
+)
+def test_a_bare_exit_status_stays_below_the_permanent_threshold(root_log: str, exit_code: int, category: str) -> None:
+    v = decide(incident(root_log, exit_code=exit_code))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.confidence < PERMANENT
+
+
+@pytest.mark.parametrize(
+    "root_log",
+    [
+        "usage: train.py [-h] [--lr LR] [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3",
+        "usage: train.py [-h] --data DATA\n[rank0]: train.py: error: the following arguments are required: --data",
+        "usage: train.py [-h] [--rank RANK]\ntrain.py: error: argument --rank: invalid int value: ''",
+        "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\nError: No such option: --epoch",
+    ],
+)
+def test_the_program_s_usage_error_is_user_code_at_the_threshold(root_log: str) -> None:
+    v = decide(incident(root_log, exit_code=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert v.confidence >= PERMANENT
+
+
+@pytest.mark.parametrize(
+    "root_log",
+    [
+        "slurmstepd: error: execve(): deepspeed: No such file or directory\n"
+        "srun: error: node-7: task 3: Exited with exit code 2",
+        "/opt/conda/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+    ],
+)
+def test_a_program_that_could_not_be_started_for_a_missing_path_is_not_a_usage_error(root_log: str) -> None:
+    v = decide(incident(root_log, exit_code=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "infra", True)
+    assert v.confidence < PERMANENT

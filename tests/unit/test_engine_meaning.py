@@ -539,3 +539,53 @@ def test_sequence_numbers_of_different_process_groups_are_not_compared() -> None
         )
     )
     assert (v.pod, v.category) == ("llm-worker-0", "hang")
+
+
+# --- families in the words of other launchers and runtimes -------------------------------------------------------
+
+NCCL_INIT = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error, NCCL 2.21"
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # a DataLoader's worker process killed by SIGKILL, in PaddlePaddle's words: the kernel's OOM killer
+        ("SystemError: (Fatal) DataLoader process (pid 4411) exited is killed by signal: Killed.", "host_oom"),
+        # the driver's library NCCL needs is not in the container; NVML and the topology NCCL reads do not show the
+        # GPUs the container was given
+        (f"{NCCL_INIT}\n[rank2]: Last error:\n[rank2]: Failed to open libnvidia-ml.so.1", "infra"),
+        ("gpu-7:311:402 [1] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Not Found", "infra"),
+        ("gpu-7:311:402 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 3 not found.", "infra"),
+        # NCCL's bootstrap unable to reach or accept a peer while the communicator is created
+        (
+            "tensorflow.python.framework.errors_impl.UnknownError:  ncclCommInitRank failed: unhandled system error\n"
+            "srun: error: node-3: task 1: Exited with exit code 1",
+            "network",
+        ),
+        ("gpu-7:311:402 [3] include/socket.h:387 NCCL WARN Connect to 10.1.2.3<40123> failed : Connection refused", "network"),
+        (
+            "INTERNAL: nccl_utils.cc:305: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled "
+            "system error. Last NCCL warning(error) log entry (may be unrelated) 'socketTryAccept: Accept failed: Bad "
+            "file descriptor'.",
+            "network",
+        ),
+        # an uncaught C++ exception reported by a runtime's terminate handler; a C++ CHECK failing (glog's, XLA's)
+        ("(TrainWorker pid=812) logging.cc:97: Unhandled exception: St13runtime_error. what(): queue closed", "crash"),
+        (
+            "E0101 10:00:00.1 812 xla_client/computation_client.cc:88] Check failed: status.ok() (Internal: no cores)\n"
+            "*** Begin stack trace ***\n\txla::ComputationClient::Create()",
+            "crash",
+        ),
+        # a launcher's daemon that no longer answers on another node; a server finding a worker silent for minutes
+        ("ping failed on x1001c0s0b0n0: No reply from x1001c0s1b0n0.hsn after 90s", "node_lost"),
+        ("launch failed on x1001c0s0b0n0: failed to forward RPC to child x1001c0s1b0n0.hsn", "node_lost"),
+        ("Error: the latest update of worker 3 is 600 secs ago, we doubt the worker is not alive", "node_lost"),
+    ],
+)
+def test_a_family_s_words_in_other_launchers_and_runtimes(text: str, category: str) -> None:
+    assert _read(f"step 40 loss 2.2\n{text}\n")[:2] == ("primary", category)
+
+
+def test_nccl_s_failed_start_whose_last_error_is_the_peer_closing_stays_the_peer_s_echo() -> None:
+    text = f"{NCCL_INIT}\n[rank2]: Last error:\n[rank2]: socketProgress: Connection reset by peer"
+    assert _read(text)[0] == "secondary"
