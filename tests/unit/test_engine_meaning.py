@@ -576,10 +576,9 @@ NCCL_INIT = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL
             "*** Begin stack trace ***\n\txla::ComputationClient::Create()",
             "crash",
         ),
-        # a launcher's daemon that no longer answers on another node; a server finding a worker silent for minutes
+        # a launcher's daemon that no longer answers on another node
         ("ping failed on x1001c0s0b0n0: No reply from x1001c0s1b0n0.hsn after 90s", "node_lost"),
         ("launch failed on x1001c0s0b0n0: failed to forward RPC to child x1001c0s1b0n0.hsn", "node_lost"),
-        ("Error: the latest update of worker 3 is 600 secs ago, we doubt the worker is not alive", "node_lost"),
     ],
 )
 def test_a_family_s_words_in_other_launchers_and_runtimes(text: str, category: str) -> None:
@@ -589,3 +588,31 @@ def test_a_family_s_words_in_other_launchers_and_runtimes(text: str, category: s
 def test_nccl_s_failed_start_whose_last_error_is_the_peer_closing_stays_the_peer_s_echo() -> None:
     text = f"{NCCL_INIT}\n[rank2]: Last error:\n[rank2]: socketProgress: Connection reset by peer"
     assert _read(text)[0] == "secondary"
+
+
+@pytest.mark.parametrize(("code", "category"), [(9, "host_oom"), (11, "crash")])
+def test_a_launcher_s_word_on_how_its_process_died_says_more_than_the_exit_status(code: int, category: str) -> None:
+    """MPICH's Hydra banner for a process that printed nothing (killed): its "EXIT CODE" is the signal's number."""
+    banner = (
+        "===================================================================================\n"
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+        "=   PID 4417 RUNNING AT trainer-host\n"
+        f"=   EXIT CODE: {code}\n"
+        "=   CLEANING UP REMAINING PROCESSES\n"
+    )
+    f = assess(_alone(banner, exit_code=code))
+    assert (f.role, f.category) == ("primary", category)
+
+
+def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
+    """The libuv store server's debug line on a client that closed its socket: the store is in this pod, its clients
+    left; the agent's report of its own worker's exit is what this member says of itself."""
+    log = (
+        "[I101 10:00:00.4 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-4095 name:EOF "
+        "desc:end of file\n"
+        "E0101 10:00:00.5 23 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 "
+        "(pid: 88) of binary: /usr/bin/python3\n"
+    )
+    assert _read(log)[:2] == ("primary", "user_code")
+    lost = "[W101 10:00:00.4 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=9): Connection reset by peer"
+    assert _read(lost)[0] == "secondary"
