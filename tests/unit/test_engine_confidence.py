@@ -305,6 +305,8 @@ def test_a_library_s_name_in_a_stack_frame_is_not_a_missing_library() -> None:
         ("step 40 loss 2.21", 126, "user_code"),
         # exit 138: a process killed by SIGUSR1, also a scheduler's warning signal before the time limit
         ("step 40 loss 2.21", 138, "user_code"),
+        # exit 128 without the kubelet's StartError: also git's fatal error status (an entrypoint's clone)
+        ("step 40 loss 2.21", 128, "infra"),
     ],
 )
 def test_a_bare_exit_status_stays_below_the_permanent_threshold(root_log: str, exit_code: int, category: str) -> None:

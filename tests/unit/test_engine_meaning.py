@@ -554,6 +554,7 @@ NCCL_INIT = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL
         # the driver's library NCCL needs is not in the container; NVML and the topology NCCL reads do not show the
         # GPUs the container was given
         (f"{NCCL_INIT}\n[rank2]: Last error:\n[rank2]: Failed to open libnvidia-ml.so.1", "infra"),
+        ("gpu-7:311:402 [0] misc/nvmlwrap.cc:74 NCCL WARN Failed to open libnvidia-ml.so.1", "infra"),
         ("gpu-7:311:402 [1] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Not Found", "infra"),
         ("gpu-7:311:402 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 3 not found.", "infra"),
         # NCCL's bootstrap unable to reach or accept a peer while the communicator is created
@@ -583,6 +584,10 @@ NCCL_INIT = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL
 )
 def test_a_family_s_words_in_other_launchers_and_runtimes(text: str, category: str) -> None:
     assert _read(f"step 40 loss 2.2\n{text}\n")[:2] == ("primary", category)
+
+
+def test_a_tool_probing_for_nvml_is_not_a_missing_driver() -> None:
+    assert _read("Failed to open libnvidia-ml.so.1\nstep 40 loss 2.2\n")[1] != "infra"
 
 
 def test_nccl_s_failed_start_whose_last_error_is_the_peer_closing_stays_the_peer_s_echo() -> None:
