@@ -315,30 +315,36 @@ def test_a_bare_exit_status_stays_below_the_permanent_threshold(root_log: str, e
     assert v.confidence < PERMANENT
 
 
-@pytest.mark.parametrize(
-    "root_log",
-    [
-        "usage: train.py [-h] [--lr LR] [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3",
-        "usage: train.py [-h] --data DATA\n[rank0]: train.py: error: the following arguments are required: --data",
-        "usage: train.py [-h] [--rank RANK]\ntrain.py: error: argument --rank: invalid int value: ''",
-        "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\nError: No such option: --epoch",
-    ],
-)
-def test_the_program_s_usage_error_is_user_code_at_the_threshold(root_log: str) -> None:
-    v = decide(incident(root_log, exit_code=2))
-    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
-    assert v.confidence >= PERMANENT
+USAGE = "usage: train.py [-h] [--lr LR] [--epochs N] [--rank RANK] --data DATA\n"
 
 
 @pytest.mark.parametrize(
-    "root_log",
+    ("root_log", "category", "reaches"),
     [
-        "slurmstepd: error: execve(): deepspeed: No such file or directory\n"
-        "srun: error: node-7: task 3: Exited with exit code 2",
-        "/opt/conda/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+        # the program's command-line parser refusing its arguments (argparse's error(), click's usage errors): 0.9
+        (f"{USAGE}train.py: error: unrecognized arguments: --epoch 3", "user_code", True),
+        (f"{USAGE}[rank0]: train.py: error: the following arguments are required: --data", "user_code", True),
+        (f"{USAGE}train.py: error: argument --rank: invalid int value: ''", "user_code", True),
+        (
+            "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\nError: No such option: --epoch",
+            "user_code",
+            True,
+        ),
+        # a program that could not be started for a missing path: the platform's, or the command's (below 0.9)
+        (
+            "slurmstepd: error: execve(): deepspeed: No such file or directory\n"
+            "srun: error: node-7: task 3: Exited with exit code 2",
+            "infra",
+            False,
+        ),
+        (
+            "/opt/conda/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+            "infra",
+            False,
+        ),
     ],
 )
-def test_a_program_that_could_not_be_started_for_a_missing_path_is_not_a_usage_error(root_log: str) -> None:
+def test_an_exit_status_2_is_read_by_the_words_beside_it(root_log: str, category: str, reaches: bool) -> None:
     v = decide(incident(root_log, exit_code=2))
-    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "infra", True)
-    assert v.confidence < PERMANENT
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", category, category != "user_code")
+    assert (v.confidence >= PERMANENT) == reaches

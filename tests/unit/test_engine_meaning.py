@@ -543,7 +543,9 @@ def test_sequence_numbers_of_different_process_groups_are_not_compared() -> None
 
 # --- families in the words of other launchers and runtimes -------------------------------------------------------
 
-NCCL_INIT = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error, NCCL 2.21"
+NCCL_INIT = (
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error, NCCL 2.21"
+)
 
 
 @pytest.mark.parametrize(
@@ -563,7 +565,10 @@ NCCL_INIT = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL
             "srun: error: node-3: task 1: Exited with exit code 1",
             "network",
         ),
-        ("gpu-7:311:402 [3] include/socket.h:387 NCCL WARN Connect to 10.1.2.3<40123> failed : Connection refused", "network"),
+        (
+            "gpu-7:311:402 [3] include/socket.h:387 NCCL WARN Connect to 10.1.2.3<40123> failed : Connection refused",
+            "network",
+        ),
         (
             "INTERNAL: nccl_utils.cc:305: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled "
             "system error. Last NCCL warning(error) log entry (may be unrelated) 'socketTryAccept: Accept failed: Bad "
