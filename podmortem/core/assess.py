@@ -360,12 +360,18 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     cands = _candidates(member, log, rules, err_rule)
     cand = _pick(cands)
     report_rule = _report_rule(log.report, rules)
-    if cand is not None and cand.rule.weak and cand.rule.is_primary and report_rule is not None and log.report:
+    if (
+        cand is not None
+        and cand.rule.weak
+        and cand.rule.is_primary
+        and log.report
+        and report_rule
+        and not report_rule.weak
+    ):
         # Its own log carries an MPI launcher's word on how a process died (Hydra's "EXIT CODE: 9", a signal) and the
         # member said nothing else of its own but an exit status: the launcher's word says how (the process, killed,
         # printed nothing).
-        if not report_rule.weak:
-            cand = _Cand("log", report_rule, log.report.text, "", log.report.rank)
+        cand = _Cand("log", report_rule, log.report.text, "", log.report.rank)
     time, spread = _time_of(member, cand, log)
     if cand is None:
         ev: list[str] = []
