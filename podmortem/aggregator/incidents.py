@@ -111,6 +111,7 @@ class _JobState:
     revision: int = 0
     verdict: Verdict | None = None
     reported: int = 0  # members whose `reported()` is true, kept by IncidentBook._recount
+    ended: int = 0  # members whose end is known (`is_terminal`), kept by IncidentBook._recount
     refused: bool = False  # not opened: too many incidents were open (counted once)
     quiet: int = 0  # members whose sidecar's newest Activity says quiet (kept by IncidentBook._activity)
     # A capture round is out (`aggregator.stalls`): quorum waits for its answers (bounded by the desk's
@@ -378,11 +379,36 @@ class IncidentBook:
     # -- stalls (aggregator.stalls asks; the book keeps the counts) -----------------------------------
 
     def stalled(self, key: JobKey) -> bool:
-        """Has every expected member's sidecar said quiet (its newest Activity), with nothing failed yet?"""
+        """Has every expected member's sidecar said quiet (its newest Activity), with nothing failed yet, and
+        not every member ended (a job that is over is not stalled, whatever its last activity said)?"""
         state = self._jobs.get(key)
         return (
-            state is not None and state.opened_at is None and state.quiet > 0 and state.quiet >= self.world_size(state)
+            state is not None
+            and state.opened_at is None
+            and state.quiet > 0
+            and state.quiet >= self.world_size(state)
+            and not self._finished(state)
         )
+
+    def finished(self, key: JobKey) -> bool:
+        """Is this job attempt over with nothing failed: every member's end known (its pod's end or its
+        deletion, from its sidecar or the pod watch), every expected member among them, and none a failure
+        (a failure opens the incident)?"""
+        state = self._jobs.get(key)
+        return state is not None and self._finished(state)
+
+    def _finished(self, state: _JobState) -> bool:
+        return (
+            state.opened_at is None
+            and not state.refused  # a failure it was refused an incident for is a failure all the same
+            and 0 < state.ended == len(state.members)
+            and state.ended >= self.world_size(state)
+        )
+
+    def succeeded(self, key: JobKey) -> bool:
+        """Did every member of this job attempt end successfully (`Member.succeeded`)?"""
+        state = self._jobs.get(key)
+        return state is not None and bool(state.members) and all(m.member().succeeded for m in state.members.values())
 
     def stall_published(self, key: JobKey) -> bool:
         """Is a provisional verdict on a stall of this job attempt out (published, not withdrawn, and no
@@ -453,11 +479,14 @@ class IncidentBook:
     def provisional(self, key: JobKey, closed_by: ClosedBy, note: str = "") -> bool:
         """Decide and publish a provisional verdict on a job whose pods still run (`closed_by` "stall"; a
         large job is decided off the loop, as any), or withdraw it ("resumed": the job made progress
-        again; `note` says so). Nothing is published once the job attempt's incident has opened: its
-        verdict on the failure takes over. False then."""
+        again, or is over; `note` says so). Nothing is published once the job attempt's incident has
+        opened (its verdict on the failure takes over), nor withdrawn while no stall verdict is out. False
+        then."""
         state = self._jobs.get(key)
         if state is None or state.opened_at is not None:
             return False
+        if closed_by != "stall" and state.stalled_at is None:
+            return False  # no stall verdict is out (its decision still in flight is dropped on landing)
         incident = dataclasses.replace(self._incident(state), provisional=True)
         if closed_by != "stall":
             verdict = Verdict(pod=None, category=None, retryable=None, summary=note, confidence=1.0)
@@ -474,6 +503,8 @@ class IncidentBook:
     def _publish_provisional(self, state: _JobState, closed_by: ClosedBy, incident: Incident, verdict: Verdict) -> None:
         if state.opened_at is not None:
             return  # it failed while this was decided: the verdict on the failure takes over
+        if closed_by == "stall" and state.stall_since is None:
+            return  # the stall ended while this was decided (withdrawn: the job moved or is over)
         state.revision += 1
         decided_at = self._clock()
         if closed_by == "stall":  # the moment the stall was first seen (before its captures were asked for)
@@ -620,8 +651,13 @@ class IncidentBook:
 
     @staticmethod
     def _recount(state: _JobState, member: MemberState) -> None:
-        """Keep the job's running count of reported members (O(1); call after any change to a member)."""
-        now = member.reported()
+        """Keep the job's running counts of ended and of reported members (O(1); call after any change to a
+        member)."""
+        ended = is_terminal(member.member())
+        if ended != member.ended_counted:
+            state.ended += 1 if ended else -1
+            member.ended_counted = ended
+        now = member.reported(ended)
         if now != member.counted:
             state.reported += 1 if now else -1
             member.counted = now

@@ -42,6 +42,11 @@ class LimitExceeded(Exception):
         self.limit = limit
 
 
+def is_end(event: pb.Event) -> bool:
+    """Does this event say how a member ended (its container's termination, or its pod's deletion)?"""
+    return event.WhichOneof("payload") in ("termination", "deletion")
+
+
 def is_failure(event: pb.Event) -> bool:
     """Does this event mean something went wrong (and so open an incident)?"""
     kind = event.WhichOneof("payload")

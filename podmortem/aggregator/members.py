@@ -36,6 +36,7 @@ class MemberState:
     streams: int = 0  # open sidecar streams of this member
     sidecar_saw_end: bool = False  # its sidecar itself reported the termination / deletion
     counted: bool = False  # included in its job's running `reported` count
+    ended_counted: bool = False  # included in its job's running `ended` count (its end is known)
     flooded: bool = False  # reached MAX_MEMBER_EVENTS (counted once)
     # Its job membership was verified against the API: seen by the pod watch, or registered by a
     # stream whose token and pod object were checked (aggregator.kube.membership). Never unset.
@@ -104,11 +105,14 @@ class MemberState:
             m = evolve(m, log_tail=self.log_text)
         self._folded, self._folded_through = m, when
 
-    def reported(self) -> bool:
-        """Terminal for quorum. While its sidecar is connected, only the sidecar's own report of the end
-        counts: the sidecar sends the error file before the termination, whereas the aggregator's pod
-        watch may see the exit before the error file's event arrives."""
-        return is_terminal(self.member()) and (self.streams == 0 or self.sidecar_saw_end)
+    def reported(self, ended: bool | None = None) -> bool:
+        """Terminal for quorum (`ended`: `is_terminal` of it, where the caller has it already). While its
+        sidecar is connected, only the sidecar's own report of the end counts: the sidecar sends the error
+        file before the termination, whereas the aggregator's pod watch may see the exit before the error
+        file's event arrives."""
+        if ended is None:
+            ended = is_terminal(self.member())
+        return ended and (self.streams == 0 or self.sidecar_saw_end)
 
     def member(self) -> Member:
         if self._folded is not None:

@@ -248,7 +248,7 @@ class Metrics:
         )
         self.false_alarms = Counter(
             "podmortem_stall_false_alarms_total",
-            "Stalls after which the job made progress again (its provisional verdict withdrawn).",
+            "Stalls after which the job made progress again or completed (its provisional verdict withdrawn).",
             registry=self.registry,
         )
         self.capture_requests = Counter(

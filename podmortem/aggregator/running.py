@@ -237,6 +237,7 @@ class Aggregator:
                     self._kube,
                     index=self.membership.index if self.membership is not None else None,
                     holds=self.holds,
+                    stalls=self.stalls,
                 ),
                 name="pod-watch",
             )

@@ -16,7 +16,11 @@ before that, in two moments:
   again within the grace is the same stall going on: it is asked again (the earlier stacks may be stale:
   a slow start-up is silent too), and its moment stays the one first seen (`IncidentBook.stalling`: the
   moment every provisional verdict on it says). A new stall, with a moment of its own, begins only
-  after progress that outlasted the grace.
+  after progress that outlasted the grace. A provisional verdict does not outlive its job: once every
+  member ended with nothing failed (`IncidentBook.finished`: its sidecar's word or the pod watch's, which
+  alone hears a quiet job whose sidecars say nothing more), the stall is over and withdrawn at once; all
+  of them successful, the job completed, so it was not hung (a hang ends in a timeout, a failure): a
+  false alarm, counted. A failure instead opens the incident, and its verdict replaces the stall's.
 * **the first timeout** — among the first failures of a job attempt (`FIRST_FAILURES`), one the engine
   judges a hang (a collective or watchdog timeout: `core.assess`, not text matched here) makes the desk
   send a `CaptureRequest` (trigger `first_timeout`) to every member at once, the reporter included (its
@@ -46,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from podmortem.aggregator.incidents import IncidentBook, JobKey, MemberKey
-from podmortem.aggregator.intake import is_failure
+from podmortem.aggregator.intake import is_end, is_failure
 from podmortem.aggregator.metrics import Metrics
 from podmortem.core.assess import assess
 from podmortem.core.rules import DEFAULT_RULES, RuleSet
@@ -151,6 +155,9 @@ class StallDesk:
             if watch.published:
                 continue
             watch.stalled = watch.published = True
+            if self.book.finished(job):  # the state file says every member ended: it is over already
+                self._over(job, watch)
+                continue
             watch.unheard_timer = loop.call_later(self.rejoin_wait, self._unheard, job)
             log.info(
                 "incident %s: its stall's provisional verdict was out before the restart; watching it",
@@ -221,8 +228,53 @@ class StallDesk:
             self._activity(key.job)
         elif kind == "capture":
             self._answered(key, event.capture)
-        elif is_failure(event):
-            self._failure(key)
+        else:
+            if is_failure(event):
+                self._failure(key)
+            if is_end(event):
+                self.ended(key)
+
+    def ended(self, key: MemberKey) -> None:
+        """A member's end was taken by the book: its termination or deletion, from its sidecar (`ingested`)
+        or from the pod watch (`kube.podwatch`, which alone sees a pod whose sidecar says nothing more).
+        Once every member ended with nothing failed the job is over, and a stall of it with it (`_over`)."""
+        watch = self._watches.get(key.job)
+        if watch is not None and self.book.finished(key.job):
+            self._over(key.job, watch)
+
+    def _over(self, job: JobKey, watch: _Watch) -> None:
+        """The job is over and nothing failed (`IncidentBook.finished`): a stall of it (seen, published, or
+        moving within the grace) ends now, its round and timers dropped and its provisional verdict
+        withdrawn. Every member ended successfully: the job completed, so it was not hung (a hang ends in a
+        timeout, a failure) and the stall was a false alarm, counted as one. Otherwise (a pod deleted before
+        it ran, a container's end unknown) nothing shows it moved: withdrawn unconfirmed, not counted."""
+        if not (watch.stalled or watch.published or watch.resume_timer is not None):
+            return
+        if watch.round is not None and watch.round.trigger == "stall":
+            self._end_round(job, watch, decide=False)
+        for timer in (watch.resume_timer, watch.unheard_timer):
+            if timer is not None:
+                timer.cancel()
+        watch.resume_timer = watch.unheard_timer = None
+        watch.stalled = False
+        if self.book.succeeded(job):
+            if self.metrics is not None:
+                self.metrics.false_alarms.inc()
+            log.warning(
+                "incident %s: every member ended successfully after a stall (a false alarm)", self.book.incident_id(job)
+            )
+            note = (
+                "every member of the job ended successfully after it had gone quiet: it was not hung, and the "
+                "provisional hang verdict is withdrawn (a false alarm of stall detection)"
+            )
+        else:
+            log.warning("incident %s: every member ended, none failed, after a stall", self.book.incident_id(job))
+            note = (
+                "every member of the job ended with nothing failed, not all of them known to have succeeded (a pod "
+                "deleted before it ran, a container whose end is unknown): nobody can confirm the stall, and the "
+                "provisional hang verdict is withdrawn, unconfirmed"
+            )
+        self._withdraw(job, watch, note)
 
     def _watch(self, job: JobKey) -> _Watch:
         watch = self._watches.get(job)

@@ -303,10 +303,11 @@ def _pick(cands: Sequence[_Cand]) -> _Cand | None:
     """Specific strong primary > generic strong primary (any exception) > secondary from the member's own
     messages > weak primary > secondary exit code. A known cause anywhere in the member's own output
     (storage full, an OOM kill, Xid) says more than the Python class that carried it, and among those, words no
-    other family prints (glibc's "free(): invalid pointer") more than words it does (a bare SIGABRT: max_confidence)."""
+    other family prints (glibc's "free(): invalid pointer") more than words it does (a bare SIGABRT: max_confidence),
+    and at the same cap, words more than an exit code (srun's "exit code 2" beside the exec that failed with ENOENT)."""
     specific = [c for c in cands if c.rule.is_primary and not c.rule.weak and not c.rule.generic]
     if specific:
-        return max(specific, key=lambda c: c.rule.max_confidence)
+        return max(specific, key=lambda c: (c.rule.max_confidence, c.rule.kind != "exit_code"))
     for c in cands:
         if c.rule.is_primary and not c.rule.weak:
             return c
@@ -417,6 +418,19 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     log = parse_log(text, time_hint(member), rules, full) if text else LogFacts()
     cands = _candidates(member, log, rules, err_rule)
     cand = _pick(cands)
+    report_rule = _report_rule(log.report, rules)
+    if (
+        cand is not None
+        and cand.rule.weak
+        and cand.rule.is_primary
+        and log.report
+        and report_rule
+        and not report_rule.weak
+    ):
+        # Its own log carries an MPI launcher's word on how a process died (Hydra's "EXIT CODE: 9", a signal) and the
+        # member said nothing else of its own but an exit status: the launcher's word says how (the process, killed,
+        # printed nothing).
+        cand = _Cand("log", report_rule, log.report.text, "", log.report.rank)
     time, spread = _time_of(member, cand, log)
     if cand is None:
         ev: list[str] = []
@@ -470,7 +484,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
         global_rank=cand.global_rank,
         evidence=tuple(evidence),
         report=log.report,
-        report_rule=_report_rule(log.report, rules),
+        report_rule=report_rule,
     )
 
 

@@ -175,6 +175,15 @@ class Member:
         """Is this member's end known (`has_ended`)?"""
         return has_ended(self.phase, self.termination)
 
+    @property
+    def succeeded(self) -> bool:
+        """Did this member end successfully: its training container exited 0, or its pod's phase is
+        Succeeded with no other exit code seen?"""
+        t = self.termination
+        if t is not None and t.exit_code == 0:
+            return True
+        return self.phase == "Succeeded" and (t is None or t.exit_code in (None, 0))
+
     def condition(self, type_: str) -> Condition | None:
         for c in self.conditions:
             if c.type == type_:

@@ -15,8 +15,9 @@ member whose offset was never measured is shown with none applied, and says so):
   was captured, labelled with the line it was stuck on; its row says what the capture showed (the
   collective it never entered), not the timeout it printed.
 
-Incident-wide moments: opened, stalled (`Incident.stalled_at`, when the aggregator first saw the stall its
-provisional verdict is about; else the first capture taken for the stall) and the verdict.
+Incident-wide moments: opened, stalled (`Incident.stalled_at`, when the aggregator first saw every member
+quiet, the stall its provisional verdict is about; else the first capture taken for the stall) and the
+verdict (a provisional verdict's own page: published then, after the captures it asked for at the stall).
 
 Scale: up to `SHOW_ALL` pods every pod has its row. Above it, victims whose findings say the same thing
 (the same rule) fold into one band per node — or, where every node holds one pod or the job spans more
@@ -283,8 +284,10 @@ LIVE_PATHS = frozenset({"control_plane", "py_spy"})
 def _capture_mark(m: Member, hang: HangFinding, line: str, stalled_at: float | None) -> tuple[Mark, ...]:
     """The moment the stuck rank's stack or Flight Recorder state was captured, labelled with what it showed.
     Where the incident holds no capture time (a bundle copied without the sidecars' captures, beside the
-    verdict file that says what they showed), a live path's capture is placed at the stall's moment, when
-    the captures were asked for (just before they were taken). None for a stack read from the log (no time)."""
+    verdict file that says what they showed; the cluster's annotation), a live path's capture is placed at
+    the stall's moment: the aggregator asks for captures once it has seen the stall, so the capture came
+    after it (how long after is not kept), and its text says so. None for a stack read from the log (no
+    time)."""
     taken = [
         c.captured_at
         for c in m.captures
@@ -294,7 +297,7 @@ def _capture_mark(m: Member, hang: HangFinding, line: str, stalled_at: float | N
     ]
     detail = f"captured ({hang.path or 'stack'}): {_cut(hang.detail)}"
     if not taken and stalled_at is not None and hang.path in LIVE_PATHS:
-        return (Mark("capture", stalled_at, _cut(line, 60), f"{detail} (for the stall, by its provisional verdict)"),)
+        return (Mark("capture", stalled_at, _cut(line, 60), f"{detail} ({UNTIMED_CAPTURE})"),)
     if not taken:
         return ()
     return (Mark("capture", min(taken), _cut(line, 60), detail),)
@@ -359,12 +362,12 @@ def build(
     moments: list[Moment] = []
     if incident.opened_at is not None:
         moments.append(Moment(incident.opened_at, "incident opened"))
-    stalled = _stall(incident) if closed_by != "stall" else None
+    stalled = _stall(incident)
     if stalled is not None:
         moments.append(stalled)
     if decided_at is not None:
         label = f"verdict ({closed_by})" if closed_by else "verdict"
-        moments.append(Moment(decided_at, STALL_LABEL if closed_by == "stall" else label))
+        moments.append(Moment(decided_at, PROVISIONAL_LABEL if closed_by == "stall" else label))
     times += [mo.at for mo in moments]
     return Timeline(
         groups=groups,
@@ -377,12 +380,15 @@ def build(
     )
 
 
-STALL_LABEL = "stalled: provisional verdict"
+STALL_LABEL = "stalled: every member quiet"  # `Incident.stalled_at`: when the aggregator first saw it
+PROVISIONAL_LABEL = "provisional verdict"  # a stall's verdict published (`closed_by` stall), nothing failed
+UNTIMED_CAPTURE = "taken after the stall was seen, its own time not kept: drawn at the stall"
 
 
 def _stall(incident: Incident) -> Moment | None:
-    """The stall of the job, where one is known: when the aggregator first saw it (the moment its provisional
-    verdict says), else (a bundle without it) when the first capture asked for the stall was taken."""
+    """The stall of the job, where one is known: when the aggregator first saw every member quiet (the moment
+    its provisional verdict says, on its own page too, before that verdict's publish), else (a bundle
+    without it) when the first capture asked for the stall was taken."""
     if incident.stalled_at is not None:
         return Moment(incident.stalled_at, STALL_LABEL)
     taken = [c.captured_at for m in incident.members for c in m.captures if c.trigger == "stall" and c.captured_at]

@@ -61,8 +61,8 @@ def podmortem(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def open_page(page: Path, png: Path) -> browser.Loaded:
-    loaded = browser.load(page, evaluate=PROBES, screenshot=png)
+def open_page(page: Path, png: Path, **probes: str) -> browser.Loaded:
+    loaded = browser.load(page, evaluate={**PROBES, **probes}, screenshot=png)
     assert loaded.errors == [], loaded.errors
     assert loaded.requests == [], loaded.requests
     assert loaded.values["pwned"] == "undefined"
@@ -127,4 +127,42 @@ def test_a_hang_page_draws_the_stall_and_where_the_stuck_rank_was(tmp_path: Path
     assert "rank 1 never entered all_reduce #7 that the others wait in" in root
     assert "stuck at workload.py:216 in load_batch" in root
     text = loaded.values["text"]
-    assert "stalled: provisional verdict" in text and "3 of 3 measured" in text
+    assert "stalled: every member quiet" in text and "3 of 3 measured" in text
+
+
+# Where Chromium drew each incident-wide moment's line (its label, its x on the screen), and the centre of the
+# root row's capture mark.
+MOMENT_LINES = (
+    "[...document.querySelectorAll('g.moment-g')].map(g => [g.querySelector('text').textContent, "
+    "g.querySelector('line').getBoundingClientRect().x])"
+)
+CAPTURE_MARK = (
+    "(() => { const r = document.querySelector('#root-row g.mark-capture title').nextElementSibling"
+    ".getBoundingClientRect(); return r.x + r.width / 2; })()"
+)
+
+
+def test_a_provisional_verdicts_page_draws_the_stall_when_it_was_first_seen(tmp_path: Path) -> None:
+    # The stall's provisional verdict, beside a bundle copied without the sidecars' captures: the stall drawn
+    # when the aggregator first saw every member quiet, the verdict 8 s later when it was published, and the
+    # capture (its own time not kept) at the stall, not at the publish.
+    verdict = decide(load_bundle(hang_bundle(tmp_path / "hang"))).to_dict()
+    bare = hang_bundle(tmp_path / "bare", captured=False)
+    doc = {
+        "incident": {"id": "ns:job", "attempt": "", "opened_at": None, "stalled_at": HANG_TS + 1.0},
+        "verdict": verdict, "revision": 1, "final": False, "provisional": True, "closed_by": "stall",
+        "decided_at": HANG_TS + 9.0,
+    }  # fmt: skip
+    loaded = open_page(
+        analyze.page_beside(bare, doc),
+        shots(tmp_path) / "page-provisional.png",
+        moments=MOMENT_LINES,
+        capture=CAPTURE_MARK,
+    )
+    drawn = dict(loaded.values["moments"])
+    assert list(drawn) == ["stalled: every member quiet", "provisional verdict"]
+    assert drawn["provisional verdict"] - drawn["stalled: every member quiet"] > 100  # 8 s apart on the plot
+    assert abs(loaded.values["capture"] - drawn["stalled: every member quiet"]) < 2
+    root = loaded.values["root_text"]
+    assert "stuck at workload.py:216 in load_batch" in root
+    assert "taken after the stall was seen, its own time not kept: drawn at the stall" in root

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from support.common import eventually
 from support.kube_emulator import PODS, EmulatorHandle
-from support.kube_objects import JOB, NS, make_kube, seed_pytorchjob
+from support.kube_objects import JOB, NS, make_kube, seed_pytorchjob, terminated
 from support.streams import STACK, T0, Sidecar, answer, quiet
 
 from podmortem.aggregator.config import AggregatorConfig, KubeSettings
@@ -208,31 +208,45 @@ async def test_a_stall_whose_captures_were_out_at_a_restart_keeps_the_moment_its
         assert (doc["closed_by"], doc["incident"]["stalled_at"]) == ("stall", T0)
 
 
-async def stall_kept(tmp_path: Path, captures: bool, kube_job: bool = False) -> dict[str, Any]:
-    """A first aggregator publishes a stall's provisional verdict (with `captures` false, nobody is asked:
-    the verdict comes at once) and stops; its state file keeps it. The verdict file, as published.
-    `kube_job`: the sidecars are the pods of the emulator's PyTorchJob (`seed_pytorchjob`), not ml/llm."""
-    async with running(serving(tmp_path)) as agg:
-        sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i, captures=captures) for i in range(2)]
-        if kube_job:
-            for i, s in enumerate(sidecars):
-                job = pb.JobRef(namespace=NS, name=JOB, kind="PyTorchJob")
-                s.reg = pb.Register(job=job, pod=f"{JOB}-worker-{i}", rank=i, world_size_hint=2, captures=captures)
-        try:
-            for s in sidecars:
-                await s.register()
-            for s in sidecars:
-                await s.send(quiet(s.reg.pod))
-            if captures:
-                for i, s in enumerate(sidecars):
-                    await s.send(answer(s.reg.pod, await s.request(), i))
-            await eventually(lambda: any((tmp_path / "verdicts").glob("*.json")), "the stall's verdict")
-        finally:
-            for s in sidecars:
-                await s.close()
+def job_sidecars(port: int, captures: bool = True) -> list[Sidecar]:
+    """The sidecars of the emulator's two-worker PyTorchJob (`seed_pytorchjob`)."""
+    sidecars = [Sidecar(port, f"{JOB}-worker-{i}", i, captures=captures) for i in range(2)]
+    for i, s in enumerate(sidecars):
+        job = pb.JobRef(namespace=NS, name=JOB, kind="PyTorchJob")
+        s.reg = pb.Register(job=job, pod=f"{JOB}-worker-{i}", rank=i, world_size_hint=2, captures=captures)
+    return sidecars
+
+
+async def stalled(sidecars: list[Sidecar], tmp_path: Path) -> dict[str, Any]:
+    """The sidecars register and go quiet; those that answer captures answer the request that brings. The
+    stall's provisional verdict file, once published."""
+    for s in sidecars:
+        await s.register()
+    for s in sidecars:
+        await s.send(quiet(s.reg.pod))
+    for i, s in enumerate(sidecars):
+        if s.reg.captures:
+            await s.send(answer(s.reg.pod, await s.request(), i))
+    await eventually(lambda: any((tmp_path / "verdicts").glob("*.json")), "the stall's verdict")
     stall = verdict(tmp_path)
     assert (stall["closed_by"], stall["provisional"]) == ("stall", True)
     return stall
+
+
+async def stall_kept(tmp_path: Path, captures: bool, kube_job: bool = False) -> dict[str, Any]:
+    """A first aggregator publishes a stall's provisional verdict (with `captures` false, nobody is asked:
+    the verdict comes at once) and stops; its state file keeps it. The verdict file, as published.
+    `kube_job`: the sidecars are the pods of the emulator's PyTorchJob (`job_sidecars`), not ml/llm."""
+    async with running(serving(tmp_path)) as agg:
+        if kube_job:
+            sidecars = job_sidecars(agg.port, captures)
+        else:
+            sidecars = [Sidecar(agg.port, f"llm-worker-{i}", i, captures=captures) for i in range(2)]
+        try:
+            return await stalled(sidecars, tmp_path)
+        finally:
+            for s in sidecars:
+                await s.close()
 
 
 async def test_a_restored_stall_whose_sidecars_answer_no_captures_is_withdrawn_once_the_job_moves(
@@ -280,14 +294,8 @@ async def test_a_restored_stall_whose_pods_the_pod_watch_sees_running_stays_unti
     # pods are deleted (a failure), and the verdict on it still says when the job stalled.
     seed_pytorchjob(kube_api, workers=2)
     stall = await stall_kept(tmp_path, captures=False, kube_job=True)
-    kube = KubeSettings(
-        enabled=True,
-        kubeconfig=str(kube_api.kubeconfig(tmp_path / "kubeconfig", NS)),
-        namespaces=(NS,),
-        publish=frozenset(),
-    )
     job = (NS, JOB, "")
-    async with running(serving(tmp_path, kube=kube, rejoin_wait=1.0)) as agg:
+    async with running(serving(tmp_path, kube=watching(kube_api, tmp_path), rejoin_wait=1.0)) as agg:
         pods = [MemberKey(job, f"{JOB}-worker-{i}") for i in range(2)]
         await eventually(lambda: all(agg.book.is_watched(k) for k in pods), "the pods seen by the pod watch")
         await asyncio.sleep(1.5)  # past the rejoin wait
@@ -329,3 +337,83 @@ async def test_a_restored_stall_is_not_withdrawn_while_its_aggregator_stands_by(
             standby.cancel()
             await asyncio.gather(standby, return_exceptions=True)
         kube.close()
+
+
+def watching(kube_api: EmulatorHandle, tmp_path: Path) -> KubeSettings:
+    """The aggregator's pod watch on the emulator's namespace (publishing nothing to the API)."""
+    kubeconfig = kube_api.kubeconfig(tmp_path / "kubeconfig", NS)
+    return KubeSettings(enabled=True, kubeconfig=str(kubeconfig), namespaces=(NS,), publish=frozenset())
+
+
+def completed() -> dict[str, Any]:
+    """A pod status whose training container exited 0 (the pod Succeeded)."""
+    patch = terminated(0, "Completed")
+    patch["status"]["phase"] = "Succeeded"
+    return patch
+
+
+@contextlib.asynccontextmanager
+async def watched_stall(agg: Aggregator, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """The emulator job's sidecars stall, its provisional verdict out, and the pod watch saw both pods: that
+    verdict file. The sidecars stay connected, saying nothing more, until the block ends."""
+    sidecars = job_sidecars(agg.port)
+    try:
+        stall = await stalled(sidecars, tmp_path)
+        pods = [MemberKey((NS, JOB, ""), s.reg.pod) for s in sidecars]
+        await eventually(lambda: all(agg.book.is_watched(k) for k in pods), "the pods seen by the pod watch")
+        yield stall
+    finally:
+        for s in sidecars:
+            await s.close()
+
+
+async def test_a_stalled_job_whose_pods_all_complete_has_its_provisional_verdict_withdrawn(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # Every member quiet, the stall's verdict out; then both pods complete (a long silent last step) and the
+    # sidecars, still connected, say nothing more: the pod watch's word ends the stall. The job was not hung.
+    seed_pytorchjob(kube_api, workers=2)
+    async with running(serving(tmp_path, kube=watching(kube_api, tmp_path))) as agg:
+        async with watched_stall(agg, tmp_path) as stall:
+            kube_api.change(PODS, NS, f"{JOB}-worker-0", completed())
+            await asyncio.sleep(0.5)
+            assert verdict(tmp_path)["closed_by"] == "stall"  # one pod still runs
+            kube_api.change(PODS, NS, f"{JOB}-worker-1", completed())
+            await eventually(lambda: verdict(tmp_path)["closed_by"] == "resumed", "the stall withdrawn")
+        doc = verdict(tmp_path)
+        assert (doc["revision"], doc["provisional"], doc["incident"]["stalled_at"]) == (2, True, None)
+        assert stall["incident"]["stalled_at"] is not None
+        assert "every member of the job ended successfully" in doc["verdict"]["summary"]
+        assert agg.metrics.registry.get_sample_value("podmortem_stall_false_alarms_total") == 1
+
+
+async def test_a_stalled_job_whose_pods_fail_gets_the_verdict_on_the_failure(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # The same stall, but the pods end with a failure: no withdrawal, the verdict on it replaces the stall's.
+    seed_pytorchjob(kube_api, workers=2)
+    async with running(serving(tmp_path, kube=watching(kube_api, tmp_path))) as agg:
+        async with watched_stall(agg, tmp_path) as stall:
+            for i in range(2):
+                kube_api.change(PODS, NS, f"{JOB}-worker-{i}", terminated(1))
+        await eventually(lambda: verdict(tmp_path)["final"], "the verdict on the failure")
+        doc = verdict(tmp_path)
+        assert (doc["closed_by"], doc["revision"], doc["provisional"]) == ("quorum", 2, False)
+        assert doc["incident"]["stalled_at"] == stall["incident"]["stalled_at"] is not None
+        assert agg.metrics.registry.get_sample_value("podmortem_stall_false_alarms_total") == 0
+
+
+async def test_a_restored_stall_whose_pods_completed_meanwhile_is_withdrawn_once_the_pod_watch_sees_them(
+    kube_api: EmulatorHandle, tmp_path: Path
+) -> None:
+    # The pods completed while the aggregator was down: the restarted one's pod watch lists them ended, and
+    # the stall's verdict is withdrawn then, as a false alarm, not after the rejoin wait as unconfirmed.
+    seed_pytorchjob(kube_api, workers=2)
+    await stall_kept(tmp_path, captures=False, kube_job=True)
+    for i in range(2):
+        kube_api.change(PODS, NS, f"{JOB}-worker-{i}", completed())
+    async with running(serving(tmp_path, kube=watching(kube_api, tmp_path), rejoin_wait=600.0)) as agg:
+        await eventually(lambda: verdict(tmp_path)["closed_by"] == "resumed", "the stall withdrawn")
+        doc = verdict(tmp_path)
+        assert "every member of the job ended successfully" in doc["verdict"]["summary"]
+        assert agg.metrics.registry.get_sample_value("podmortem_stall_false_alarms_total") == 1

@@ -287,3 +287,64 @@ def test_a_library_s_name_in_a_stack_frame_is_not_a_missing_library() -> None:
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
     missing = decide(incident("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"))
     assert (missing.pod, missing.category, missing.retryable) == ("llm-worker-1", "infra", True)
+
+
+# --- a bare exit status names no family; the program's usage error does ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("root_log", "exit_code", "category"),
+    [
+        # exit 2: argparse's usage error, but also a launcher's failed exec (errno 2, ENOENT), Python unable to open
+        # its script, a shell builtin misused
+        ("step 40 loss 2.21", 2, "user_code"),
+        (summary(2), 1, "user_code"),
+        # exit 127: a command not found, or the dynamic loader missing a library the binary needs; 126: not
+        # executable, also a mount without exec
+        ("step 40 loss 2.21", 127, "user_code"),
+        ("step 40 loss 2.21", 126, "user_code"),
+        # exit 138: a process killed by SIGUSR1, also a scheduler's warning signal before the time limit
+        ("step 40 loss 2.21", 138, "user_code"),
+        # exit 128 without the kubelet's StartError: also git's fatal error status (an entrypoint's clone)
+        ("step 40 loss 2.21", 128, "infra"),
+    ],
+)
+def test_a_bare_exit_status_stays_below_the_permanent_threshold(root_log: str, exit_code: int, category: str) -> None:
+    v = decide(incident(root_log, exit_code=exit_code))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.confidence < PERMANENT
+
+
+USAGE = "usage: train.py [-h] [--lr LR] [--epochs N] [--rank RANK] --data DATA\n"
+
+
+@pytest.mark.parametrize(
+    ("root_log", "category", "reaches"),
+    [
+        # the program's command-line parser refusing its arguments (argparse's error(), click's usage errors): 0.9
+        (f"{USAGE}train.py: error: unrecognized arguments: --epoch 3", "user_code", True),
+        (f"{USAGE}[rank0]: train.py: error: the following arguments are required: --data", "user_code", True),
+        (f"{USAGE}train.py: error: argument --rank: invalid int value: ''", "user_code", True),
+        (
+            "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\nError: No such option: --epoch",
+            "user_code",
+            True,
+        ),
+        # a program that could not be started for a missing path: the platform's, or the command's (below 0.9)
+        (
+            "slurmstepd: error: execve(): deepspeed: No such file or directory\n"
+            "srun: error: node-7: task 3: Exited with exit code 2",
+            "infra",
+            False,
+        ),
+        (
+            "/opt/conda/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+            "infra",
+            False,
+        ),
+    ],
+)
+def test_an_exit_status_2_is_read_by_the_words_beside_it(root_log: str, category: str, reaches: bool) -> None:
+    v = decide(incident(root_log, exit_code=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", category, category != "user_code")
+    assert (v.confidence >= PERMANENT) == reaches

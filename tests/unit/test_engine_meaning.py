@@ -539,3 +539,90 @@ def test_sequence_numbers_of_different_process_groups_are_not_compared() -> None
         )
     )
     assert (v.pod, v.category) == ("llm-worker-0", "hang")
+
+
+# --- families in the words of other launchers and runtimes -------------------------------------------------------
+
+NCCL_INIT = (
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error, NCCL 2.21"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # a DataLoader's worker process killed by SIGKILL, in PaddlePaddle's words: the kernel's OOM killer
+        ("SystemError: (Fatal) DataLoader process (pid 4411) exited is killed by signal: Killed.", "host_oom"),
+        # the driver's library NCCL needs is not in the container; NVML and the topology NCCL reads do not show the
+        # GPUs the container was given
+        (f"{NCCL_INIT}\n[rank2]: Last error:\n[rank2]: Failed to open libnvidia-ml.so.1", "infra"),
+        ("gpu-7:311:402 [0] misc/nvmlwrap.cc:74 NCCL WARN Failed to open libnvidia-ml.so.1", "infra"),
+        ("gpu-7:311:402 [1] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Not Found", "infra"),
+        ("gpu-7:311:402 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 3 not found.", "infra"),
+        # NCCL's bootstrap unable to reach or accept a peer while the communicator is created
+        (
+            "tensorflow.python.framework.errors_impl.UnknownError:  ncclCommInitRank failed: unhandled system error\n"
+            "srun: error: node-3: task 1: Exited with exit code 1",
+            "network",
+        ),
+        (
+            "gpu-7:311:402 [3] include/socket.h:387 NCCL WARN Connect to 10.1.2.3<40123> failed : Connection refused",
+            "network",
+        ),
+        (
+            "INTERNAL: nccl_utils.cc:305: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled "
+            "system error. Last NCCL warning(error) log entry (may be unrelated) 'socketTryAccept: Accept failed: Bad "
+            "file descriptor'.",
+            "network",
+        ),
+        # an uncaught C++ exception reported by a runtime's terminate handler; a C++ CHECK failing (glog's, XLA's)
+        ("(TrainWorker pid=812) logging.cc:97: Unhandled exception: St13runtime_error. what(): queue closed", "crash"),
+        (
+            "E0101 10:00:00.1 812 xla_client/computation_client.cc:88] Check failed: status.ok() (Internal: no cores)\n"
+            "*** Begin stack trace ***\n\txla::ComputationClient::Create()",
+            "crash",
+        ),
+        # a launcher's daemon that no longer answers on another node
+        ("ping failed on x1001c0s0b0n0: No reply from x1001c0s1b0n0.hsn after 90s", "node_lost"),
+        ("launch failed on x1001c0s0b0n0: failed to forward RPC to child x1001c0s1b0n0.hsn", "node_lost"),
+    ],
+)
+def test_a_family_s_words_in_other_launchers_and_runtimes(text: str, category: str) -> None:
+    assert _read(f"step 40 loss 2.2\n{text}\n")[:2] == ("primary", category)
+
+
+def test_a_tool_probing_for_nvml_is_not_a_missing_driver() -> None:
+    assert _read("Failed to open libnvidia-ml.so.1\nstep 40 loss 2.2\n")[1] != "infra"
+
+
+def test_nccl_s_failed_start_whose_last_error_is_the_peer_closing_stays_the_peer_s_echo() -> None:
+    text = f"{NCCL_INIT}\n[rank2]: Last error:\n[rank2]: socketProgress: Connection reset by peer"
+    assert _read(text)[0] == "secondary"
+
+
+@pytest.mark.parametrize(("code", "category"), [(9, "host_oom"), (11, "crash")])
+def test_a_launcher_s_word_on_how_its_process_died_says_more_than_the_exit_status(code: int, category: str) -> None:
+    """MPICH's Hydra banner for a process that printed nothing (killed): its "EXIT CODE" is the signal's number."""
+    banner = (
+        "===================================================================================\n"
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+        "=   PID 4417 RUNNING AT trainer-host\n"
+        f"=   EXIT CODE: {code}\n"
+        "=   CLEANING UP REMAINING PROCESSES\n"
+    )
+    f = assess(_alone(banner, exit_code=code))
+    assert (f.role, f.category) == ("primary", category)
+
+
+def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
+    """The libuv store server's debug line on a client that closed its socket: the store is in this pod, its clients
+    left; the agent's report of its own worker's exit is what this member says of itself."""
+    log = (
+        "[I101 10:00:00.4 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-4095 name:EOF "
+        "desc:end of file\n"
+        "E0101 10:00:00.5 23 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 "
+        "(pid: 88) of binary: /usr/bin/python3\n"
+    )
+    assert _read(log)[:2] == ("primary", "user_code")
+    lost = "[W101 10:00:00.4 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=9): Connection reset by peer"
+    assert _read(lost)[0] == "secondary"

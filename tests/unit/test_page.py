@@ -420,13 +420,9 @@ def test_the_stall_is_drawn_when_the_incident_has_one(tmp_path: Path) -> None:
     bundle = hang_bundle(tmp_path / "b")
     # The verdict on the failure, after a provisional one on the stall: its moment is drawn, with its label.
     page = analyze.page_beside(bundle, hang_verdict_file(bundle, stalled_at=HANG_TS + 1.0)).read_text()
-    assert moments(page) == ["incident opened", "stalled: provisional verdict", "verdict (quorum)"]
+    assert moments(page) == ["incident opened", "stalled: every member quiet", "verdict (quorum)"]
     tl = timeline.build(dataclasses.replace(load_bundle(bundle), stalled_at=HANG_TS + 1.0), decide(load_bundle(bundle)))
-    assert timeline.Moment(HANG_TS + 1.0, "stalled: provisional verdict") in tl.moments
-    # The provisional verdict itself: one moment, the stall (not "verdict (stall)" beside it).
-    incident = dataclasses.replace(load_bundle(bundle), stalled_at=HANG_TS + 1.0)
-    provisional = render(incident, decide(incident), PageContext(decided_at=HANG_TS + 1.0, closed_by="stall"))
-    assert moments(provisional) == ["stalled: provisional verdict"]
+    assert timeline.Moment(HANG_TS + 1.0, "stalled: every member quiet") in tl.moments
     # A bundle alone does not know when the verdict was published: its stall's captures say when it was seen.
     assert moments(render(load_bundle(bundle), decide(load_bundle(bundle)))) == ["stalled: stacks captured"]
     # From the cluster: the verdict annotation's `stalledAt` (kubectl podmortem explain --html).
@@ -459,12 +455,43 @@ def test_a_hangs_root_row_says_what_the_capture_showed(tmp_path: Path) -> None:
         k.kind == "capture" for k in rows["job-worker-0"].marks
     )
     # A bundle copied without the sidecars' captures (`podmortem demo --keep`), beside the verdict file that
-    # says what they showed: the row says it too, its capture placed at the stall's provisional verdict.
+    # says what they showed: the row says it too, its capture placed at the stall (it came after, when unknown).
     bare = hang_bundle(tmp_path / "bare", captured=False)
     doc = {**hang_verdict_file(tmp_path / "b", stalled_at=HANG_TS + 1.0), "verdict": verdict.to_dict()}
     [row] = re.findall(r'<g class="row row-root".*?</g>\n</g>', analyze.page_beside(bare, doc).read_text(), re.S)
     assert "rank 1 never entered all_reduce #7" in row and ">stuck at workload.py:216 in load_batch</text>" in row
-    assert "(for the stall, by its provisional verdict)" in row
+    assert "(taken after the stall was seen, its own time not kept: drawn at the stall)" in row
+    assert "provisional verdict" not in row  # the verdict on the failure: no provisional verdict placed it
+
+
+def provisional_verdict_file(bundle: Path, verdict: dict[str, object]) -> dict[str, object]:
+    """The verdict file of a stall's provisional verdict on `hang_bundle`'s job: the stall first seen at
+    HANG_TS + 1, its captures asked for then and answered, the verdict published 8 s later; nothing failed."""
+    doc = hang_verdict_file(bundle, opened_at=None, stalled_at=HANG_TS + 1.0)
+    return {**doc, "verdict": verdict, "revision": 1, "final": False, "provisional": True, "closed_by": "stall",
+            "decided_at": HANG_TS + 9.0}  # fmt: skip
+
+
+def test_a_provisional_verdicts_page_draws_the_stall_when_it_was_first_seen(tmp_path: Path) -> None:
+    # The stall is drawn where the aggregator first saw every member quiet, and the provisional verdict where
+    # it was published after the captures: two moments, not the stall at the publish time.
+    verdict = decide(load_bundle(hang_bundle(tmp_path / "b"))).to_dict()
+    bare = hang_bundle(tmp_path / "bare", captured=False)
+    page = analyze.page_beside(bare, provisional_verdict_file(tmp_path / "b", verdict)).read_text()
+    assert moments(page) == ["stalled: every member quiet", "provisional verdict"]
+    drawn = dict(re.findall(r'<title>([^<]*) at [^<]*</title><line class="moment" x1="([\d.]+)"', page))
+    assert float(drawn["stalled: every member quiet"]) < float(drawn["provisional verdict"])
+    # The capture, its own time not kept, is drawn at the stall (asked for then), not at the publish.
+    [row] = re.findall(r'<g class="row row-root".*?</g>\n</g>', page, re.S)
+    assert "its own time not kept: drawn at the stall" in row
+    incident = dataclasses.replace(load_bundle(bare), stalled_at=HANG_TS + 1.0)
+    tl = timeline.build(incident, timeline.verdict_of(verdict), decided_at=HANG_TS + 9.0, closed_by="stall")
+    assert tl.moments == (
+        timeline.Moment(HANG_TS + 1.0, "stalled: every member quiet"),
+        timeline.Moment(HANG_TS + 9.0, "provisional verdict"),
+    )
+    [root] = [r for g in tl.groups for r in g.rows if r.role == "root"]
+    assert [k.at for k in root.marks if k.kind == "capture"] == [HANG_TS + 1.0]
 
 
 def test_clock_offsets_a_source_does_not_carry_are_not_counted_as_unmeasured(tmp_path: Path) -> None:

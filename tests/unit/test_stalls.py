@@ -444,3 +444,107 @@ async def test_a_large_job_is_decided_off_the_loop_and_a_failure_meanwhile_takes
     d.send(0, make_event(error_to_pb(ErrorRecord(message=TIMEOUT, timestamp=int(T0) + 70)), wall=T0 + 70))
     await asyncio.sleep(0.5)
     assert [x.closed_by for x in d.decisions] == ["stall"]
+
+
+def ended(d: Desk, i: int, exit_code: int | None = 0, reason: str = "Completed") -> None:
+    """Member `i`'s container ended, as the pod watch tells it: into the book, then its end to the desk
+    (its sidecar says nothing more)."""
+    end = Termination(exit_code=exit_code, reason=reason, finished_at=T0 + 90)
+    event = make_event(termination_to_pb(end), f"watched-end-{i}", wall=T0 + 90)
+    d.book.ingest(d.keys[i], event)
+    d.desk.ended(d.keys[i])
+
+
+@pytest.mark.looptime
+async def test_a_stall_whose_members_all_end_successfully_is_withdrawn_as_a_false_alarm() -> None:
+    # Quiet for the stall-after, then every pod completes (a long silent checkpoint, say) and no sidecar says
+    # anything more: the job is over, and its provisional hang verdict does not outlive it.
+    d = Desk(pods=2)
+    job = d.keys[0].job
+    d.stall_answered()
+    ended(d, 0)
+    assert [x.closed_by for x in d.decisions] == ["stall"]  # one member still runs: the stall may go on
+    ended(d, 1)
+    _, withdrawn = d.decisions
+    assert (withdrawn.closed_by, withdrawn.provisional, withdrawn.revision) == ("resumed", True, 2)
+    assert withdrawn.verdict.pod is None and withdrawn.incident.stalled_at is None
+    assert "ended successfully" in withdrawn.verdict.summary and "false alarm" in withdrawn.verdict.summary
+    assert d.sample("podmortem_stall_false_alarms_total") == 1
+    assert not d.book.stall_published(job) and not d.book.stalled(job) and d.book.open_incidents() == []
+    d.quiet(0, at=T0 + 95)  # a last activity, resent: an ended job is not stalled again
+    await asyncio.sleep(60)
+    assert len(d.decisions) == 2 and [len(asked) for asked in d.pushed.values()] == [1, 1]
+
+
+@pytest.mark.looptime
+async def test_a_stall_whose_sidecars_report_success_is_withdrawn_too() -> None:
+    d = Desk(pods=2)
+    d.stall_answered()
+    for i in range(2):  # each sidecar's own report of its container's end (exit code 0)
+        end = Termination(exit_code=0, reason="Completed", finished_at=T0 + 90)
+        d.send(i, make_event(termination_to_pb(end), f"end-{i}", wall=T0 + 90))
+    assert [x.closed_by for x in d.decisions] == ["stall", "resumed"]
+    assert d.sample("podmortem_stall_false_alarms_total") == 1
+
+
+@pytest.mark.looptime
+async def test_a_job_that_ends_successfully_while_its_stall_captures_are_out_gets_no_provisional_verdict() -> None:
+    d = Desk(pods=2, capture_wait=8.0)
+    for i in range(2):
+        d.quiet(i)
+    ended(d, 0)
+    ended(d, 1)
+    await asyncio.sleep(20)  # the capture wait passes: nobody answered, and there is nothing to publish
+    assert d.decisions == [] and not d.book.stall_published(d.keys[0].job)
+    assert d.sample("podmortem_stall_false_alarms_total") == 1  # seen, and it was not a hang
+
+
+async def test_a_large_job_that_ends_successfully_while_its_stall_is_decided_gets_no_provisional_verdict() -> None:
+    d = Desk(pods=3, offload_members=2)
+    d.stall_answered()  # decided in a worker thread
+    for i in range(3):
+        ended(d, i)
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+    assert d.decisions == []  # nothing was out to withdraw, and the decision that landed is dropped
+
+
+@pytest.mark.looptime
+async def test_a_stall_whose_members_end_with_no_known_success_is_withdrawn_unconfirmed() -> None:
+    # A container's end the kubelet could not tell (no exit code, no signal): not a failure, not a success.
+    d = Desk(pods=2)
+    d.stall_answered()
+    for i in range(2):
+        ended(d, i, exit_code=None, reason="ContainerStatusUnknown")
+    [_, withdrawn] = d.decisions
+    assert withdrawn.closed_by == "resumed" and "unconfirmed" in withdrawn.verdict.summary
+    assert d.sample("podmortem_stall_false_alarms_total") == 0
+
+
+@pytest.mark.looptime
+async def test_a_stall_whose_members_fail_gets_the_verdict_on_the_failure_not_a_withdrawal() -> None:
+    d = Desk(pods=2)
+    d.stall_answered()
+    for i, key in enumerate(d.keys):
+        ended(d, i, exit_code=1, reason="Error")
+        d.book.disconnected(key)  # its sidecar stopped: quorum takes the pod watch's word
+    await asyncio.sleep(1)
+    stall, final = d.decisions
+    assert (final.closed_by, final.final) == ("quorum", True)
+    assert final.incident.stalled_at == stall.incident.stalled_at is not None
+    assert d.sample("podmortem_stall_false_alarms_total") == 0
+
+
+@pytest.mark.looptime
+async def test_a_restored_stall_whose_members_ended_successfully_is_withdrawn_at_start_up() -> None:
+    d = Desk(pods=2, capturing=0, rejoin_wait=60.0)
+    restored_stall(d)
+    for i, key in enumerate(d.keys):  # the state file replayed their ends too
+        end = Termination(exit_code=0, reason="Completed", finished_at=T0 + 90)
+        d.book.ingest(key, make_event(termination_to_pb(end), f"end-{i}", wall=T0 + 90), from_sidecar=True)
+    d.desk.restored()
+    [withdrawn] = d.decisions
+    assert (withdrawn.closed_by, withdrawn.revision) == ("resumed", 2)
+    assert "ended successfully" in withdrawn.verdict.summary
+    await asyncio.sleep(120)
+    assert len(d.decisions) == 1  # the rejoin wait was never started

@@ -17,7 +17,9 @@ ids, so a fact seen by both is one event):
   run's log tail read (`logs.LogReader`) — ingested before its termination, so quorum does not close
   on a member whose log is still on its way. A pod's events stay in the order the watch saw them;
 * each version of a member pod goes to the hold desk (`holding.HoldDesk.pod_seen`), with it the API's
-  word that this pod belongs to this job, and a pod that cannot be held gets its condition there.
+  word that this pod belongs to this job, and a pod that cannot be held gets its condition there;
+* each member's end (termination or deletion) goes to the stall desk too (`stalls.StallDesk.ended`): a
+  stalled job whose pods all end well is over, and its sidecars may say nothing more.
 
 Pods are found by label selector (one watch per selector and namespace: `KubeSettings.pod_selectors`,
 `KubeSettings.namespaces`). A watch resumes from the last resourceVersion it saw after a dropped
@@ -38,9 +40,11 @@ from dataclasses import dataclass
 from podmortem.aggregator.config import KubeSettings
 from podmortem.aggregator.holding import HoldDesk
 from podmortem.aggregator.incidents import IncidentBook, MemberKey
+from podmortem.aggregator.intake import is_end
 from podmortem.aggregator.kube.client import Kube
 from podmortem.aggregator.kube.logs import LogReader, needs_log
 from podmortem.aggregator.kube.membership import JobResolver, MembershipIndex, pod_facts
+from podmortem.aggregator.stalls import StallDesk
 from podmortem.core import podstatus
 from podmortem.core.podstatus import PodSnapshot
 from podmortem.k8s.backoff import Backoff
@@ -72,10 +76,12 @@ class PodWatch:
         backoff: Backoff | None = None,
         index: MembershipIndex | None = None,
         holds: HoldDesk | None = None,
+        stalls: StallDesk | None = None,
     ) -> None:
         self.kube = kube
         self.book = book
         self.holds = holds
+        self.stalls = stalls
         self.settings = settings
         self.resolver = resolver or JobResolver(kube)
         self.index = index  # where stream registrations are checked against what the watch resolved
@@ -107,7 +113,7 @@ class PodWatch:
         before = self._queued.get(uid)
         if before is None and snap is None:
             for event in events:
-                self.book.ingest(key, event)
+                self._take(key, event)
             return
 
         async def in_turn() -> None:
@@ -118,11 +124,18 @@ class PodWatch:
                 if tail is not None:
                     self.book.ingest(key, tail)
             for event in events:
-                self.book.ingest(key, event)
+                self._take(key, event)
 
         task = asyncio.create_task(in_turn(), name=f"podwatch ingest {uid}")
         self._queued[uid] = task
         task.add_done_callback(lambda t: self._queued.pop(uid, None) if self._queued.get(uid) is t else None)
+
+    def _take(self, key: MemberKey, event: pb.Event) -> None:
+        """One event into the book; a member's end to the stall desk too (taken already or not: the state
+        file may have replayed it)."""
+        self.book.ingest(key, event)
+        if self.stalls is not None and is_end(event):
+            self.stalls.ended(key)
 
     async def watch_scope(self, namespace: str | None, selector: str) -> None:
         path = resource_path("v1", "pods", namespace)
@@ -232,6 +245,7 @@ async def run_kubernetes(
     kube: Kube | None = None,
     index: MembershipIndex | None = None,
     holds: HoldDesk | None = None,
+    stalls: StallDesk | None = None,
 ) -> None:
     """The aggregator's pod watch task: runs until `stop` is set, then cancels its watches and returns.
 
@@ -240,7 +254,7 @@ async def run_kubernetes(
     """
     own = kube is None
     client = Kube.from_settings(settings) if kube is None else kube
-    watch = PodWatch(client, book, settings, index=index, holds=holds)
+    watch = PodWatch(client, book, settings, index=index, holds=holds, stalls=stalls)
     task = asyncio.create_task(watch.run(), name="podmortem pod watch")
     stopper = asyncio.create_task(stop.wait())
     try:
