@@ -12,6 +12,7 @@ single finding to decide a pod's condition before its peers have reported.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -42,6 +43,39 @@ TIE_SECONDS = 1.0
 MAX_EXCERPT = 300
 # A failure read from a log is believed to precede its container's end by at most this much (seconds).
 LOG_TIME_WINDOW = 2 * 3600.0
+
+
+# Built-in exception classes that describe the program's own logic or data, never a system failure they carry
+# (RuntimeError, OSError and custom classes may carry anything: storage, a device, a remote endpoint).
+PROGRAM_ERRORS = frozenset(
+    {
+        "ValueError",
+        "KeyError",
+        "TypeError",
+        "IndexError",
+        "AttributeError",
+        "AssertionError",
+        "NameError",
+        "UnboundLocalError",
+        "ZeroDivisionError",
+        "NotImplementedError",
+        "ImportError",
+        "ModuleNotFoundError",
+        "SyntaxError",
+        "IndentationError",
+        "LookupError",
+        "StopIteration",
+        "RecursionError",
+        "UnicodeDecodeError",
+        "UnicodeEncodeError",
+        "json.decoder.JSONDecodeError",
+        "JSONDecodeError",
+    }
+)
+# A carrier exception (any class but those) whose next lines, its own detail, say the call it reports timed out waiting
+# or lost a peer: this many lines at most.
+DETAIL_LINES = 8
+_RANK_PREFIX = re.compile(r"\[rank\d{1,6}\]:")
 
 
 @dataclass(frozen=True)
@@ -185,8 +219,10 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         else:
             grank2, exc = None, log.loose_exceptions[0]
         r = rules.classify_message(exc, exception_type_of(exc))
-        # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence.
-        if r is not None and not (r.generic and log.stopped_first):
+        # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence;
+        # one whose own detail (the lines after it) is an echo's words carries that echo (torch_npu's "NPU function
+        # error: ..., error code is N" and the runtime's reason printed under it).
+        if r is not None and not (r.generic and (log.stopped_first or _carries_echo(member, exc, log))):
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
     if log.log_rule is not None:
         # The launcher stopping the other workers after one of this pod's own exited non-zero is the
@@ -218,6 +254,29 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
             if r is not None:
                 out.append(_Cand("termination", r, f"container exit code {code2}"))
     return out
+
+
+def _carries_echo(member: Member, exc: str, log: LogFacts) -> bool:
+    """The exception line `exc` is of a carrier class (not a program error: PROGRAM_ERRORS) and the log's echo words
+    (a timeout, a lost peer or store) follow it within its own detail: DETAIL_LINES at most, before any other traceback,
+    and printed by the same process (no other rank's prefix)."""
+    if log.log_rule is None or log.log_rule[0].secondary not in ("timeout", "peer", "store"):
+        return False
+    if exception_type_of(exc).rsplit(".", 1)[-1] in PROGRAM_ERRORS:
+        return False
+    text = log_text(member)
+    at = text.find(exc)
+    echo = text.find(log.log_rule[1], at + len(exc)) if at >= 0 else -1
+    if echo < 0:
+        return False
+    between = text[at + len(exc) : echo]
+    if between.count("\n") > DETAIL_LINES or "Traceback (most recent call last)" in between:
+        return False
+    # ...printed by the same process: no line of another rank's ([rankN]: prefix) between, nor the echo itself
+    own = _RANK_PREFIX.match(text, text.rfind("\n", 0, at) + 1)
+    mine = own.group(0) if own else ""
+    lines = [*between.split("\n")[1:], log.log_rule[1]]
+    return all((m.group(0) if (m := _RANK_PREFIX.match(line)) else mine) == mine for line in lines)
 
 
 def log_text(member: Member) -> str:

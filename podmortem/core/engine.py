@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from podmortem.core.assess import TIE_SECONDS, Finding, assess, excerpt, log_text
+from podmortem.core.assess import PROGRAM_ERRORS, TIE_SECONDS, Finding, assess, excerpt, log_text
 from podmortem.core.captured import capture_notes, find_hang, has_captures
 from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
@@ -82,33 +82,6 @@ CONF_PRIMARY_GENERIC = 0.85  # ...is any Python exception, its category read fro
 # PermanentFailure threshold (0.9). Calibrated like the others (docs/engine.md, "Confidence"); the share of such
 # verdicts right about retryability is guarded by tests/unit/test_realworld_accuracy.py.
 CONF_CLEAR_OWN_EXCEPTION = 0.9
-# Built-in exception classes that describe the program's own logic or data, never a system failure they carry
-# (RuntimeError, OSError and custom classes may carry anything: storage, a device, a remote endpoint).
-PROGRAM_ERRORS = frozenset(
-    {
-        "ValueError",
-        "KeyError",
-        "TypeError",
-        "IndexError",
-        "AttributeError",
-        "AssertionError",
-        "NameError",
-        "UnboundLocalError",
-        "ZeroDivisionError",
-        "NotImplementedError",
-        "ImportError",
-        "ModuleNotFoundError",
-        "SyntaxError",
-        "IndentationError",
-        "LookupError",
-        "StopIteration",
-        "RecursionError",
-        "UnicodeDecodeError",
-        "UnicodeEncodeError",
-        "json.decoder.JSONDecodeError",
-        "JSONDecodeError",
-    }
-)
 CONF_CLOSE_CALL = 0.7  # the runner-up failed on its own within the timing uncertainty
 # a failure that names its cause chosen over an earlier carrier exception (within the timing uncertainty; a device
 # fault up to DEVICE_REPORT_LAG_SECONDS later)
@@ -445,7 +418,8 @@ def _choose_reported(
     could not print (SIGKILL, SIGSEGV). The member whose own log shows it hosts the reported rank, else the member named
     as the report's host (its name, node or address), else the member whose log carries the report (the launcher runs
     beside it, or it is the one pod); the category the report's signal or exit code names. With `placed_only` (a member
-    exited non-zero without words: it may be the process the report names), None unless a member is named."""
+    that carries no report exited non-zero without words: it may be the process the report names), None unless a member
+    is named."""
     rep = min(reports, key=_waited_first)
     report = rep.report
     assert report is not None
@@ -797,7 +771,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
 
     missing_ranks, missing_pods = missing_members(incident)
     strong, weak = _own_failures(failed)
-    reports = [f for f in failed if f.report is not None and f.role == "secondary"]
+    # An MPI launcher's report of a process's death, in the log of a member that failed as an echo or only exited
+    # without words of its own (Hydra's banner is no echo's words: its carrier reads as a bare exit).
+    reports = [f for f in failed if f.report is not None and (f.role == "secondary" or _only_exited(f))]
     root: _Root | None = None
     if strong:
         # Every member that is not an own failure failed as a known echo (none silent, none still pending).
@@ -809,7 +785,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     elif (
         reports
         and not any(f.source != "termination" for f in weak)
-        and (reported := _choose_reported(reports, findings, placed_only=bool(weak))) is not None
+        # A member that exited without words may be the process the report names — unless it carries the report.
+        and (reported := _choose_reported(reports, findings, placed_only=any(f.report is None for f in weak)))
+        is not None
     ):
         # No member failed in words of its own, and an MPI launcher reports a process's death: that process's own
         # failure, not a hang among its peers that waited for it.

@@ -77,7 +77,10 @@ _LAUNCHER_PREFIX = re.compile(
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
 # paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
 # a signal, Popen's return code), composer's launcher ("Rank 3 crashed with exit code -9.", "Global rank 3 (PID 77)
-# exited with code 1"): the same fact in other words.
+# exited with code 1"): the same fact in other words. paddle's older launcher (launch_utils) and MindSpore's msrun name
+# no code: "ABORT!!! Out of all 4 trainers, the trainer process with rank=[3] was aborted", "There's worker exits with
+# exception, kill all other workers" are printed when a worker they started on this node returned non-zero — read as
+# exit 1 (paddle's launcher then exits 1 itself), the same weak word as a bare exit code.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
@@ -85,6 +88,8 @@ _AGENT_EXIT = re.compile(
     r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,2000}\] code (-?\d{1,3})\b"
     r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
     r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
+    r"|\b(trainers, the trainer process with rank=\[[\d, ]{1,200}\] was aborted"
+    r"|There's worker exits with exception, kill all other workers)"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of
@@ -160,6 +165,19 @@ def launcher_report(text: str) -> LauncherReport | None:
     if m := _OMPI_NONZERO.search(text):
         return LauncherReport(_line_at(text, m.start()))
     return None
+
+
+# The process a report names, by its PID and host (Open MPI's "with PID 77 on node w-1", Hydra's "PID 77 RUNNING AT
+# w-1"), and Open MPI's signal handler in that process announcing its own death ("[w-1:77] *** Process received
+# signal ***"): the report and the banner, in one log, are one process's crash.
+_REPORTED_PID = re.compile(r"\bPID (\d{1,10}) (?:on node|RUNNING AT) ([\w.-]{1,253})")
+
+
+def _reports_own_crash(text: str, report: LauncherReport | None) -> bool:
+    """The launcher's report in `text` names the process whose own crash banner `text` shows: its death is this log's
+    own, not a peer's echo."""
+    m = _REPORTED_PID.search(report.text) if report is not None else None
+    return m is not None and f"[{m.group(2)}:{m.group(1)}] *** Process received signal" in text
 
 
 def _line_at(text: str, at: int) -> str:
@@ -271,10 +289,18 @@ _RETRIED_REQUEST = re.compile(
 )
 
 
+# c10d's debug-level lines ("[c10d - debug]", C10D_DEBUG): what the store and its clients trace as they go, never a
+# failure — the store server's "Read callback failed. code:-4095 name:EOF" is a client closing its connection, as every
+# client does when its worker exits, whoever failed. c10d reports a failure at its warning and error levels.
+_C10D_DEBUG = re.compile(r"^[^\n]*\[c10d - debug\][^\n]*\n?", re.M)
+
+
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """The first log rule (rule order is precedence) matching the tail, and the line it matched."""
     if "Retrying (Retry(" in text or "thrown while requesting" in text:
         text = _RETRIED_REQUEST.sub("", text)
+    if "[c10d - debug]" in text:
+        text = _C10D_DEBUG.sub("", text)
     lr = rules.first_log_rule(text)  # one RE2 pass for every rule at once
     hit = lr.search(text) if lr is not None else None
     if lr is None or hit is None:
@@ -295,7 +321,9 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global = m.groups()
+    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global, no_code = m.groups()
+    if no_code is not None:  # a worker returned non-zero, its code not said
+        return 1
     if died is not None:
         return -int(died)
     if spawn is not None:
@@ -444,6 +472,9 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     desync = collective_desync(text)
     first_exception = exceptions[order[0]] if order else (loose[0] if loose else "")
     report = launcher_report(text)
+    if report is not None and log_rule is not None and log_rule[1] == report.text and _reports_own_crash(text, report):
+        # The echo read from the report is this log's own crash: read the log without it.
+        log_rule = _log_rule(text.replace(report.text, ""), rules)
     stop = _TOLD_TO_STOP.search(text) if first_exception else None
     stopped_first = stop is not None and stop.start() < text.find(first_exception)
     facts = LogFacts(

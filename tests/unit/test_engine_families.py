@@ -412,7 +412,7 @@ def test_clear_cases_of_the_development_corpus_reach_the_permanent_threshold() -
     """Real torchrun runs: a worker raised a program error of its own while the others only lost it. Each such
     verdict must be able to write PermanentFailure; one with another own failure beside it must not."""
     from bench.common import bundles, corpus_dir
-    from podmortem.core.engine import PROGRAM_ERRORS
+    from podmortem.core.assess import PROGRAM_ERRORS
     from podmortem.offline.bundle import load_bundle
 
     clear = mixed = 0

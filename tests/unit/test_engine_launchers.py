@@ -157,3 +157,95 @@ def test_a_windows_worker_s_crash_status_is_its_native_crash(status: str, catego
     )
     v = decide(_incident(member("w-0", 0, PEER_CLOSED), member("w-1", 1, log)))
     assert (v.pod, v.category) == ("w-1", category)
+
+
+def test_paddle_s_older_launcher_saying_a_trainer_aborted_is_the_pod_s_own_exit() -> None:
+    """paddle's launch_utils prints "ABORT!!! ... the trainer process with rank=[N] was aborted" when a trainer it
+    started returned non-zero, then exits 1: the pod's own exit in the launcher's words, as torchrun's "failed
+    (exitcode: 1)" is — more than a member that exited 1 without a word."""
+    log = (
+        "INFO 2031-02-03 04:05:06,100 launch_utils.py:307] terminate all the procs\n"
+        "ERROR 2031-02-03 04:05:06,101 launch_utils.py:545] ABORT!!! Out of all 8 trainers, the trainer process with "
+        "rank=[5] was aborted. Please check its log.\n"
+    )
+    assert assess(member("w-2", 2, log)).source == "log"
+    v = decide(_incident(member("w-0", 0, ""), member("w-1", 1, WATCHDOG), member("w-2", 2, log)))
+    assert (v.pod, v.category, v.retryable) == ("w-2", "user_code", False)
+
+
+STORE_CLIENTS_LEFT = (
+    "[I101 09:00:01.100000000 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-4095 name:EOF "
+    "desc:end of file\n"
+    "[I101 09:00:01.300000000 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-104 "
+    "name:ECONNRESET desc:connection reset by peer\n"
+)
+
+
+def test_the_store_s_debug_trace_of_clients_leaving_is_no_echo() -> None:
+    """The store server traces each client connection that closes at c10d's debug level; every client closes its
+    connection as its worker exits, whoever failed. Not a lost store: the launcher's word that the worker exited 1
+    is what the pod says of itself."""
+    assert assess(member("w-0", 0, STORE_CLIENTS_LEFT)).role != "secondary"
+    own = STORE_CLIENTS_LEFT + (
+        "E0101 09:00:01.400000 7 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 0 (pid: 42) of binary: /usr/bin/python3\n"
+    )
+    v = decide(_incident(member("w-0", 0, own), member("w-1", 1, ""), member("w-2", 2, WATCHDOG)))
+    assert (v.pod, v.category) == ("w-0", "user_code")
+
+
+def test_an_mpi_launcher_s_report_in_the_log_of_a_member_that_only_exited_is_its_own() -> None:
+    """Hydra's banner without the rank: its carrier's only words are the report, so it reads as a bare exit. No other
+    member exited without words (the others lost the store or timed out): the process the report names can only be
+    the carrier's, and the report says how it ended."""
+    hydra = (
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+        "=   PID 4242 RUNNING AT box-7\n"
+        "=   EXIT CODE: 9\n"
+        "=   CLEANING UP REMAINING PROCESSES\n"
+    )
+    store = "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0\n"
+    v = decide(_incident(member("w-0", 0, store), member("w-1", 1, hydra, exit_code=9), member("w-2", 2, WATCHDOG)))
+    assert (v.pod, v.category) == ("w-1", "host_oom")
+
+
+def test_an_mpi_launcher_s_report_of_the_process_whose_crash_the_log_shows_is_that_crash() -> None:
+    """Open MPI's signal handler in the crashing process prints "[host:pid] *** Process received signal ***"; mpirun's
+    report names the same PID on the same node. One process's crash, this log's own — not a peer's death it echoes.
+    A report of another PID beside the banner stays the launcher's word about another process."""
+    banner = (
+        "[box-3:5151] *** Process received signal ***\n"
+        "[box-3:5151] Signal: Segmentation fault (11)\n"
+        "[box-3:5151] Signal code: Address not mapped (1)\n"
+        "[box-3:5151] *** End of error message ***\n"
+    )
+    noticed = (
+        "mpirun noticed that process rank 1 with PID {pid} on node box-3 exited on signal 11 (Segmentation fault)\n"
+    )
+    own = banner + noticed.format(pid=5151)
+    f = assess(member("w-1", 1, own))
+    assert (f.role, f.category) == ("primary", "crash")
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, own), member("w-2", 2, PEER_CLOSED)))
+    assert (v.pod, v.category) == ("w-1", "crash")
+    other = assess(member("w-1", 1, banner + noticed.format(pid=6262)))
+    assert other.role == "secondary"
+
+
+MSRUN = "[WARNING] ME(77:281,MainProcess):2031-01-02-03:04:05.000.000 [process_entity/_api.py:318]"
+
+
+def test_msrun_saying_a_worker_exited_is_the_pod_s_own_exit_and_the_nodes_it_lists_are_the_lost_ones() -> None:
+    """MindSpore's msrun watches the workers it started on its node: "There's worker exits with exception, kill all
+    other workers" is the pod's own exit in the launcher's words. Reading its scheduler's log, it lists the nodes the
+    scheduler stopped hearing from ("Time out nodes are ['3']"): another member went away, and this pod's exit is its
+    echo. An empty list names nobody."""
+    own = f"{MSRUN} There's worker exits with exception, kill all other workers.\n"
+    f = assess(member("w-1", 1, own))
+    assert (f.role, f.source, f.category) == ("primary", "log", "user_code")
+    v = decide(_incident(member("w-0", 0, ""), member("w-1", 1, own), member("w-2", 2, WATCHDOG)))
+    assert v.pod == "w-1"
+    listed = "[ERROR] ME(77:281,MainProcess):2031-01-02-03:04:31.000.000 [_api.py:431] Time out nodes are {}\n"
+    lost = assess(member("w-1", 1, own + listed.format("['3']")))
+    assert (lost.role, lost.secondary) == ("secondary", "peer")
+    none = own + listed.format("[]")
+    assert assess(member("w-1", 1, none)).role == "primary"

@@ -129,13 +129,23 @@ def test_what_a_pod_raises_after_it_was_told_to_stop_is_the_stop_s_echo() -> Non
     assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
 
 
-def test_a_program_error_before_the_launcher_stops_the_others_stays_the_pod_s_own() -> None:
+@pytest.mark.parametrize(
+    "after",
+    [
+        "W1127 06:40:00.118000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 812 closing "
+        "signal SIGTERM",
+        # a sibling rank's timeout printed right under it: its echo, not the detail the error carries
+        "[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.",
+    ],
+)
+def test_a_program_error_before_the_launcher_stops_the_others_stays_the_pod_s_own(after: str) -> None:
+    """A program error is the pod's own whatever follows it: the launcher stopping its other workers, a sibling's
+    timeout."""
     log = (
         "[rank0]: Traceback (most recent call last):\n"
         '[rank0]:   File "/app/train.py", line 51, in <module>\n'
-        "[rank0]: AttributeError: 'Trainer' object has no attribute 'optim'\n"
-        "W1127 06:40:00.118000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 812 closing "
-        "signal SIGTERM"
+        "[rank0]: AttributeError: 'Trainer' object has no attribute 'optim'\n" + after
     )
     f = assess(member("r", 0, log))
     assert (f.role, f.category) == ("primary", "user_code")
@@ -546,3 +556,37 @@ def test_composer_s_launcher_says_which_pod_s_rank_crashed_and_which_it_stopped(
     assert assess(member("v", 0, stopped)).secondary == "teardown"
     v = decide(cascade(crashed, stopped))
     assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+
+
+NPU_SYNC_TIMEOUT = (
+    "RuntimeError: npuSynchronizeDevice:torch_npu/csrc/core/npu/NPUStream.cpp:401 NPU function error: "
+    "aclrtSynchronizeDevice, error code is 507046\n"
+    "[ERROR] 2031-01-02-03:04:05 (PID:77, Device:3, RankID:3) ERR00100 PTA call acl api failed\n"
+    "EE1002: 2031-01-02-03:04:05.000.001 Stream synchronize timeout. rtDeviceSynchronize execute failed, "
+    "reason=[stream sync timeout]\n"
+)
+
+
+def test_an_exception_that_carries_a_timeout_in_its_own_detail_is_the_timeout_s_echo() -> None:
+    """torch_npu raises "NPU function error: <call>, error code is N" for any runtime error and prints the runtime's
+    reason under it: here the device's stream never finished the work it waited on (a collective, most often). The
+    exception names no cause; its detail says the rank waited: an echo, which never outranks a member's own exit."""
+    f = assess(member("w-0", 0, NPU_SYNC_TIMEOUT))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+    own = (
+        "E0101 09:00:01.400000 7 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: 1) local_rank: 0\n"
+    )
+    v = decide(cascade(own, NPU_SYNC_TIMEOUT, victim_first=True))
+    assert v.pod == "llm-worker-1"
+
+
+def test_a_sibling_rank_s_echo_under_a_carrier_exception_is_not_its_detail() -> None:
+    """Interleaved ranks: an echo another rank prints under this rank's exception is not that exception's detail."""
+    log = (
+        "[rank0]: RuntimeError: step 88 failed: bad shard header\n"
+        "[rank1]: [E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n"
+    )
+    assert assess(member("w-0", 0, log)).role == "primary"
+    assert assess(member("w-0", 0, NPU_SYNC_TIMEOUT)).role == "secondary"
