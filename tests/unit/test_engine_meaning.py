@@ -626,3 +626,71 @@ def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
     assert _read(log)[:2] == ("primary", "user_code")
     lost = "[W101 10:00:00.4 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=9): Connection reset by peer"
     assert _read(lost)[0] == "secondary"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # gloo's rendezvous store (and stores built on it) giving up on a key another rank never set, through std::terminate
+        (
+            "terminate called after throwing an instance of 'gloo::IoException'\n"
+            "  what():  [gloo/rendezvous/file_store.cc:120] Wait timeout for key(s): rank_3\n"
+            "*** Received signal 6 ***\n"
+        ),
+        # the collective watchdog thread rethrowing what it caught: the process aborts because a collective failed
+        (
+            "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG ID 0 PG GUID 0 Rank 2] Process group watchdog thread terminated with exception: lost it\n"
+            "Aborted (core dumped)\n"
+        ),
+        # the same abort with only the watchdog thread's frames left in the tail
+        (
+            "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x80 (0x7f00 in libtorch_cuda.so)\n"
+            "frame #4: <unknown function> + 0xdc253 (0x7f01 in libstdc++.so.6)\n"
+            "*** SIGABRT received at time=1800000000 on cpu 3 ***\n"
+        ),
+        "libtorch_cuda.so(+0x1) [0x7f02] c10d::ProcessGroupNCCL::Watchdog::run()\nFatal Python error: Aborted\n",
+        "frame #5: c10d::ProcessGroupNCCL::workCleanupLoop() + 0x1\nAborted (core dumped)\n",
+    ],
+)
+def test_an_abort_that_carries_a_wait_or_the_watchdog_is_that_echo_not_a_crash(log: str) -> None:
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("secondary", None), f.rule
+
+
+@pytest.mark.parametrize(
+    ("log", "category"),
+    [
+        # the watchdog is also where a rank's own CUDA error surfaces: that error is the rank's own failure
+        (
+            "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG 0 Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal "
+            "memory access was encountered\n",
+            "hardware",
+        ),
+        (
+            "RuntimeError: CUDA error: misaligned address\n"
+            "frame #5: c10d::ProcessGroupNCCL::workCleanupLoop() + 0x1\nAborted (core dumped)\n",
+            "crash",
+        ),
+        # a faulthandler report of a SIGABRT that says nothing else is an abort, below 0.9, not a segfault
+        ("Fatal Python error: Aborted\n\nCurrent thread 0x00007f00 (most recent call first):\n", "crash"),
+    ],
+)
+def test_an_abort_whose_own_error_is_shown_stays_that_error(log: str, category: str) -> None:
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("primary", category), f.rule
+
+
+def test_a_faulthandler_abort_is_capped_as_any_bare_abort() -> None:
+    f = assess(_alone("Fatal Python error: Aborted\n\nThread 0x00007f00 (most recent call first):\n", exit_code=134))
+    assert f.rule is not None and f.rule.max_confidence < 0.9, f.rule
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGINT", "SIGTERM"])
+def test_the_agent_forwarding_a_death_signal_to_its_workers_is_teardown(sig: str) -> None:
+    log = (
+        "W0101 10:00:00.1 77 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 85 closing signal "
+        f"{sig}\n"
+    )
+    assert assess(_alone(log)).secondary == "teardown"
