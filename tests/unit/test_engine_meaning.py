@@ -694,3 +694,54 @@ def test_the_agent_forwarding_a_death_signal_to_its_workers_is_teardown(sig: str
         f"{sig}\n"
     )
     assert assess(_alone(log)).secondary == "teardown"
+
+
+CLOSED = (
+    "W1127 06:40:02.118000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 85 closing signal "
+    "{sig}\nW1127 06:40:02.119000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 86 closing "
+    "signal {sig}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        # the agent closing its other workers after one of its own failed (its default signal)
+        CLOSED.format(sig="SIGTERM"),
+        # a hang-up or interrupt a session sends every process alike, and the agent passing it on
+        CLOSED.format(sig="SIGHUP"),
+        "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received 1 death signal, "
+        "shutting down workers\n",
+        "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received Signals.SIGINT death "
+        "signal, shutting down workers\n",
+    ],
+)
+def test_a_teardown_that_is_no_sign_of_a_stuck_rank_does_not_take_a_hang_s_root(stopped: str) -> None:
+    """The member that timed out waited for a rank; the others were stopped in ways every rank is, stuck or not."""
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, stopped),
+                member("llm-worker-1", 1, WAITED.format(r=1)),
+                member("llm-worker-2", 2, "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset by peer"),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_the_pod_stopped_from_outside_without_timing_out_is_still_where_a_hang_is_looked_for() -> None:
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, WAITED.format(r=0)),
+                member("llm-worker-1", 1, TORN),
+                member("llm-worker-2", 2, WAITED.format(r=2)),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
