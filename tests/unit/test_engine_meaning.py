@@ -650,6 +650,11 @@ def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
             "*** SIGABRT received at time=1800000000 on cpu 3 ***\n"
         ),
         "libtorch_cuda.so(+0x1) [0x7f02] c10d::ProcessGroupNCCL::Watchdog::run()\nFatal Python error: Aborted\n",
+        # older torch's wording of the same rethrow
+        (
+            "terminate called after throwing an instance of 'std::runtime_error'\n"
+            "  what():  [Rank 1] NCCL watchdog thread terminated with exception: lost it\n"
+        ),
         "frame #5: c10d::ProcessGroupNCCL::workCleanupLoop() + 0x1\nAborted (core dumped)\n",
     ],
 )
