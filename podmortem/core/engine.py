@@ -321,7 +321,7 @@ def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int
 # signal SIGTERM": its default after one of its own workers failed, in a hang most often that worker's timeout), and a
 # stop a session sends every process alike (SIGHUP as a terminal or ssh session ends, SIGINT as a user interrupts; the
 # agent's "Received 1 death signal" and the SIGHUP it forwards). The stop the kubelet sends a pod is SIGTERM.
-_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|\bSIG(HUP|INT)\b|\bSignals\.SIG(HUP|INT)\b|Received [12] death signal")
+_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|\bSIG(HUP|INT)\b|Received [12] death signal")
 
 
 def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, str]]:

@@ -631,7 +631,7 @@ def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
 @pytest.mark.parametrize(
     "log",
     [
-        # gloo's rendezvous store (and stores built on it) giving up on a key another rank never set, through std::terminate
+        # gloo's rendezvous store (and stores built on it) giving up on a key no other rank set, via std::terminate
         (
             "terminate called after throwing an instance of 'gloo::IoException'\n"
             "  what():  [gloo/rendezvous/file_store.cc:120] Wait timeout for key(s): rank_3\n"
@@ -730,7 +730,9 @@ def test_a_teardown_that_is_no_sign_of_a_stuck_rank_does_not_take_a_hang_s_root(
             (
                 member("llm-worker-0", 0, stopped),
                 member("llm-worker-1", 1, WAITED.format(r=1)),
-                member("llm-worker-2", 2, "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset by peer"),
+                member(
+                    "llm-worker-2", 2, "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset by peer"
+                ),
             ),
         )
     )
