@@ -10,7 +10,7 @@ from support.members import member
 
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
-from podmortem.core.model import Incident, JobRef, Member, Termination
+from podmortem.core.model import Incident, JobRef, Member, Termination, Verdict
 
 T0 = 1_800_000_000.0
 
@@ -433,20 +433,15 @@ WAITED = (
 )
 
 
+def _three(*logs: str) -> Verdict:
+    """The verdict on a job of three pods, llm-worker-0..2, whose log tails are `logs` (in rank order)."""
+    return decide(Incident(JobRef("ml", "llm"), 3, tuple(member(f"llm-worker-{i}", i, t) for i, t in enumerate(logs))))
+
+
 def test_a_rank_that_aborted_itself_among_ranks_that_waited_is_the_program_not_a_hang() -> None:
     """The ranks that timed out waited for the one that called MPI_Abort: its own words name no hang."""
     aborted = "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
-    v = decide(
-        Incident(
-            JobRef("ml", "llm"),
-            3,
-            (
-                member("llm-worker-0", 0, WAITED.format(r=0)),
-                member("llm-worker-1", 1, aborted),
-                member("llm-worker-2", 2, WAITED.format(r=2)),
-            ),
-        )
-    )
+    v = _three(WAITED.format(r=0), aborted, WAITED.format(r=2))
     assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
 
 
@@ -723,32 +718,10 @@ CLOSED = (
 )
 def test_a_teardown_that_is_no_sign_of_a_stuck_rank_does_not_take_a_hang_s_root(stopped: str) -> None:
     """The member that timed out waited for a rank; the others were stopped in ways every rank is, stuck or not."""
-    v = decide(
-        Incident(
-            JobRef("ml", "llm"),
-            3,
-            (
-                member("llm-worker-0", 0, stopped),
-                member("llm-worker-1", 1, WAITED.format(r=1)),
-                member(
-                    "llm-worker-2", 2, "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset by peer"
-                ),
-            ),
-        )
-    )
+    v = _three(stopped, WAITED.format(r=1), "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset")
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
 
 
 def test_the_pod_stopped_from_outside_without_timing_out_is_still_where_a_hang_is_looked_for() -> None:
-    v = decide(
-        Incident(
-            JobRef("ml", "llm"),
-            3,
-            (
-                member("llm-worker-0", 0, WAITED.format(r=0)),
-                member("llm-worker-1", 1, TORN),
-                member("llm-worker-2", 2, WAITED.format(r=2)),
-            ),
-        )
-    )
+    v = _three(WAITED.format(r=0), TORN, WAITED.format(r=2))
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
