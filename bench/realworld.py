@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         "fresh5 = a fourth, collected the same way after fresh4's scoring and frozen before the fifth round's rules; "
         "fresh6 = a fifth, collected the same way by three people after fresh5's scoring, frozen before the seventh "
         "round's rules; fresh7 = a sixth, collected the same way during the seventh round, before the rules written "
-        "from fresh6's scoring; fresh8 = a seventh, collected the same way before the rules written from fresh7's scoring",
+        "from fresh6's scoring; fresh8 = a seventh, collected the same way before the rules written from fresh7's "
+        "scoring",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument(
