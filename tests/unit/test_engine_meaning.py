@@ -725,3 +725,10 @@ def test_a_teardown_that_is_no_sign_of_a_stuck_rank_does_not_take_a_hang_s_root(
 def test_the_pod_stopped_from_outside_without_timing_out_is_still_where_a_hang_is_looked_for() -> None:
     v = _three(WAITED.format(r=0), TORN, WAITED.format(r=2))
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_open_mpi_s_banner_of_an_abort_is_a_bare_abort() -> None:
+    """Open MPI's handler prints the same banner for every signal it catches; SIGABRT is also the watchdog's."""
+    banner = "[box-3:5151] *** Process received signal ***\n[box-3:5151] Signal: Aborted (6)\n"
+    f = assess(_alone(banner, exit_code=134))
+    assert f.rule is not None and (f.category, f.rule.max_confidence < 0.9) == ("crash", True), f.rule
