@@ -651,3 +651,20 @@ def test_a_cuda_call_s_failure_under_a_collective_library_says_whose(text: str, 
     role, read, rule = _read(f"step 3\n{text}\n")
     assert (role, read) == ("primary", category)
     assert rule != "exit.nonzero"  # the words were read, not the bare exit status
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # the program initialised CUDA before the workers were forked: torch's check, a launcher's own words
+        ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, ...", "user_code"),
+        ("> RuntimeError: Lightning can’t create new processes if CUDA is already initialized.", "user_code"),
+        # NCCL's socket layer retrying a refused connect to a peer's address while the communicator is created
+        ("h1:7:9 [0] NCCL INFO Call to connect returned Connection refused, retrying\n" * 3, "network"),
+    ],
+)
+def test_a_family_s_words_before_the_failure_s_last_line(text: str, category: str) -> None:
+    role, read, rule = _read(f"epoch 1\n{text}")
+    assert (role, read) == ("primary", category)
+    assert rule not in ("exit.nonzero", "python.exception")  # the family's words were read, not the carrier
+
