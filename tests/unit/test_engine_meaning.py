@@ -668,3 +668,7 @@ def test_a_family_s_words_before_the_failure_s_last_line(text: str, category: st
     assert (role, read) == ("primary", category)
     assert rule not in ("exit.nonzero", "python.exception")  # the family's words were read, not the carrier
 
+
+
+def test_a_pinned_host_allocation_out_of_memory_is_not_the_device_s() -> None:
+    assert _read("F0101 10:00:00.000001 42 buffer.cc:3] cudaMallocHost out of memory errno:2\n")[1] != "gpu_oom"
