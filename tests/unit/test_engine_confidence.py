@@ -88,11 +88,11 @@ def test_a_node_s_missed_heartbeats_are_a_lost_node(line: str) -> None:
         # A kernel that faulted without naming the device: a kernel bug as often as the GPU.
         ("RuntimeError: CUDA error: an illegal memory access was encountered", 1, "hardware"),
         ("RuntimeError: CUDA error: unspecified launch failure", 1, "hardware"),
-        # Any CUDA call failing under NCCL: the device, or a driver that cannot initialise.
+        # Any CUDA call failing under NCCL: the node's runtime or driver, or a kernel that faulted.
         (
             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error",
             1,
-            "hardware",
+            "infra",
         ),
         # A missing path: a mount the platform owes, or the job's own config naming it wrong.
         ("FileNotFoundError: [Errno 2] No such file or directory: '/data/shards/train-00017.bin'", 1, "infra"),

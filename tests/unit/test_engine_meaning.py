@@ -732,3 +732,48 @@ def test_open_mpi_s_banner_of_an_abort_is_a_bare_abort() -> None:
     banner = "[box-3:5151] *** Process received signal ***\n[box-3:5151] Signal: Aborted (6)\n"
     f = assess(_alone(banner, exit_code=134))
     assert f.rule is not None and (f.category, f.rule.max_confidence < 0.9) == ("crash", True), f.rule
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # a CUDA call's own name and its error string, as a framework's glog check prints it: the device's memory
+        ("F0101 10:00:00.000001 42 nccl_op.cc:12] cudaStreamSynchronize out of memory errno:2", "gpu_oom"),
+        ("F0101 10:00:00.1 42 reduce.cc:9] cudaMalloc out of memory\n*** Check failure stack trace: ***", "gpu_oom"),
+        # NCCL's result string for a CUDA call that failed under it, in another framework's enforce message: the node's
+        # CUDA runtime and driver, as NCCL's own words are read
+        ("core.EnforceNotMet: unhandled cuda error at [/src/platform/nccl_helper.h:40]", "infra"),
+        ("RuntimeError: NCCL error in: nccl.cpp:7, unhandled cuda error", "infra"),
+        # a CUDA call of NCCL's peer-to-peer or shared-memory transport refused: the node's peer path (IOMMU, IPC), not
+        # the program; out of memory there stays the device's memory
+        ("host:1:2 [0] transport/p2p.cc:200 NCCL WARN Cuda failure 'invalid argument'", "infra"),
+        ("host:1:2 [1] transport/shm.cc:90 NCCL WARN Cuda failure 'invalid resource handle'", "infra"),
+        ("host:1:2 [0] transport/p2p.cc:200 NCCL WARN Cuda failure 'out of memory'", "gpu_oom"),
+        # NCCL refusing a rank outside the world size it was told: the launch's rank and world size
+        ("host:5:5 [0] init.cc:900 NCCL WARN Invalid rank requested : 4/4", "user_code"),
+    ],
+)
+def test_a_cuda_call_s_failure_under_a_collective_library_says_whose(text: str, category: str) -> None:
+    role, read, rule = _read(f"step 3\n{text}\n")
+    assert (role, read) == ("primary", category)
+    assert rule != "exit.nonzero"  # the words were read, not the bare exit status
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # the program initialised CUDA before the workers were forked: torch's check, a launcher's own words
+        ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing", "user_code"),
+        ("> RuntimeError: Lightning can\u2019t create new processes if CUDA is already initialized.", "user_code"),
+        # NCCL's socket layer retrying a refused connect to a peer's address while the communicator is created
+        ("h1:7:9 [0] NCCL INFO Call to connect returned Connection refused, retrying\n" * 3, "network"),
+    ],
+)
+def test_a_family_s_words_before_the_failure_s_last_line(text: str, category: str) -> None:
+    role, read, rule = _read(f"epoch 1\n{text}")
+    assert (role, read) == ("primary", category)
+    assert rule not in ("exit.nonzero", "python.exception")  # the family's words were read, not the carrier
+
+
+def test_a_pinned_host_allocation_out_of_memory_is_not_the_device_s() -> None:
+    assert _read("F0101 10:00:00.000001 42 buffer.cc:3] cudaMallocHost out of memory errno:2\n")[1] != "gpu_oom"

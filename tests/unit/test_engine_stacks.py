@@ -295,7 +295,7 @@ def test_xla_s_words_for_nccl_s_cuda_error_are_nccl_s() -> None:
         "details)."
     )
     v = _verdict(TB + line + "\n")
-    assert (v.pod, v.category) == ("w-1", "hardware")
+    assert (v.pod, v.category) == ("w-1", "infra")
     assert v.confidence < PERMANENT_CONFIDENCE
 
 

@@ -44,7 +44,7 @@ FLOORS = {
     "fresh6": (0.87, 0.91, 0.93),
     # scored once, blind, at eb3c449: 0.70 / 0.76 / 0.87 (n=138; docs/engine.md, "fresh7's one scoring"); a development
     # set since: provisional floors below its figures after the rules written from its misses
-    "fresh7": (0.93, 0.85, 0.91),
+    "fresh7": (0.93, 0.94, 0.95),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -125,7 +125,7 @@ COVERAGE_FLOORS = {
     "fresh4": 0.60,
     "fresh5": 0.50,
     "fresh6": 0.50,
-    "fresh7": 0.50,
+    "fresh7": 0.53,
 }
 
 

@@ -29,7 +29,7 @@ def classify(message: str) -> tuple[str | None, str | None, bool]:
         ("RuntimeError: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "hardware"),
         (
             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error",
-            "hardware",
+            "infra",
         ),
         ("RuntimeError: CUDA error: device-side assert triggered", "user_code"),
         # NCCL refusing the job's own set-up is the configuration, not a network fault
