@@ -317,6 +317,13 @@ def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int
     ]
 
 
+# A teardown that is no sign of a stuck rank: torch elastic's agent closing its workers ("Sending process N closing
+# signal SIGTERM": its default after one of its own workers failed, in a hang most often that worker's timeout), and a
+# stop a session sends every process alike (SIGHUP as a terminal or ssh session ends, SIGINT as a user interrupts; the
+# agent's "Received 1 death signal" and the SIGHUP it forwards). The stop the kubelet sends a pod is SIGTERM.
+_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|\bSIG(HUP|INT)\b|Received [12] death signal")
+
+
 def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, str]]:
     out: list[tuple[int, Finding, str]] = []
     for f in findings:
@@ -328,7 +335,7 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
         elif f.role == "secondary" and f.secondary == "timeout" and f.desync:
             works = ", ".join(f"rank {r} in {op} #{seq}" for r, seq, op in f.desync[:4])
             out.append((3, f, f"its own ranks timed out in different collectives ({works}): they are out of step"))
-        elif f.role == "secondary" and f.secondary == "teardown":
+        elif f.role == "secondary" and f.secondary == "teardown" and not _AGENT_OR_SESSION_STOP.search(f.text):
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
         elif f.role == "primary" and f.weak and f.source == "termination":
             out.append((2, f, "exited without a message of its own while its peers timed out"))

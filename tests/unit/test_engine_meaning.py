@@ -10,7 +10,7 @@ from support.members import member
 
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
-from podmortem.core.model import Incident, JobRef, Member, Termination
+from podmortem.core.model import Incident, JobRef, Member, Termination, Verdict
 
 T0 = 1_800_000_000.0
 
@@ -433,20 +433,15 @@ WAITED = (
 )
 
 
+def _three(*logs: str) -> Verdict:
+    """The verdict on a job of three pods, llm-worker-0..2, whose log tails are `logs` (in rank order)."""
+    return decide(Incident(JobRef("ml", "llm"), 3, tuple(member(f"llm-worker-{i}", i, t) for i, t in enumerate(logs))))
+
+
 def test_a_rank_that_aborted_itself_among_ranks_that_waited_is_the_program_not_a_hang() -> None:
     """The ranks that timed out waited for the one that called MPI_Abort: its own words name no hang."""
     aborted = "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
-    v = decide(
-        Incident(
-            JobRef("ml", "llm"),
-            3,
-            (
-                member("llm-worker-0", 0, WAITED.format(r=0)),
-                member("llm-worker-1", 1, aborted),
-                member("llm-worker-2", 2, WAITED.format(r=2)),
-            ),
-        )
-    )
+    v = _three(WAITED.format(r=0), aborted, WAITED.format(r=2))
     assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
 
 
@@ -626,6 +621,117 @@ def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
     assert _read(log)[:2] == ("primary", "user_code")
     lost = "[W101 10:00:00.4 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=9): Connection reset by peer"
     assert _read(lost)[0] == "secondary"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # gloo's rendezvous store (and stores built on it) giving up on a key no other rank set, via std::terminate
+        (
+            "terminate called after throwing an instance of 'gloo::IoException'\n"
+            "  what():  [gloo/rendezvous/file_store.cc:120] Wait timeout for key(s): rank_3\n"
+            "*** Received signal 6 ***\n"
+        ),
+        # the collective watchdog thread rethrowing what it caught: the process aborts because a collective failed
+        (
+            "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG ID 0 PG GUID 0 Rank 2] Process group watchdog thread terminated with exception: lost it\n"
+            "Aborted (core dumped)\n"
+        ),
+        # the same abort with only the watchdog thread's frames left in the tail
+        (
+            "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x80 (0x7f00 in libtorch_cuda.so)\n"
+            "frame #4: <unknown function> + 0xdc253 (0x7f01 in libstdc++.so.6)\n"
+            "*** SIGABRT received at time=1800000000 on cpu 3 ***\n"
+        ),
+        "libtorch_cuda.so(+0x1) [0x7f02] c10d::ProcessGroupNCCL::Watchdog::run()\nFatal Python error: Aborted\n",
+        # older torch's wording of the same rethrow
+        (
+            "terminate called after throwing an instance of 'std::runtime_error'\n"
+            "  what():  [Rank 1] NCCL watchdog thread terminated with exception: lost it\n"
+        ),
+        "frame #5: c10d::ProcessGroupNCCL::workCleanupLoop() + 0x1\nAborted (core dumped)\n",
+    ],
+)
+def test_an_abort_that_carries_a_wait_or_the_watchdog_is_that_echo_not_a_crash(log: str) -> None:
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("secondary", None), f.rule
+
+
+@pytest.mark.parametrize(
+    ("log", "category"),
+    [
+        # the watchdog is also where a rank's own CUDA error surfaces: that error is the rank's own failure
+        (
+            "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG 0 Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal "
+            "memory access was encountered\n",
+            "hardware",
+        ),
+        (
+            "RuntimeError: CUDA error: misaligned address\n"
+            "frame #5: c10d::ProcessGroupNCCL::workCleanupLoop() + 0x1\nAborted (core dumped)\n",
+            "crash",
+        ),
+        # a faulthandler report of a SIGABRT that says nothing else is an abort, below 0.9, not a segfault
+        ("Fatal Python error: Aborted\n\nCurrent thread 0x00007f00 (most recent call first):\n", "crash"),
+    ],
+)
+def test_an_abort_whose_own_error_is_shown_stays_that_error(log: str, category: str) -> None:
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("primary", category), f.rule
+
+
+def test_a_faulthandler_abort_is_capped_as_any_bare_abort() -> None:
+    f = assess(_alone("Fatal Python error: Aborted\n\nThread 0x00007f00 (most recent call first):\n", exit_code=134))
+    assert f.rule is not None and f.rule.max_confidence < 0.9, f.rule
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGINT", "SIGTERM"])
+def test_the_agent_forwarding_a_death_signal_to_its_workers_is_teardown(sig: str) -> None:
+    log = (
+        "W0101 10:00:00.1 77 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 85 closing signal "
+        f"{sig}\n"
+    )
+    assert assess(_alone(log)).secondary == "teardown"
+
+
+CLOSED = (
+    "W1127 06:40:02.118000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 85 closing signal "
+    "{sig}\nW1127 06:40:02.119000 41 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 86 closing "
+    "signal {sig}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        # the agent closing its other workers after one of its own failed (its default signal)
+        CLOSED.format(sig="SIGTERM"),
+        # a hang-up or interrupt a session sends every process alike, and the agent passing it on
+        CLOSED.format(sig="SIGHUP"),
+        "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received 1 death signal, "
+        "shutting down workers\n",
+        "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received Signals.SIGINT death "
+        "signal, shutting down workers\n",
+    ],
+)
+def test_a_teardown_that_is_no_sign_of_a_stuck_rank_does_not_take_a_hang_s_root(stopped: str) -> None:
+    """The member that timed out waited for a rank; the others were stopped in ways every rank is, stuck or not."""
+    v = _three(stopped, WAITED.format(r=1), "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset")
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_the_pod_stopped_from_outside_without_timing_out_is_still_where_a_hang_is_looked_for() -> None:
+    v = _three(WAITED.format(r=0), TORN, WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_open_mpi_s_banner_of_an_abort_is_a_bare_abort() -> None:
+    """Open MPI's handler prints the same banner for every signal it catches; SIGABRT is also the watchdog's."""
+    banner = "[box-3:5151] *** Process received signal ***\n[box-3:5151] Signal: Aborted (6)\n"
+    f = assess(_alone(banner, exit_code=134))
+    assert f.rule is not None and (f.category, f.rule.max_confidence < 0.9) == ("crash", True), f.rule
 
 
 @pytest.mark.parametrize(
