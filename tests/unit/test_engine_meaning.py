@@ -658,6 +658,74 @@ def test_an_abort_that_carries_a_wait_or_the_watchdog_is_that_echo_not_a_crash(l
     assert (f.role, f.category) == ("secondary", None), f.rule
 
 
+# A store's wait that gave up, in each store's words: gloo's file/hash/prefix stores, Horovod's HTTP store (its wait with
+# the seconds it waited, its requests that failed too many times), c10d's TCPStore (milliseconds, "keys:").
+STORE_GAVE_UP = [
+    "[gloo/rendezvous/hash_store.cc:77] Wait timeout for key(s): worker_7",
+    "[horovod/common/gloo/http_store.cc:57] Wait timeout after 45 seconds for key(s): 1, 2. You may want to increase "
+    "the timeout via HOROVOD_GLOO_TIMEOUT_SECONDS",
+    "[horovod/common/gloo/http_store.cc:57] Wait timeout after 1 second for key(s): rank_0",
+    "wait timeout after 120000ms, keys: /default_pg/0//cuda//3",
+    "[enforce fail at ../torch/csrc/distributed/c10d/TCPStore.cpp:212] Connection refused",
+]
+
+
+@pytest.mark.parametrize("what", STORE_GAVE_UP)
+@pytest.mark.parametrize("thrown", ["gloo::IoException", "c10::DistStoreError", "std::runtime_error"])
+def test_an_abort_whose_what_is_a_store_giving_up_is_that_echo(what: str, thrown: str) -> None:
+    """The process ends through std::terminate because its store gave up on keys the other ranks never set: the abort
+    is the store's echo, read from what the exception says (what()), not from the words of the abort."""
+    log = (
+        f"step 12 loss 0.8\nterminate called after throwing an instance of '{thrown}'\n  what():  {what}\n"
+        "*** SIGABRT received at time=1800000000 on cpu 2 ***\nPC: @ 0x7f0 (unknown) raise\n"
+    )
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_horovod_s_store_aborting_after_its_requests_failed_is_that_echo(method: str) -> None:
+    """Horovod's HTTP store retries each request, then logs that it is aborting and throws a bare "HTTP request
+    failed." that ends the process: the store (on the launcher's host) stopped answering."""
+    log = (
+        f"[1]<stderr>:[2026-11-27 10:00:01.5: E /tmp/horovod/common/gloo/http_store.cc:96] HTTP {method} request "
+        "failed too many times, aborting. See exception message above.\n"
+        "[1]<stderr>:terminate called after throwing an instance of 'std::runtime_error'\n"
+        "[1]<stderr>:  what():  HTTP request failed.\n"
+    )
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a crawler's or a client's own retries, a UI test's wait: no rendezvous store in them
+        "RuntimeError: Request failed too many times",
+        "TimeoutError: Wait timeout for selector #login to be visible",
+        "RuntimeError: Dialog wait timeout after 10000ms",
+    ],
+)
+def test_a_wait_or_retry_of_something_else_is_not_a_store(line: str) -> None:
+    f = assess(_alone(f'Traceback (most recent call last):\n  File "t.py", line 3\n{line}\n'))
+    assert f.secondary != "store", f.rule
+
+
+@pytest.mark.parametrize(
+    ("what", "category"),
+    [
+        ("std::bad_alloc", "host_oom"),
+        ("CUDA error: out of memory", "gpu_oom"),
+        ("basic_string::_M_construct null not valid", "crash"),
+        ("vector::_M_range_check: __n (which is 9) >= this->size() (which is 4)", "crash"),
+    ],
+)
+def test_an_abort_whose_what_is_its_own_failure_stays_that_failure(what: str, category: str) -> None:
+    log = f"terminate called after throwing an instance of 'std::exception'\n  what():  {what}\nAborted (core dumped)\n"
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("primary", category), f.rule
+
+
 @pytest.mark.parametrize(
     ("log", "category"),
     [
