@@ -305,13 +305,14 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     hit = lr.search(text) if lr is not None else None
     if lr is None or hit is None:
         return None
-    if lr.category == "crash" or (lr.category == "hang" and lr.weak):
+    a = text.rfind("\n", 0, hit.start()) + 1
+    b = text.find("\n", hit.end())
+    line = text[a : b if b >= 0 else len(text)].strip()
+    if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and _ABORT.search(line):
         carried = _carried_reading(text, rules)
         if carried is not None:
             return carried
-    a = text.rfind("\n", 0, hit.start()) + 1
-    b = text.find("\n", hit.end())
-    return lr, text[a : b if b >= 0 else len(text)].strip()
+    return lr, line
 
 
 # An abort that carries a message: a C++ exception's what() as std::terminate prints it ("terminate called after
@@ -327,6 +328,8 @@ _CARRIED = re.compile(
 # crash is that fault, whatever an exception said before it.
 _OWN_FAULT = re.compile(r"SIG(SEGV|ILL|FPE|BUS)\b|Segmentation fault|Illegal instruction|Floating point exception")
 ECHOES = ("timeout", "peer", "store", "teardown")
+# The line a crash rule read is the abort itself (not a fault named in words of its own, as a misaligned address is).
+_ABORT = re.compile(r"terminate|what\(\)|Check fail|abort|SIGABRT|signal:? ?6\b|Signal 6\b", re.I)
 
 
 def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
@@ -339,7 +342,9 @@ def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     for m in _CARRIED.finditer(text):
         said = next(g for g in m.groups() if g is not None).strip()
         r = rules.first_log_rule(said)
-        if r is None or r.category == "crash" or (r.category == "hang" and r.weak):
+        if r is not None and r.category == "crash":  # a crash in words of its own (an assert, a CUDA kernel's fault)
+            return None
+        if r is None or (r.category == "hang" and r.weak):
             r = rules.classify_message(said, exception_type_of(said))
         if r is None or r.weak or r.generic:
             continue

@@ -718,12 +718,25 @@ def test_a_wait_or_retry_of_something_else_is_not_a_store(line: str) -> None:
         ("CUDA error: out of memory", "gpu_oom"),
         ("basic_string::_M_construct null not valid", "crash"),
         ("vector::_M_range_check: __n (which is 9) >= this->size() (which is 4)", "crash"),
+        ("CUDA error: misaligned address", "crash"),
     ],
 )
 def test_an_abort_whose_what_is_its_own_failure_stays_that_failure(what: str, category: str) -> None:
     log = f"terminate called after throwing an instance of 'std::exception'\n  what():  {what}\nAborted (core dumped)\n"
     f = assess(_alone(log, exit_code=134))
     assert (f.role, f.category) == ("primary", category), f.rule
+
+
+def test_a_fault_of_its_own_is_not_read_from_an_echo_another_exception_carried() -> None:
+    """A kernel that cannot run as built, then a C++ exception whose what() is a store refusing: the fault is this
+    rank's (the store went with it), and the abort is how the fault ended, not a store's echo."""
+    log = (
+        "[E ProcessGroupNCCL.cpp:1] CUDA error: misaligned address\n"
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  [enforce fail at ../torch/csrc/distributed/c10d/TCPStore.cpp:212] Connection refused\n"
+    )
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("primary", "crash"), f.rule
 
 
 @pytest.mark.parametrize(
