@@ -667,6 +667,9 @@ STORE_GAVE_UP = [
     "[horovod/common/gloo/http_store.cc:57] Wait timeout after 1 second for key(s): rank_0",
     "wait timeout after 120000ms, keys: /default_pg/0//cuda//3",
     "[enforce fail at ../torch/csrc/distributed/c10d/TCPStore.cpp:212] Connection refused",
+    # c10d's FileStore, and PaddlePaddle's TCPStore client giving up on the master's store after its retries
+    "Wait timeout",
+    "(InvalidArgument) Network 10.2.3.4:6170 cannot be connected. [Hint: Expected sockfd > 0, but received -1.]",
 ]
 
 
@@ -694,6 +697,15 @@ def test_horovod_s_store_aborting_after_its_requests_failed_is_that_echo(method:
         "[1]<stderr>:  what():  HTTP request failed.\n"
     )
     f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+
+
+def test_paddle_s_store_client_giving_up_on_the_master_is_a_lost_store() -> None:
+    log = (
+        "Traceback (most recent call last):\n  File \"train.py\", line 4, in <module>\n"
+        "OSError: (InvalidArgument) Network trainer-0.svc:6170 cannot be connected.\n"
+    )
+    f = assess(_alone(log))
     assert (f.role, f.secondary) == ("secondary", "store"), f.rule
 
 
