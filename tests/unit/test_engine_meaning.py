@@ -700,6 +700,18 @@ def test_horovod_s_store_aborting_after_its_requests_failed_is_that_echo(method:
     assert (f.role, f.secondary) == ("secondary", "store"), f.rule
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: ('Read data from KVStore server failed.', URLError(ConnectionRefusedError(111, 'refused')))",
+        "RuntimeError: ('Put data input KVStore server failed.', HTTPError('http://10.0.0.1:3000/s/k', 503))",
+    ],
+)
+def test_horovod_s_runner_losing_its_key_value_store_is_a_lost_store(line: str) -> None:
+    f = assess(_alone(f'Traceback (most recent call last):\n  File "elastic.py", line 9, in reset\n{line}\n'))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+
+
 def test_paddle_s_store_client_giving_up_on_the_master_is_a_lost_store() -> None:
     log = (
         "Traceback (most recent call last):\n  File \"train.py\", line 4, in <module>\n"
