@@ -658,8 +658,8 @@ def test_an_abort_that_carries_a_wait_or_the_watchdog_is_that_echo_not_a_crash(l
     assert (f.role, f.category) == ("secondary", None), f.rule
 
 
-# A store's wait that gave up, in each store's words: gloo's file/hash/prefix stores, Horovod's HTTP store (its wait with
-# the seconds it waited, its requests that failed too many times), c10d's TCPStore (milliseconds, "keys:").
+# A store's wait that gave up, in each store's words: gloo's file/hash/prefix stores, Horovod's HTTP store (its wait
+# with the seconds it waited, its requests that failed too many times), c10d's TCPStore (milliseconds, "keys:").
 STORE_GAVE_UP = [
     "[gloo/rendezvous/hash_store.cc:77] Wait timeout for key(s): worker_7",
     "[horovod/common/gloo/http_store.cc:57] Wait timeout after 45 seconds for key(s): 1, 2. You may want to increase "
@@ -714,7 +714,7 @@ def test_horovod_s_runner_losing_its_key_value_store_is_a_lost_store(line: str) 
 
 def test_paddle_s_store_client_giving_up_on_the_master_is_a_lost_store() -> None:
     log = (
-        "Traceback (most recent call last):\n  File \"train.py\", line 4, in <module>\n"
+        'Traceback (most recent call last):\n  File "train.py", line 4, in <module>\n'
         "OSError: (InvalidArgument) Network trainer-0.svc:6170 cannot be connected.\n"
     )
     f = assess(_alone(log))
