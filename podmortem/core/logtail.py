@@ -307,7 +307,52 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
         return None
     a = text.rfind("\n", 0, hit.start()) + 1
     b = text.find("\n", hit.end())
-    return lr, text[a : b if b >= 0 else len(text)].strip()
+    line = text[a : b if b >= 0 else len(text)].strip()
+    if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and _ABORT.search(line):
+        carried = _carried_reading(text, rules)
+        if carried is not None:
+            return carried
+    return lr, line
+
+
+# An abort that carries a message: a C++ exception's what() as std::terminate prints it ("terminate called after
+# throwing an instance of 'X'" then "what():  TEXT", Ray's "Unhandled exception: X. what(): TEXT"), glog's and absl's
+# "Check failed: TEXT" and fatal (F) lines, and an error line saying the process is aborting (Horovod's store's
+# "E ...] HTTP GET request failed too many times, aborting"). What it carries says why the process aborted.
+_CARRIED = re.compile(
+    r"what\(\):\s+(\S[^\n]*)|Check failed: ([^\n]+)|^(?:\[rank\d+\]:\s?)?F\d{4} [^\]\n]{1,200}\] ([^\n]+)"
+    r"|^[^\n]{0,120}\bE[\d ][^\]\n]{0,200}\] ([^\n]*\baborting\b[^\n]*)",
+    re.M,
+)
+# A fault of the process's own that is not an abort (a segfault, an illegal instruction, a bus error, a divide): the
+# crash is that fault, whatever an exception said before it.
+_OWN_FAULT = re.compile(r"SIG(SEGV|ILL|FPE|BUS)\b|Segmentation fault|Illegal instruction|Floating point exception")
+ECHOES = ("timeout", "peer", "store", "teardown")
+# The line a crash rule read is the abort itself (not a fault named in words of its own, as a misaligned address is).
+_ABORT = re.compile(r"terminate|what\(\)|Check fail|abort|SIGABRT|signal:? ?6\b|Signal 6\b", re.I)
+
+
+def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
+    """An abort read by what it carries (see _CARRIED), as a plain message is read: when that is an echo (a store, a
+    peer, a timeout, a teardown), the abort is that echo; when it is a failure of a family of its own (an accelerator's
+    or the host's memory, a CUDA error), it is that family. None when it carries nothing the rules read so, or the
+    process faulted besides (_OWN_FAULT): then the abort stays the crash the log rules read."""
+    if ("what()" not in text and "Check failed" not in text and "aborting" not in text) or _OWN_FAULT.search(text):
+        return None
+    for m in _CARRIED.finditer(text):
+        said = next(g for g in m.groups() if g is not None).strip()
+        r = rules.first_log_rule(said)
+        if r is not None and r.category == "crash":  # a crash in words of its own (an assert, a CUDA kernel's fault)
+            return None
+        if r is None or (r.category == "hang" and r.weak):
+            r = rules.classify_message(said, exception_type_of(said))
+        if r is None or r.weak or r.generic:
+            continue
+        if r.secondary in ECHOES or (r.is_primary and r.category not in (None, "crash")):
+            a = text.rfind("\n", 0, m.start()) + 1
+            b = text.find("\n", m.end())
+            return r, text[a : b if b >= 0 else len(text)].strip()
+    return None
 
 
 def first_log_line(text: str, rules: RuleSet = DEFAULT_RULES) -> str:

@@ -32,6 +32,12 @@ def _read(log: str) -> tuple[str, str | None, str]:
     return f.role, f.category, f.rule.id if f.rule is not None else ""
 
 
+def _aborted(log: str) -> tuple[str, str | None, str | None, str]:
+    """How a member whose process aborted (exit code 134) with this tail is read: role, category, secondary, rule."""
+    f = assess(_alone(log, exit_code=134))
+    return f.role, f.category, f.secondary, f.rule.id if f.rule is not None else ""
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -656,6 +662,107 @@ def test_the_store_server_noting_its_clients_left_is_not_a_lost_store() -> None:
 def test_an_abort_that_carries_a_wait_or_the_watchdog_is_that_echo_not_a_crash(log: str) -> None:
     f = assess(_alone(log, exit_code=134))
     assert (f.role, f.category) == ("secondary", None), f.rule
+
+
+# A store's wait that gave up, in each store's words: gloo's file/hash/prefix stores, Horovod's HTTP store (its wait
+# with the seconds it waited, its requests that failed too many times), c10d's TCPStore (milliseconds, "keys:").
+STORE_GAVE_UP = [
+    "[gloo/rendezvous/hash_store.cc:77] Wait timeout for key(s): worker_7",
+    "[horovod/common/gloo/http_store.cc:57] Wait timeout after 45 seconds for key(s): 1, 2. You may want to increase "
+    "the timeout via HOROVOD_GLOO_TIMEOUT_SECONDS",
+    "[horovod/common/gloo/http_store.cc:57] Wait timeout after 1 second for key(s): rank_0",
+    "wait timeout after 120000ms, keys: /default_pg/0//cuda//3",
+    "[enforce fail at ../torch/csrc/distributed/c10d/TCPStore.cpp:212] Connection refused",
+    # c10d's FileStore, and PaddlePaddle's TCPStore client giving up on the master's store after its retries
+    "Wait timeout",
+    "(InvalidArgument) Network 10.2.3.4:6170 cannot be connected. [Hint: Expected sockfd > 0, but received -1.]",
+]
+
+
+@pytest.mark.parametrize("what", STORE_GAVE_UP)
+@pytest.mark.parametrize("thrown", ["gloo::IoException", "c10::DistStoreError", "std::runtime_error"])
+def test_an_abort_whose_what_is_a_store_giving_up_is_that_echo(what: str, thrown: str) -> None:
+    """The process ends through std::terminate because its store gave up on keys the other ranks never set: the abort
+    is the store's echo, read from what the exception says (what()), not from the words of the abort."""
+    log = (
+        f"step 12 loss 0.8\nterminate called after throwing an instance of '{thrown}'\n  what():  {what}\n"
+        "*** SIGABRT received at time=1800000000 on cpu 2 ***\nPC: @ 0x7f0 (unknown) raise\n"
+    )
+    assert _aborted(log)[::2] == ("secondary", "store")
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_horovod_s_store_aborting_after_its_requests_failed_is_that_echo(method: str) -> None:
+    """Horovod's HTTP store retries each request, then logs that it is aborting and throws a bare "HTTP request
+    failed." that ends the process: the store (on the launcher's host) stopped answering."""
+    log = (
+        f"[1]<stderr>:[2026-11-27 10:00:01.5: E /tmp/horovod/common/gloo/http_store.cc:96] HTTP {method} request "
+        "failed too many times, aborting. See exception message above.\n"
+        "[1]<stderr>:terminate called after throwing an instance of 'std::runtime_error'\n"
+        "[1]<stderr>:  what():  HTTP request failed.\n"
+    )
+    assert _aborted(log)[::2] == ("secondary", "store")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: ('Read data from KVStore server failed.', URLError(ConnectionRefusedError(111, 'refused')))",
+        "RuntimeError: ('Put data input KVStore server failed.', HTTPError('http://10.0.0.1:3000/s/k', 503))",
+    ],
+)
+def test_horovod_s_runner_losing_its_key_value_store_is_a_lost_store(line: str) -> None:
+    f = assess(_alone(f'Traceback (most recent call last):\n  File "elastic.py", line 9, in reset\n{line}\n'))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+
+
+def test_paddle_s_store_client_giving_up_on_the_master_is_a_lost_store() -> None:
+    log = (
+        'Traceback (most recent call last):\n  File "train.py", line 4, in <module>\n'
+        "OSError: (InvalidArgument) Network trainer-0.svc:6170 cannot be connected.\n"
+    )
+    f = assess(_alone(log))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a crawler's or a client's own retries, a UI test's wait: no rendezvous store in them
+        "RuntimeError: Request failed too many times",
+        "TimeoutError: Wait timeout for selector #login to be visible",
+        "RuntimeError: Dialog wait timeout after 10000ms",
+    ],
+)
+def test_a_wait_or_retry_of_something_else_is_not_a_store(line: str) -> None:
+    f = assess(_alone(f'Traceback (most recent call last):\n  File "t.py", line 3\n{line}\n'))
+    assert f.secondary != "store", f.rule
+
+
+@pytest.mark.parametrize(
+    ("what", "category"),
+    [
+        ("std::bad_alloc", "host_oom"),
+        ("CUDA error: out of memory", "gpu_oom"),
+        ("basic_string::_M_construct null not valid", "crash"),
+        ("vector::_M_range_check: __n (which is 9) >= this->size() (which is 4)", "crash"),
+        ("CUDA error: misaligned address", "crash"),
+    ],
+)
+def test_an_abort_whose_what_is_its_own_failure_stays_that_failure(what: str, category: str) -> None:
+    log = f"terminate called after throwing an instance of 'std::exception'\n  what():  {what}\nAborted (core dumped)\n"
+    assert _aborted(log)[:2] == ("primary", category)
+
+
+def test_a_fault_of_its_own_is_not_read_from_an_echo_another_exception_carried() -> None:
+    """A kernel that cannot run as built, then a C++ exception whose what() is a store refusing: the fault is this
+    rank's (the store went with it), and the abort is how the fault ended, not a store's echo."""
+    log = (
+        "[E ProcessGroupNCCL.cpp:1] CUDA error: misaligned address\n"
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  [enforce fail at ../torch/csrc/distributed/c10d/TCPStore.cpp:212] Connection refused\n"
+    )
+    assert _aborted(log)[:2] == ("primary", "crash")
 
 
 @pytest.mark.parametrize(
