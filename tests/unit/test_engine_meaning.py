@@ -777,3 +777,101 @@ def test_a_family_s_words_before_the_failure_s_last_line(text: str, category: st
 
 def test_a_pinned_host_allocation_out_of_memory_is_not_the_device_s() -> None:
     assert _read("F0101 10:00:00.000001 42 buffer.cc:3] cudaMallocHost out of memory errno:2\n")[1] != "gpu_oom"
+
+
+def _cap(log: str) -> float:
+    f = assess(_alone(log))
+    assert f.rule is not None
+    return f.rule.max_confidence
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory",
+        "OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or directory",
+        "python3: error while loading shared libraries: libibverbs.so.1: cannot open shared object file: No such file",
+        "RuntimeError: dlopen libnccl-net.so failed: libnccl-net.so: cannot open shared object file",
+    ],
+)
+def test_a_driver_s_or_node_s_library_that_cannot_be_opened_is_the_platform_s(line: str) -> None:
+    assert _read(f"{line}\n")[:2] == ("primary", "infra")
+    assert _cap(f"{line}\n") >= 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ImportError: /root/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: cannot open shared object"
+        " file: No such file or directory",
+        "OSError: libcudnn.so.8: cannot open shared object file: No such file or directory",
+        "./train_bin: error while loading shared libraries: libopenblas.so.0: cannot open shared object file: No such"
+        " file or directory",
+        "OSError: /usr/local/lib/libmyops.so: undefined symbol: _ZN2at4_ops5zeros4callEv",
+    ],
+)
+def test_a_library_the_image_ships_that_cannot_be_loaded_is_the_image_s_below_certainty(line: str) -> None:
+    log = f'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n{line}\n'
+    assert _read(log)[:2] == ("primary", "user_code")
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ssh: connect to host 10.1.2.3 port 22: No route to host",
+        "ssh: connect to host worker-3 port 2222: Network is unreachable",
+    ],
+)
+def test_a_launcher_s_ssh_with_no_route_to_its_host_names_the_network(line: str) -> None:
+    log = f"{line}\nsubprocess.CalledProcessError: Command 'ssh worker-3 hostname -I' returned non-zero exit status 255.\n"
+    assert _read(log)[:2] == ("primary", "network")
+
+
+def test_a_launcher_s_ssh_refused_by_its_host_stays_the_host_s_access_set_up() -> None:
+    log = "ssh: connect to host worker-3 port 22: Connection refused\npdsh@w-0: worker-3: ssh exited with exit code 255\n"
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "RuntimeError: CUDA error: initialization error\n",
+        "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: initialization error\n",
+        "torch.cuda.DeferredCudaCallError: CUDA call failed lazily at initialization with error: CUDA error:"
+        " initialization error\n",
+    ],
+)
+def test_cuda_s_initialization_error_is_driver_state_or_cuda_across_fork_below_certainty(log: str) -> None:
+    assert _read(log)[0] == "primary"
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "HTTP Error 429 thrown while requesting GET https://hub.example/api/models/a/b/tree/main\n"
+        "Rate limited. Waiting 207.0s before retry [Retry 1/5].\n",
+        "HTTP Error 503 thrown while requesting HEAD https://hub.example/a/b/resolve/main/config.json\n"
+        "Retrying in 8s [Retry 3/5].\n",
+    ],
+)
+def test_a_model_hub_refusing_while_the_client_retries_is_the_remote_endpoint(log: str) -> None:
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ImportError: /opt/venv/lib/python3.10/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so:"
+        " undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        "RuntimeError: Failed to import transformers.models.llama.modeling_llama because of the following error:\n"
+        "/usr/lib/python3/dist-packages/apex/fused_layer_norm_cuda.cpython-38-x86_64-linux-gnu.so: undefined symbol:"
+        " _ZNK2at6Tensor7is_cudaEv",
+        "OSError: /venv/lib/python3.11/site-packages/xformers/_C.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev",
+    ],
+)
+def test_a_python_extension_built_against_another_torch_is_the_image_s_packages(line: str) -> None:
+    log = f'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n{line}\n'
+    assert _read(log)[:2] == ("primary", "user_code")
+    assert _cap(log) >= 0.9
