@@ -875,3 +875,50 @@ def test_a_python_extension_built_against_another_torch_is_the_image_s_packages(
     log = f'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n{line}\n'
     assert _read(log)[:2] == ("primary", "user_code")
     assert _cap(log) >= 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Memory access fault by GPU node-2 (Agent handle: 0x55d0c1a0) on address 0x7f3a0000. Reason: Page not present"
+        " or supervisor privilege.",
+        "Memory access fault by GPU **node-4** on address 0x422ea6b000. Reason: Unknown.",
+        "Memory access fault by GPU node-1 on address 0x1000. Reason: Write access to a read-only page.",
+    ],
+)
+def test_a_rocm_gpu_page_fault_read_through_the_abort_it_causes_is_the_device_s(line: str) -> None:
+    log = f"{line}\n*** Aborted at 1500432842 (unix time) try \"date -d @1500432842\" if you are using GNU date ***\n"
+    log += "*** SIGABRT (@0x9ec) received by PID 2540 (TID 0x7f642c526700) from PID 2540; stack trace: ***\n"
+    assert _read(log)[:2] == ("primary", "hardware")
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "h1:7:9 [0] transport.cc:154 NCCL WARN Cuda failure 'invalid argument'",
+        "h1:7:9 [2] transport/net.cc:700 NCCL WARN Cuda failure 1 'invalid argument'",
+        "h1:7:9 [1] transport/coll_net.cc:300 NCCL WARN Cuda failure 'invalid device pointer'",
+    ],
+)
+def test_a_cuda_call_failing_while_nccl_connects_its_transports_is_the_node_s(line: str) -> None:
+    log = f"{line}\nh1:7:11 [0] proxy.cc:1485 NCCL WARN [Service thread] Error encountered progressing operation=Connect\n"
+    assert _read(log)[:2] == ("primary", "infra")
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "[Error]: The execution of the internal task times out.",
+        "[ERROR] RUNTIME(77,python):2031-01-02-03:04:05.1 The execution of the internal task times out. Rectify the fault",
+    ],
+)
+def test_an_npu_runtime_s_task_timeout_under_its_carrier_exception_is_a_timeout(reason: str) -> None:
+    log = (
+        "RuntimeError: npuSynchronizeDevice:build/x.cpp:479 NPU function error: AclrtSynchronizeDeviceWithTimeout,"
+        " error code is 507048\n[ERROR] 2031-01-02-03:04:05 (PID:7, Device:0, RankID:8) ERR00100 PTA call acl api"
+        f" failed\n{reason}\n"
+    )
+    f = assess(_alone(log))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
