@@ -922,3 +922,13 @@ def test_an_npu_runtime_s_task_timeout_under_its_carrier_exception_is_a_timeout(
     )
     f = assess(_alone(log))
     assert (f.role, f.secondary) == ("secondary", "timeout")
+
+
+def test_a_hub_retry_warning_says_less_than_the_program_s_own_error() -> None:
+    """huggingface_hub prints its backoff warning in runs whose retry then succeeds: the pod's own error says more."""
+    log = (
+        "HTTP Error 429 thrown while requesting GET https://hub.example/api/models/a/b/tree/main\n"
+        'Traceback (most recent call last):\n  File "t.py", line 9, in <module>\n'
+        "ValueError: batch_size must be divisible by the number of devices\n"
+    )
+    assert _read(log)[:2] == ("primary", "user_code")
