@@ -824,12 +824,14 @@ def test_a_library_the_image_ships_that_cannot_be_loaded_is_the_image_s_below_ce
     ],
 )
 def test_a_launcher_s_ssh_with_no_route_to_its_host_names_the_network(line: str) -> None:
-    log = f"{line}\nsubprocess.CalledProcessError: Command 'ssh worker-3 hostname -I' returned non-zero exit status 255.\n"
+    log = f"{line}\nsubprocess.CalledProcessError: Command 'ssh w-3 hostname -I' returned non-zero exit status 255.\n"
     assert _read(log)[:2] == ("primary", "network")
 
 
 def test_a_launcher_s_ssh_refused_by_its_host_stays_the_host_s_access_set_up() -> None:
-    log = "ssh: connect to host worker-3 port 22: Connection refused\npdsh@w-0: worker-3: ssh exited with exit code 255\n"
+    log = (
+        "ssh: connect to host worker-3 port 22: Connection refused\npdsh@w-0: worker-3: ssh exited with exit code 255\n"
+    )
     assert _read(log)[:2] == ("primary", "infra")
 
 
@@ -887,7 +889,7 @@ def test_a_python_extension_built_against_another_torch_is_the_image_s_packages(
     ],
 )
 def test_a_rocm_gpu_page_fault_read_through_the_abort_it_causes_is_the_device_s(line: str) -> None:
-    log = f"{line}\n*** Aborted at 1500432842 (unix time) try \"date -d @1500432842\" if you are using GNU date ***\n"
+    log = f'{line}\n*** Aborted at 1500432842 (unix time) try "date -d @1500432842" if you are using GNU date ***\n'
     log += "*** SIGABRT (@0x9ec) received by PID 2540 (TID 0x7f642c526700) from PID 2540; stack trace: ***\n"
     assert _read(log)[:2] == ("primary", "hardware")
     assert _cap(log) < 0.9
@@ -902,7 +904,9 @@ def test_a_rocm_gpu_page_fault_read_through_the_abort_it_causes_is_the_device_s(
     ],
 )
 def test_a_cuda_call_failing_while_nccl_connects_its_transports_is_the_node_s(line: str) -> None:
-    log = f"{line}\nh1:7:11 [0] proxy.cc:1485 NCCL WARN [Service thread] Error encountered progressing operation=Connect\n"
+    log = (
+        f"{line}\nh1:7:11 [0] proxy.cc:1485 NCCL WARN [Service thread] Error encountered progressing operation=Connect"
+    )
     assert _read(log)[:2] == ("primary", "infra")
     assert _cap(log) < 0.9
 
@@ -911,7 +915,7 @@ def test_a_cuda_call_failing_while_nccl_connects_its_transports_is_the_node_s(li
     "reason",
     [
         "[Error]: The execution of the internal task times out.",
-        "[ERROR] RUNTIME(77,python):2031-01-02-03:04:05.1 The execution of the internal task times out. Rectify the fault",
+        "[ERROR] RUNTIME(77,python):2031-01-02-03:04:05.1 The execution of the internal task times out. Rectify it",
     ],
 )
 def test_an_npu_runtime_s_task_timeout_under_its_carrier_exception_is_a_timeout(reason: str) -> None:
