@@ -936,3 +936,19 @@ def test_a_hub_retry_warning_says_less_than_the_program_s_own_error() -> None:
         "ValueError: batch_size must be divisible by the number of devices\n"
     )
     assert _read(log)[:2] == ("primary", "user_code")
+
+
+@pytest.mark.parametrize(
+    ("log", "category"),
+    [
+        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n", "infra"),
+        (
+            "THCudaCheck FAIL file=THCStream.cpp line=40 error=46 : all CUDA-capable devices are busy or unavailable\n",
+            "infra",
+        ),
+        # a server's or a queue's words are not the GPU's
+        ("WARNING: the metrics server is busy or unavailable, retrying\nKeyError: 'label'\n", "user_code"),
+    ],
+)
+def test_devices_busy_or_unavailable_are_the_cuda_runtime_s_words_only(log: str, category: str) -> None:
+    assert _read(log)[:2] == ("primary", category)
