@@ -884,3 +884,178 @@ def test_a_family_s_words_before_the_failure_s_last_line(text: str, category: st
 
 def test_a_pinned_host_allocation_out_of_memory_is_not_the_device_s() -> None:
     assert _read("F0101 10:00:00.000001 42 buffer.cc:3] cudaMallocHost out of memory errno:2\n")[1] != "gpu_oom"
+
+
+def _cap(log: str) -> float:
+    f = assess(_alone(log))
+    assert f.rule is not None
+    return f.rule.max_confidence
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory",
+        "OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or directory",
+        "python3: error while loading shared libraries: libibverbs.so.1: cannot open shared object file: No such file",
+        "RuntimeError: dlopen libnccl-net.so failed: libnccl-net.so: cannot open shared object file",
+    ],
+)
+def test_a_driver_s_or_node_s_library_that_cannot_be_opened_is_the_platform_s(line: str) -> None:
+    assert _read(f"{line}\n")[:2] == ("primary", "infra")
+    assert _cap(f"{line}\n") >= 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ImportError: /root/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: cannot open shared object"
+        " file: No such file or directory",
+        "OSError: libcudnn.so.8: cannot open shared object file: No such file or directory",
+        "./train_bin: error while loading shared libraries: libopenblas.so.0: cannot open shared object file: No such"
+        " file or directory",
+        "OSError: /usr/local/lib/libmyops.so: undefined symbol: _ZN2at4_ops5zeros4callEv",
+    ],
+)
+def test_a_library_the_image_ships_that_cannot_be_loaded_is_the_image_s_below_certainty(line: str) -> None:
+    log = f'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n{line}\n'
+    assert _read(log)[:2] == ("primary", "user_code")
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ssh: connect to host 10.1.2.3 port 22: No route to host",
+        "ssh: connect to host worker-3 port 2222: Network is unreachable",
+    ],
+)
+def test_a_launcher_s_ssh_with_no_route_to_its_host_names_the_network(line: str) -> None:
+    log = f"{line}\nsubprocess.CalledProcessError: Command 'ssh w-3 hostname -I' returned non-zero exit status 255.\n"
+    assert _read(log)[:2] == ("primary", "network")
+
+
+def test_a_launcher_s_ssh_refused_by_its_host_stays_the_host_s_access_set_up() -> None:
+    log = (
+        "ssh: connect to host worker-3 port 22: Connection refused\npdsh@w-0: worker-3: ssh exited with exit code 255\n"
+    )
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "RuntimeError: CUDA error: initialization error\n",
+        "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: initialization error\n",
+        "torch.cuda.DeferredCudaCallError: CUDA call failed lazily at initialization with error: CUDA error:"
+        " initialization error\n",
+    ],
+)
+def test_cuda_s_initialization_error_is_driver_state_or_cuda_across_fork_below_certainty(log: str) -> None:
+    assert _read(log)[0] == "primary"
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "HTTP Error 429 thrown while requesting GET https://hub.example/api/models/a/b/tree/main\n"
+        "Rate limited. Waiting 207.0s before retry [Retry 1/5].\n",
+        "HTTP Error 503 thrown while requesting HEAD https://hub.example/a/b/resolve/main/config.json\n"
+        "Retrying in 8s [Retry 3/5].\n",
+    ],
+)
+def test_a_model_hub_refusing_while_the_client_retries_is_the_remote_endpoint(log: str) -> None:
+    assert _read(log)[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ImportError: /opt/venv/lib/python3.10/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so:"
+        " undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        "RuntimeError: Failed to import transformers.models.llama.modeling_llama because of the following error:\n"
+        "/usr/lib/python3/dist-packages/apex/fused_layer_norm_cuda.cpython-38-x86_64-linux-gnu.so: undefined symbol:"
+        " _ZNK2at6Tensor7is_cudaEv",
+        "OSError: /venv/lib/python3.11/site-packages/xformers/_C.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev",
+    ],
+)
+def test_a_python_extension_built_against_another_torch_is_the_image_s_packages(line: str) -> None:
+    log = f'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n{line}\n'
+    assert _read(log)[:2] == ("primary", "user_code")
+    assert _cap(log) >= 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Memory access fault by GPU node-2 (Agent handle: 0x55d0c1a0) on address 0x7f3a0000. Reason: Page not present"
+        " or supervisor privilege.",
+        "Memory access fault by GPU **node-4** on address 0x422ea6b000. Reason: Unknown.",
+        "Memory access fault by GPU node-1 on address 0x1000. Reason: Write access to a read-only page.",
+    ],
+)
+def test_a_rocm_gpu_page_fault_read_through_the_abort_it_causes_is_the_device_s(line: str) -> None:
+    log = f'{line}\n*** Aborted at 1500432842 (unix time) try "date -d @1500432842" if you are using GNU date ***\n'
+    log += "*** SIGABRT (@0x9ec) received by PID 2540 (TID 0x7f642c526700) from PID 2540; stack trace: ***\n"
+    assert _read(log)[:2] == ("primary", "hardware")
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "h1:7:9 [0] transport.cc:154 NCCL WARN Cuda failure 'invalid argument'",
+        "h1:7:9 [2] transport/net.cc:700 NCCL WARN Cuda failure 1 'invalid argument'",
+        "h1:7:9 [1] transport/coll_net.cc:300 NCCL WARN Cuda failure 'invalid device pointer'",
+    ],
+)
+def test_a_cuda_call_failing_while_nccl_connects_its_transports_is_the_node_s(line: str) -> None:
+    log = (
+        f"{line}\nh1:7:11 [0] proxy.cc:1485 NCCL WARN [Service thread] Error encountered progressing operation=Connect"
+    )
+    assert _read(log)[:2] == ("primary", "infra")
+    assert _cap(log) < 0.9
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "[Error]: The execution of the internal task times out.",
+        "[ERROR] RUNTIME(77,python):2031-01-02-03:04:05.1 The execution of the internal task times out. Rectify it",
+    ],
+)
+def test_an_npu_runtime_s_task_timeout_under_its_carrier_exception_is_a_timeout(reason: str) -> None:
+    log = (
+        "RuntimeError: npuSynchronizeDevice:build/x.cpp:479 NPU function error: AclrtSynchronizeDeviceWithTimeout,"
+        " error code is 507048\n[ERROR] 2031-01-02-03:04:05 (PID:7, Device:0, RankID:8) ERR00100 PTA call acl api"
+        f" failed\n{reason}\n"
+    )
+    f = assess(_alone(log))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+
+
+def test_a_hub_retry_warning_says_less_than_the_program_s_own_error() -> None:
+    """huggingface_hub prints its backoff warning in runs whose retry then succeeds: the pod's own error says more."""
+    log = (
+        "HTTP Error 429 thrown while requesting GET https://hub.example/api/models/a/b/tree/main\n"
+        'Traceback (most recent call last):\n  File "t.py", line 9, in <module>\n'
+        "ValueError: batch_size must be divisible by the number of devices\n"
+    )
+    assert _read(log)[:2] == ("primary", "user_code")
+
+
+@pytest.mark.parametrize(
+    ("log", "category"),
+    [
+        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n", "infra"),
+        (
+            "THCudaCheck FAIL file=THCStream.cpp line=40 error=46 : all CUDA-capable devices are busy or unavailable\n",
+            "infra",
+        ),
+        # a server's or a queue's words are not the GPU's
+        ("WARNING: the metrics server is busy or unavailable, retrying\nKeyError: 'label'\n", "user_code"),
+    ],
+)
+def test_devices_busy_or_unavailable_are_the_cuda_runtime_s_words_only(log: str, category: str) -> None:
+    assert _read(log)[:2] == ("primary", category)

@@ -137,12 +137,7 @@ COVERAGE_FLOORS = {
 
 @pytest.mark.parametrize(
     "split",
-    [
-        *["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7"],
-        # log.environment reaches 0.9 on fresh8 and is wrong there (its category reading is another change's part):
-        # strict, so the mark goes once that reading is right
-        pytest.param("fresh8", marks=pytest.mark.xfail(strict=True, reason="log.environment is wrong at 0.9")),
-    ],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 9))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)

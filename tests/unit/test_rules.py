@@ -438,7 +438,9 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
         ("Warning  Evicted  pod/w-2  The node had condition: [MemoryPressure].", "host_oom"),
         ("failed to write shard: os error 28", "infra"),
         ("write checkpoint: ENOSPC", "infra"),
-        ("python: error while loading shared libraries: libnccl.so.2: cannot open", "infra"),
+        # NCCL ships in the image (the CUDA base image, the nvidia-nccl wheel): the image's packages, not the node's
+        ("python: error while loading shared libraries: libnccl.so.2: cannot open", "user_code"),
+        ("python: error while loading shared libraries: libcuda.so.1: cannot open", "infra"),
         ("h1:7:9 [0] NCCL WARN NET/OFI Request completed with error. RC: -5", "network"),
         ("torch.OutOfMemoryError: Tried to allocate 1.50 GiB. GPU 2 has a total capacity of 79 GiB", "gpu_oom"),
         ("RuntimeError: No CUDA GPUs are available", "infra"),
