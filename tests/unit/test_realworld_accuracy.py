@@ -47,7 +47,10 @@ FLOORS = {
     "fresh7": (0.93, 0.94, 0.95),
     # scored once, blind, at c2239c5: 0.83 / 0.76 / 0.88 (n=147; docs/engine.md, "fresh8's one scoring"); a development
     # set since: provisional floors below its figures after the rules written from its misses
-    "fresh8": (0.94, 0.83, 0.88),
+    "fresh8": (0.93, 0.95, 0.95),
+    # scored once, blind, at a804d2d: 0.88 / 0.90 / 0.96 (n=141; docs/engine.md, "fresh9's one scoring"), the last
+    # blind figure of the engine as it stands; floors below it
+    "fresh9": (0.85, 0.87, 0.93),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -85,9 +88,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize(
-    "split", ["train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8"]
-)
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 10))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -119,8 +120,8 @@ RULE_PRECISION_FLOOR = 0.99
 # fresh5: provisional, below its coverage after the seventh round (docs/engine.md); fresh6 scored once, blind, at
 # 4c770d9: 90/183 = 0.49 (87 right), provisional below its coverage after the rules written from its misses; fresh7
 # scored once, blind, at eb3c449: 61/138 = 0.44 (56 right), provisional below its coverage after the same; fresh8
-# scored once, blind, at c2239c5: 76/147 = 0.52 (66 right), provisional below its coverage after the same, less the
-# verdicts of log.environment, whose 0.9 on it is wrong (the precision test below marks it)
+# scored once, blind, at c2239c5: 76/147 = 0.52 (66 right), provisional below its coverage after the same (90/147);
+# fresh9 scored once, blind, at a804d2d: 84/141 = 0.60, all right, below it
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -131,13 +132,14 @@ COVERAGE_FLOORS = {
     "fresh5": 0.50,
     "fresh6": 0.50,
     "fresh7": 0.53,
-    "fresh8": 0.55,
+    "fresh8": 0.58,
+    "fresh9": 0.57,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 9))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 10))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
