@@ -180,9 +180,10 @@ def _reports_own_crash(text: str, report: LauncherReport | None) -> bool:
     return m is not None and f"[{m.group(2)}:{m.group(1)}] *** Process received signal" in text
 
 
-def _line_at(text: str, at: int) -> str:
+def _line_at(text: str, at: int, end: int | None = None) -> str:
+    """The line of `text` holding offset `at` (through the line holding `end`, for a match that spans lines)."""
     a = text.rfind("\n", 0, at) + 1
-    b = text.find("\n", at)
+    b = text.find("\n", at if end is None else end)
     return text[a : b if b >= 0 else len(text)].strip()
 
 
@@ -305,9 +306,7 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     hit = lr.search(text) if lr is not None else None
     if lr is None or hit is None:
         return None
-    a = text.rfind("\n", 0, hit.start()) + 1
-    b = text.find("\n", hit.end())
-    line = text[a : b if b >= 0 else len(text)].strip()
+    line = _line_at(text, hit.start(), hit.end())
     if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and _ABORT.search(line):
         carried = _carried_reading(text, rules)
         if carried is not None:
@@ -349,9 +348,7 @@ def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
         if r is None or r.weak or r.generic:
             continue
         if r.secondary in ECHOES or (r.is_primary and r.category not in (None, "crash")):
-            a = text.rfind("\n", 0, m.start()) + 1
-            b = text.find("\n", m.end())
-            return r, text[a : b if b >= 0 else len(text)].strip()
+            return r, _line_at(text, m.start(), m.end())
     return None
 
 
