@@ -151,7 +151,7 @@ def _error_rule(member: Member, rules: RuleSet) -> Rule | None:
     return rules.classify_message(err.message, err.exception_type)
 
 
-def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | None) -> list[_Cand]:
+def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_rule: Rule | None) -> list[_Cand]:
     """Classified observations of one member, most specific source first."""
     out: list[_Cand] = []
     err = member.error
@@ -222,7 +222,7 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
         # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence;
         # one whose own detail (the lines after it) is an echo's words carries that echo (torch_npu's "NPU function
         # error: ..., error code is N" and the runtime's reason printed under it).
-        if r is not None and not (r.generic and (log.stopped_first or _carries_echo(member, exc, log))):
+        if r is not None and not (r.generic and (log.stopped_first or _carries_echo(text, exc, log))):
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
     if log.log_rule is not None:
         # The launcher stopping the other workers after one of this pod's own exited non-zero is the
@@ -256,15 +256,14 @@ def _candidates(member: Member, log: LogFacts, rules: RuleSet, err_rule: Rule | 
     return out
 
 
-def _carries_echo(member: Member, exc: str, log: LogFacts) -> bool:
-    """The exception line `exc` is of a carrier class (not a program error: PROGRAM_ERRORS) and the log's echo words
-    (a timeout, a lost peer or store) follow it within its own detail: DETAIL_LINES at most, before any other traceback,
-    and printed by the same process (no other rank's prefix)."""
+def _carries_echo(text: str, exc: str, log: LogFacts) -> bool:
+    """The exception line `exc` of the member's output `text` (`log_text`) is of a carrier class (not a program error:
+    PROGRAM_ERRORS) and the log's echo words (a timeout, a lost peer or store) follow it within its own detail:
+    DETAIL_LINES at most, before any other traceback, and printed by the same process (no other rank's prefix)."""
     if log.log_rule is None or log.log_rule[0].secondary not in ("timeout", "peer", "store"):
         return False
     if exception_type_of(exc).rsplit(".", 1)[-1] in PROGRAM_ERRORS:
         return False
-    text = log_text(member)
     at = text.find(exc)
     echo = text.find(log.log_rule[1], at + len(exc)) if at >= 0 else -1
     if echo < 0:
@@ -290,13 +289,6 @@ def log_text(member: Member) -> str:
     messages = [t.message for t in (member.termination,) if t is not None and t.message.strip()]
     extra = [m for m in messages if m.strip() not in tail]
     return "\n".join([tail, *extra]) if tail else "\n".join(extra)
-
-
-def _is_clean(member: Member) -> bool:
-    t = member.termination
-    if t is not None and t.exit_code == 0:
-        return True
-    return member.phase == "Succeeded" and (t is None or t.exit_code in (None, 0))
 
 
 def _pick(cands: Sequence[_Cand]) -> _Cand | None:
@@ -405,7 +397,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     so that a cascade of thousands of victims stays cheap. `decide` asks again for the logs of members
     that timed out when it has to find a silent (hung) rank among them.
     """
-    if _is_clean(member):
+    if member.succeeded:
         return Finding(member, "clean", evidence=(f"{member.pod}: exited 0",))
     err_rule = _error_rule(member, rules)
     # An error file that already shows the member died of a peer: its log adds nothing decisive.
@@ -416,7 +408,7 @@ def assess(member: Member, rules: RuleSet = DEFAULT_RULES, full_log: bool | None
     else:
         full = full_log
     log = parse_log(text, time_hint(member), rules, full) if text else LogFacts()
-    cands = _candidates(member, log, rules, err_rule)
+    cands = _candidates(member, text, log, rules, err_rule)
     cand = _pick(cands)
     report_rule = _report_rule(log.report, rules)
     if (
