@@ -430,19 +430,10 @@ def _choose_reported(
     rep = min(reports, key=_waited_first)
     report = rep.report
     assert report is not None
-    pods = {f.member.pod: f for f in findings}
-    on_node = Counter(f.member.node for f in findings if f.member.node)
-    by_node = {f.member.node: f for f in findings if f.member.node and on_node[f.member.node] == 1}
+    hosts = _Hosts.of(findings)
     owner = _rank_owners(findings, assume_node_ranks=False).get(report.rank) if report.rank is not None else None
     host = report.host
-    by_ip = {f.member.pod_ip: f for f in findings if f.member.pod_ip}
-    found = (
-        pods.get(owner or "")
-        or pods.get(host)
-        or pods.get(host.split(".", 1)[0])
-        or by_node.get(host)
-        or by_ip.get(host)
-    )
+    found = hosts.by_name.get(owner or "") or hosts.find(host)
     if found is None and placed_only:
         return None
     root = found or rep
@@ -906,24 +897,49 @@ def _behind_in_sequence(timeouts: Sequence[Finding]) -> str | None:
 def _named(findings: Sequence[Finding], failed: Sequence[Finding]) -> Counter[str]:
     """How many victims name each pod as the peer they lost or waited for: by its address, its host name (a pod's
     host name is its name), or a global rank it hosts. Each victim counts once per pod it names; itself never."""
-    by_ip: dict[str, str] = {f.member.pod_ip: f.member.pod for f in findings if f.member.pod_ip}
-    by_name: dict[str, str] = {f.member.pod: f.member.pod for f in findings}
-    pods_on: Counter[str] = Counter(f.member.node for f in findings if f.member.node)
-    by_node = {f.member.node: f.member.pod for f in findings if f.member.node and pods_on[f.member.node] == 1}
+    hosts = _Hosts.of(findings)
     by_rank = _rank_owners(findings)
     named: Counter[str] = Counter()
     for f in failed:
         if not (f.named_ips or f.named_hosts or f.named_ranks):
             continue
-        pods = {by_ip.get(ip) for ip in f.named_ips}
+        pods = {hosts.by_ip[ip].member.pod if ip in hosts.by_ip else None for ip in f.named_ips}
         for host in f.named_hosts:
-            label = host.split(".", 1)[0]
-            pods.add(by_ip.get(host) or by_name.get(host) or by_name.get(label) or by_node.get(host))
+            found = hosts.find(host)
+            pods.add(found.member.pod if found is not None else None)
         pods.update(by_rank.get(rank) for rank in f.named_ranks)
         for pod in pods:
             if pod is not None and pod != f.member.pod:
                 named[pod] += 1
     return named
+
+
+@dataclass(frozen=True)
+class _Hosts:
+    """The members a host string can name: by its pod's address, its pod's name (a pod's host name is its name, also
+    before the first dot of a qualified one), or the node it alone runs on."""
+
+    by_ip: dict[str, Finding]
+    by_name: dict[str, Finding]
+    by_node: dict[str, Finding]
+
+    @classmethod
+    def of(cls, findings: Sequence[Finding]) -> _Hosts:
+        pods_on: Counter[str] = Counter(f.member.node for f in findings if f.member.node)
+        return cls(
+            {f.member.pod_ip: f for f in findings if f.member.pod_ip},
+            {f.member.pod: f for f in findings},
+            {f.member.node: f for f in findings if f.member.node and pods_on[f.member.node] == 1},
+        )
+
+    def find(self, host: str) -> Finding | None:
+        """The member `host` names, or None."""
+        return (
+            self.by_ip.get(host)
+            or self.by_name.get(host)
+            or self.by_name.get(host.split(".", 1)[0])
+            or self.by_node.get(host)
+        )
 
 
 def _rank_owners(findings: Sequence[Finding], assume_node_ranks: bool = True) -> dict[int, str]:
