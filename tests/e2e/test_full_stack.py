@@ -10,24 +10,20 @@ a job condition next to the controller's own, and Warning Events — and `kubect
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support.api_sidecars import api_sidecars
 from support.common import GLOO_PEER, eventually
 from support.kube_emulator import PODS, PYTORCHJOBS, EmulatorHandle
 from support.kube_objects import CONTROLLER_CONDITIONS, JOB, NS, seed_pytorchjob, terminated
 
 from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
-from podmortem.k8s.backoff import Backoff
-from podmortem.sidecar import config, running
-from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
 ROOT = "mixtral-cpt-worker-1"
 
@@ -36,28 +32,6 @@ def error_doc(message: str, ts: int) -> str:
     return json.dumps(
         {"message": {"message": message, "extraInfo": {"py_callstack": "tb", "timestamp": str(ts)}, "errorCode": 1}}
     )
-
-
-@contextlib.asynccontextmanager
-async def sidecars(api: EmulatorHandle, pods: list[str], port: int, tmp_path: Path) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    tasks = []
-    for pod in pods:
-        env = {
-            "POD_NAME": pod, "POD_NAMESPACE": NS, "TORCHELASTIC_ERROR_FILE": str(tmp_path / pod / "error.json"),
-            "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}", "PODMORTEM_JOB_NAME": JOB, "PODMORTEM_JOB_KIND": "PyTorchJob",
-            "PODMORTEM_POD_SOURCE": "api",
-        }  # fmt: skip
-        source = OwnPod(ApiEndpoint(api.url, token=api.emulator.token), NS, pod)
-        tasks.append(asyncio.create_task(running.serve(
-            config.from_env_and_args(env), stop=stop, pod_source=source, backoff=Backoff(0.01, 0.1),
-            install_signal_handlers=False,
-        )))  # fmt: skip
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
 
 
 async def test_verdict_lands_on_kubernetes_objects(kube_api: EmulatorHandle, tmp_path: Path) -> None:
@@ -72,7 +46,8 @@ async def test_verdict_lands_on_kubernetes_objects(kube_api: EmulatorHandle, tmp
     )  # fmt: skip
     await agg.start()
     try:
-        async with sidecars(kube_api, pods, agg.port, tmp_path):
+        job_env = {"PODMORTEM_JOB_NAME": JOB, "PODMORTEM_JOB_KIND": "PyTorchJob"}
+        async with api_sidecars(kube_api, pods, agg.port, tmp_path, env=job_env):
             await eventually(lambda: agg.metrics.connected._value.get() == 3, "three sidecars registered")
             # The root raises; its error file is written, then its container exits 1.
             (tmp_path / ROOT).mkdir(exist_ok=True)

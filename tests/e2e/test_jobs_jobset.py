@@ -6,50 +6,21 @@ the victims first, a second earlier, with error files of the same second."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from support.api_sidecars import api_sidecars
 from support.common import GLOO_PEER, eventually
 from support.kube_emulator import PODS, EmulatorHandle
 from support.kube_objects import NS, seed_jobset, terminated
 
 from podmortem.aggregator.config import AggregatorConfig, KubeSettings
 from podmortem.aggregator.running import Aggregator
-from podmortem.k8s.backoff import Backoff
-from podmortem.sidecar import config, running
-from podmortem.sidecar.apiserver import ApiEndpoint, OwnPod
 
 
 def error_doc(message: str, ts: int) -> str:
     return json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": "tb", "timestamp": str(ts)}}})
-
-
-@contextlib.asynccontextmanager
-async def sidecars(api: EmulatorHandle, pods: list[str], port: int, tmp_path: Path) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    tasks = []
-    for pod in pods:
-        env = {
-            "POD_NAME": pod,
-            "POD_NAMESPACE": NS,
-            "TORCHELASTIC_ERROR_FILE": str(tmp_path / pod / "error.json"),
-            "PODMORTEM_AGGREGATOR": f"127.0.0.1:{port}",
-            "PODMORTEM_POD_SOURCE": "api",
-        }  # fmt: skip  -- no PODMORTEM_JOB_NAME: the sidecar reads its identity from its own pod
-        source = OwnPod(ApiEndpoint(api.url, token=api.emulator.token), NS, pod)
-        tasks.append(asyncio.create_task(running.serve(
-            config.from_env_and_args(env), stop=stop, pod_source=source, backoff=Backoff(0.01, 0.1),
-            install_signal_handlers=False,
-        )))  # fmt: skip
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
 
 
 async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
@@ -72,7 +43,8 @@ async def test_sidecars_and_the_pod_watch_file_one_incident_with_global_ranks(
     )  # fmt: skip
     await agg.start()
     try:
-        async with sidecars(kube_api, pods, agg.port, tmp_path):
+        # no PODMORTEM_JOB_NAME: the sidecar reads its identity from its own pod
+        async with api_sidecars(kube_api, pods, agg.port, tmp_path, stop_within=60):
             await eventually(lambda: agg.metrics.connected._value.get() == 6, "six sidecars registered", within=60)
             # Adversarial kubelet timing: the victims' ends are reported first and read a second earlier.
             for pod in pods:
