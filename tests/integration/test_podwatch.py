@@ -8,7 +8,8 @@ A pod-watch-only job (no sidecars): the root's error is only in its container's 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,9 @@ def first_failed(incident: Incident) -> Verdict:
 
 
 class Book:
-    def __init__(self) -> None:
+    def __init__(self, decide: Callable[[Incident], Verdict] = first_failed) -> None:
         self.decisions: list[Decision] = []
-        self.book = IncidentBook(first_failed, self.decisions.append, quorum_timeout=600)
+        self.book = IncidentBook(decide, self.decisions.append, quorum_timeout=600)
 
     def members(self, job: str, attempt: str = "") -> dict[str, Member]:
         inc = self.book.incident((NS, job, attempt))
@@ -73,9 +74,9 @@ def kube(kube_api: EmulatorHandle, tmp_path: Path) -> Any:
     client.close()
 
 
-@pytest.fixture
-async def watching(kube: Kube) -> AsyncIterator[tuple[Book, PodWatch]]:
-    book = Book()
+@contextlib.asynccontextmanager
+async def _watch(kube: Kube, book: Book) -> AsyncIterator[tuple[Book, PodWatch]]:
+    """A running pod watch of the training pods in NS, feeding `book`."""
     settings = KubeSettings(namespaces=(NS,), pod_selectors=("training.kubeflow.org/job-name",))
     watch = PodWatch(kube, book.book, settings, backoff=Backoff(0.001, 0.01, jitter=0))
     task = asyncio.create_task(watch.run())
@@ -83,6 +84,19 @@ async def watching(kube: Kube) -> AsyncIterator[tuple[Book, PodWatch]]:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.fixture
+async def watching(kube: Kube) -> AsyncIterator[tuple[Book, PodWatch]]:
+    async with _watch(kube, Book()) as watched:
+        yield watched
+
+
+@pytest.fixture
+async def deciding(kube: Kube) -> AsyncIterator[tuple[Book, PodWatch]]:
+    """The pod watch feeding a book that the engine decides for (the aggregator's own `make_decide`)."""
+    async with _watch(kube, Book(make_decide())) as watched:
+        yield watched
 
 
 async def test_every_training_pod_is_a_member_and_the_job_size_is_expected(
@@ -268,25 +282,17 @@ VICTIM_MESSAGE = (
 
 
 async def test_the_root_named_only_in_its_termination_message_is_found(
-    kube_api: EmulatorHandle, tmp_path: Path
+    kube_api: EmulatorHandle, deciding: tuple[Book, PodWatch]
 ) -> None:
-    kube = make_kube(kube_api, tmp_path)
-    decisions: list[Decision] = []
-    book = IncidentBook(make_decide(), decisions.append, quorum_timeout=600)
-    settings = KubeSettings(namespaces=(NS,), pod_selectors=("training.kubeflow.org/job-name",))
-    task = asyncio.create_task(PodWatch(kube, book, settings, backoff=Backoff(0.001, 0.01, jitter=0)).run())
-    try:
-        _, pods = seed_pytorchjob(kube_api, workers=3)
-        await eventually(lambda: book.incident((NS, "mixtral-cpt", "")) is not None, "members known")
-        # Victims first, and their containers "ended" a second before the root's.
-        for victim in (pods[0], pods[2]):
-            kube_api.change(PODS, NS, victim, terminated(1, message=VICTIM_MESSAGE, finished="2026-11-21T15:06:09Z"))
-        kube_api.change(PODS, NS, pods[1], terminated(1, message=ROOT_MESSAGE, finished="2026-11-21T15:06:10Z"))
-        await eventually(lambda: len(decisions) == 1, "a verdict")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        kube.close()
+    book, _ = deciding
+    decisions = book.decisions
+    _, pods = seed_pytorchjob(kube_api, workers=3)
+    await eventually(lambda: book.book.incident((NS, "mixtral-cpt", "")) is not None, "members known")
+    # Victims first, and their containers "ended" a second before the root's.
+    for victim in (pods[0], pods[2]):
+        kube_api.change(PODS, NS, victim, terminated(1, message=VICTIM_MESSAGE, finished="2026-11-21T15:06:09Z"))
+    kube_api.change(PODS, NS, pods[1], terminated(1, message=ROOT_MESSAGE, finished="2026-11-21T15:06:10Z"))
+    await eventually(lambda: len(decisions) == 1, "a verdict")
     verdict = decisions[0].verdict
     assert decisions[0].closed_by == "quorum"
     assert verdict.pod == pods[1] and verdict.category == "user_code"
@@ -333,34 +339,26 @@ def restarted_after_failure() -> dict[str, Any]:
 
 
 async def test_a_restarted_roots_failed_run_is_read_from_its_previous_log(
-    kube_api: EmulatorHandle, tmp_path: Path
+    kube_api: EmulatorHandle, deciding: tuple[Book, PodWatch]
 ) -> None:
     # No sidecars and no termination messages: the logs are the only evidence. The root's container has
     # restarted since its failed run, so its current log is the new run's; the failed run's log must be
     # read with previous=true, from the training container (not the exporter listed first). The victims'
     # kubelets report first, their containers "ending" a second earlier.
-    kube = make_kube(kube_api, tmp_path)
-    decisions: list[Decision] = []
-    book = IncidentBook(make_decide(), decisions.append, quorum_timeout=600)
-    settings = KubeSettings(namespaces=(NS,), pod_selectors=("training.kubeflow.org/job-name",))
-    task = asyncio.create_task(PodWatch(kube, book, settings, backoff=Backoff(0.001, 0.01, jitter=0)).run())
-    try:
-        _, pods = seed_pytorchjob(kube_api, workers=3)
-        root = pods[1]
-        for pod in pods:
-            text = ROOT_MESSAGE if pod == root else GLOO_VICTIM_LOG
-            kube_api.set_log(NS, pod, "pytorch", text, previous=pod == root)
-        kube_api.set_log(NS, root, "pytorch", "epoch 0: starting (restart 1)\n")  # the new run: nothing wrong
-        kube_api.set_log(NS, root, "metrics-exporter", "exporter: scrape ok\n")
-        await eventually(lambda: book.incident((NS, "mixtral-cpt", "")) is not None, "members known")
-        for victim in (pods[0], pods[2]):
-            kube_api.change(PODS, NS, victim, two_containers(terminated(1, finished="2026-11-21T15:06:09Z")))
-        kube_api.change(PODS, NS, root, restarted_after_failure())
-        await eventually(lambda: len(decisions) == 1, "a verdict")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        kube.close()
+    book, _ = deciding
+    decisions = book.decisions
+    _, pods = seed_pytorchjob(kube_api, workers=3)
+    root = pods[1]
+    for pod in pods:
+        text = ROOT_MESSAGE if pod == root else GLOO_VICTIM_LOG
+        kube_api.set_log(NS, pod, "pytorch", text, previous=pod == root)
+    kube_api.set_log(NS, root, "pytorch", "epoch 0: starting (restart 1)\n")  # the new run: nothing wrong
+    kube_api.set_log(NS, root, "metrics-exporter", "exporter: scrape ok\n")
+    await eventually(lambda: book.book.incident((NS, "mixtral-cpt", "")) is not None, "members known")
+    for victim in (pods[0], pods[2]):
+        kube_api.change(PODS, NS, victim, two_containers(terminated(1, finished="2026-11-21T15:06:09Z")))
+    kube_api.change(PODS, NS, root, restarted_after_failure())
+    await eventually(lambda: len(decisions) == 1, "a verdict")
     verdict = decisions[0].verdict
     assert decisions[0].closed_by == "quorum"
     assert verdict.pod == root and verdict.category == "user_code", verdict
@@ -371,25 +369,18 @@ async def test_a_restarted_roots_failed_run_is_read_from_its_previous_log(
     assert all("previous" not in p for p in reads if p not in root_reads)
 
 
-async def test_a_log_that_cannot_be_read_does_not_hold_the_verdict(kube_api: EmulatorHandle, tmp_path: Path) -> None:
+async def test_a_log_that_cannot_be_read_does_not_hold_the_verdict(
+    kube_api: EmulatorHandle, deciding: tuple[Book, PodWatch]
+) -> None:
     # Without `pods/log` in its RBAC (403, permanent) the aggregator decides on the rest, at once.
-    kube = make_kube(kube_api, tmp_path)
-    decisions: list[Decision] = []
-    book = IncidentBook(make_decide(), decisions.append, quorum_timeout=600)
-    settings = KubeSettings(namespaces=(NS,), pod_selectors=("training.kubeflow.org/job-name",))
-    watch = PodWatch(kube, book, settings, backoff=Backoff(0.001, 0.01, jitter=0))
-    task = asyncio.create_task(watch.run())
+    book, watch = deciding
+    decisions = book.decisions
     fault = kube_api.fail(403, 100, methods=("GET",), plural="pods", subresource="log")
-    try:
-        _, pods = seed_pytorchjob(kube_api, workers=2)
-        await eventually(lambda: book.incident((NS, "mixtral-cpt", "")) is not None, "members known")
-        kube_api.change(PODS, NS, pods[0], terminated(137, "OOMKilled"))
-        kube_api.change(PODS, NS, pods[1], terminated(143, finished="2026-11-21T15:06:12Z"))
-        await eventually(lambda: len(decisions) == 1, "a verdict")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        kube.close()
+    _, pods = seed_pytorchjob(kube_api, workers=2)
+    await eventually(lambda: book.book.incident((NS, "mixtral-cpt", "")) is not None, "members known")
+    kube_api.change(PODS, NS, pods[0], terminated(137, "OOMKilled"))
+    kube_api.change(PODS, NS, pods[1], terminated(143, finished="2026-11-21T15:06:12Z"))
+    await eventually(lambda: len(decisions) == 1, "a verdict")
     assert decisions[0].closed_by == "quorum"
     assert (decisions[0].verdict.pod, decisions[0].verdict.category) == (pods[0], "host_oom")
     assert fault.served == 2 and watch.logs is not None and watch.logs.failures == 2
