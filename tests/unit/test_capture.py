@@ -183,12 +183,34 @@ def test_truncated_and_oversized_dumps_are_noted(tmp_path: Path, monkeypatch: py
     data = (FIXTURES / "fr-0.pkl").read_bytes()
     (tmp_path / "fr-0").write_bytes(data[: len(data) // 2])
     (tmp_path / "fr-1").write_bytes(b"\x80" * 4096)
-    monkeypatch.setattr(capture, "MAX_READ_BYTES", 2048)
+    monkeypatch.setattr(capture, "FR_FILE_MAX_BYTES", 2048)
     event = asyncio.run(Capturer(tmp_path, "ns/pod").teardown())
     assert event is not None
     notes = {w.global_rank: w.note for w in event.capture.workers}
     assert notes[0].startswith("refused fr-0:")
     assert notes[1] == "fr-1 is 4096 bytes, over the 0 MiB read bound: not read"
+
+
+def test_a_dump_file_above_2_mib_is_summarised(tmp_path: Path) -> None:
+    # A bigger ring (TORCH_FR_BUFFER_SIZE) or deep frames: streamed from the file, summarised, not refused.
+    rows = [
+        {"pg_id": 0, "collective_seq_id": i, "profiling_name": "nccl:all_reduce", "thread_name": f"{i:08}" * 128}
+        for i in range(1, 3001)
+    ]
+    (tmp_path / "fr-5").write_bytes(pickle.dumps({"version": "2.10", "pg_status": {}, "entries": rows}, protocol=2))
+    assert (tmp_path / "fr-5").stat().st_size > 3 << 20
+    event = asyncio.run(Capturer(tmp_path, "ns/pod").teardown())
+    assert event is not None
+    (w,) = event.capture.workers
+    assert (w.path, w.global_rank, w.note) == ("fr_file", 5, "")
+    summary = FRSummary.from_json(w.flight_recorder)
+    assert summary.entries[-1].seq == 3000 and "kept the last 64 of 3000 entries" in summary.note
+
+
+def test_the_file_bound_is_the_readers_own() -> None:
+    from podmortem.core.flightrecorder import MAX_DUMP_BYTES
+
+    assert capture.FR_FILE_MAX_BYTES == MAX_DUMP_BYTES
 
 
 async def _serve(path: Path, answer: bytes | None) -> asyncio.Server:
