@@ -15,11 +15,12 @@ Two ways to run it:
   the opcodes counts, for each memo slot, how many GETs read it; the second pass memoises only those slots
   and forgets each after its last GET. The root dict keeps only the keys the caller names. A list created
   as the root's `entries` value is a `Sink`: each of its items is handed to the caller's `Consumer` as soon
-  as it is finished, and only what `Consumer.compact` returns is kept (on the stack, and in the memo when a
+  as it is finished, and then dropped (only what `Consumer.compact` returns is kept, in the memo, when a
   later GET reads it). An item is finished when a dict or a list is pushed right above it in the items'
   frame (an unhashable value can be neither its key nor, with it as key, a value: nothing a pickler
   writes changes it after that), or when APPEND/APPENDS takes it. A pickle that changes an item after
-  that point (only a hand-made one can) sees its compact value and is refused as malformed.
+  that point, or closes the items' frame by anything but APPENDS (only a hand-made one can), is refused
+  as malformed.
 """
 
 from __future__ import annotations
@@ -219,6 +220,7 @@ class _Machine:
         self.memoized = 0  # MEMOIZE's next slot
         self.puts = False
         self.entry_slots: dict[int, list[int]] = {}  # id of an unfinished item -> memo slots holding it
+        self.handed: set[int] = set()  # ids of the frames whose first items went to their Sink already
 
     def run(self, ops: Iterator[tuple[str, Any]]) -> Any:
         try:
@@ -273,13 +275,13 @@ class _Machine:
             elif op == "EMPTY_TUPLE":
                 stack.append(())
             elif op == "DICT":
-                items = self._pop_mark()
+                items = self._pop_mark(op)
                 self._push(dict(zip(items[::2], items[1::2], strict=True)))
             elif op == "LIST":
-                items = self._pop_mark()
+                items = self._pop_mark(op)
                 self._push(items if items else self._new_list())
             elif op == "TUPLE":
-                items = self._pop_mark()
+                items = self._pop_mark(op)
                 self.stack.append(tuple(items))
             elif op in ("TUPLE1", "TUPLE2", "TUPLE3"):
                 n = int(op[-1])
@@ -292,32 +294,36 @@ class _Machine:
                 value = stack.pop()
                 self._extend(stack[-1], [value])
             elif op == "APPENDS":
-                items = self._pop_mark()
+                items = self._pop_mark(op)
                 self._extend(self.stack[-1], items)
             elif op == "SETITEM":
                 value = stack.pop()
                 key = stack.pop()
                 self._setitems(stack, [key, value])
             elif op == "SETITEMS":
-                items = self._pop_mark()
+                items = self._pop_mark(op)
                 self._setitems(self.stack, items)
             elif op == "POP":
                 if stack:
                     stack.pop()
                 else:
-                    self._pop_mark()
+                    self._pop_mark(op)
             elif op == "POP_MARK":
-                self._pop_mark()
+                self._pop_mark(op)
             elif op == "DUP":
                 self._push(stack[-1])
             else:  # sets, frozensets and anything newer: not in a Flight Recorder dump
                 raise FlightRecorderError(f"refused: pickle opcode {op} is not used by Flight Recorder dumps")
         raise FlightRecorderError("not a complete pickle: no STOP (truncated)")
 
-    def _pop_mark(self) -> list[Any]:
+    def _pop_mark(self, op: str) -> list[Any]:
         if not self.frames:
             raise FlightRecorderError("malformed pickle: no MARK")
         items = self.stack
+        if id(items) in self.handed:
+            self.handed.discard(id(items))
+            if op != "APPENDS":
+                raise FlightRecorderError(f"malformed pickle: entries closed by {op} (no pickler writes that)")
         self.stack = self.frames.pop()
         return items
 
@@ -332,8 +338,13 @@ class _Machine:
         stack = self.stack
         if stack and type(stack[-1]) is dict and type(value) in (dict, list, Sink):
             sink = self._sink_frame()
-            if sink is not None:  # the item below is finished (module docstring): keep only its compact form
-                stack[-1] = self._compact(sink, stack[-1])
+            if sink is not None and not any(type(x) is list for x in stack):
+                # The items below are finished (module docstring; a list could still be appended to): handed
+                # over in order, and dropped from the frame, which the APPENDS that closes it then skips.
+                for item in stack:
+                    sink.consumer.add(self._compact(sink, item))
+                stack.clear()
+                self.handed.add(id(stack))
         stack.append(value)
 
     def _compact(self, sink: Sink, item: Any) -> Any:

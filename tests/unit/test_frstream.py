@@ -153,6 +153,15 @@ def test_an_entry_changed_after_it_was_finished_is_refused() -> None:
         summarize_pickle(ops)
 
 
+def test_entries_closed_by_anything_but_appends_are_refused() -> None:
+    # Hand-made: the entries' frame ends in TUPLE (a tuple of entries appended as one): the whole-dump reader
+    # skips it as unreadable, the streaming one has handed the first entry over already, and refuses.
+    ops = b"\x80\x04}\x94(\x8c\x07entries\x94]\x94(}}tau."
+    assert restricted_loads(ops)["entries"] == [({}, {})]
+    with pytest.raises(FlightRecorderError, match="entries closed by TUPLE"):
+        summarize_pickle(ops)
+
+
 def _op(name: str) -> bytes:
     import pickletools
 
