@@ -57,12 +57,12 @@ logger = logging.getLogger(__name__)
 
 WORKER_TIMEOUT = 2.0
 # The most read of one control-plane answer; more is not read at all (said in `note`). An `fr_trace_json`
-# answer is parsed whole (about 10 times its size while summarised: `bench/fr_memory.py --json`), so this
+# answer is parsed whole (about 6 times its size while summarised: `bench/fr_memory.py --json`), so this
 # bound keeps a capture within the sidecar's memory limit.
 MAX_READ_BYTES = 2 << 20
 # The most read of one Flight Recorder dump file (more is not read: said in `note`), the reader's own bound
 # (`flightrecorder.MAX_DUMP_BYTES`). A dump is streamed from the file in 64 KiB chunks and summarised entry
-# by entry, in about 2 MiB whatever its size (`bench/fr_memory.py`).
+# by entry, in about 1 MiB whatever its size (`bench/fr_memory.py`).
 FR_FILE_MAX_BYTES = 32 << 20
 STACK_READ_BYTES = 1 << 20  # a stack answer is read up to this, then its last 32 KiB kept
 MAX_CAPTURES = 8  # per job attempt
