@@ -376,18 +376,14 @@ def raised(line: str) -> str:
             True,
         ),
         (
-            raised(
-                "RuntimeError: The new group's rank should be within the world_size set by init_process_group"
-            ),
+            raised("RuntimeError: The new group's rank should be within the world_size set by init_process_group"),
             True,
         ),
         (raised("RuntimeError: Distributed package doesn't have NCCL built in"), True),
         # SageMaker model parallel's words for more processes on a node than it has GPUs (torch's "invalid device
         # ordinal" in another library)
         (
-            raised(
-                "RuntimeError: The number of node-local MPI processes 8 cannot be larger than the device count 4"
-            ),
+            raised("RuntimeError: The number of node-local MPI processes 8 cannot be larger than the device count 4"),
             True,
         ),
         # NCCL's check of the rank and size the launch passed to ncclCommInitRank
