@@ -379,6 +379,11 @@ def raised(line: str) -> str:
             raised("RuntimeError: The new group's rank should be within the world_size set by init_process_group"),
             True,
         ),
+        # torch's own spelling in some versions ("within the the world_size")
+        (
+            raised("RuntimeError: The new group's rank should be within the the world_size set by init_process_group"),
+            True,
+        ),
         (raised("RuntimeError: Distributed package doesn't have NCCL built in"), True),
         # SageMaker model parallel's words for more processes on a node than it has GPUs (torch's "invalid device
         # ordinal" in another library)
@@ -391,6 +396,7 @@ def raised(line: str) -> str:
             "trainer-1:812:812 [0] init.cc:1090 NCCL WARN Invalid rank requested : 4/4\n" + summary(1),
             True,
         ),
+        ("trainer-1:812:812 [0] init.cc:1422 NCCL WARN Invalid rank requested : -1/8\n" + summary(1), True),
         # neighbours that stay below: DDP's model check compares sizes all-gathered from the peers, and a peer's
         # aborted collective (a straggler timed out) hands back zeros that read as a different model
         (
