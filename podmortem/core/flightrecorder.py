@@ -589,7 +589,7 @@ def summarize_pickle_file(f: IO[bytes], size: int, *, rank: int | None = None, m
     """The summary of the pickled dump in the first `size` bytes of the seekable `f`, read twice in chunks by
     `frpickle.stream_loads`: the memory it takes is bounded by the summary (`max_entries`), not by the dump
     (`bench/fr_memory.py` measures it); the same as `summarize(restricted_loads(data))` for every dump a
-    pickler writes (`tests/unit/test_flightrecorder.py`)."""
+    pickler writes (`tests/unit/test_frpickle.py`)."""
 
     def consumer() -> _Entries:
         return _Entries(max_entries)
