@@ -335,6 +335,7 @@ class Capturer:
         except OSError:
             return []
         out: list[pb.WorkerCapture] = []
+        read: dict[str, tuple[int, int]] = {}
         for name in names:
             m = _FR_FILE.fullmatch(name)
             if m is None:
@@ -351,7 +352,10 @@ class Capturer:
                 continue
             rank = int(m.group(1))
             out.append(await asyncio.to_thread(_fr_file, path, rank, st.st_size))
-            self._fr_sent[name] = version
+            read[name] = version
+        # Counted as sent only once all are read: a capture cut at its budget while reading one (a big dump)
+        # drops what it read before, and the next capture (or the teardown's) reads those again.
+        self._fr_sent.update(read)
         return out
 
 

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,6 +159,32 @@ def test_flight_recorder_files_are_summarised_once_each(tmp_path: Path) -> None:
     assert asyncio.run(capturer.teardown()) is None  # sent already
     os.utime(tmp_path / "fr-2", ns=(1, 1))  # a new version of the file goes again
     assert asyncio.run(capturer.teardown()) is not None
+
+
+async def test_dump_files_of_a_capture_cut_at_its_budget_go_in_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long dump read (a big file, a slow disk) outlasts the request's budget. The files read before it in
+    # that capture were never sent: they must not count as sent. The slow read is made here by holding the
+    # second file's read until the capture was cut (a real 8 MiB dump takes ~5 s: bench/fr_memory.py).
+    shutil.copy(FIXTURES / "fr-1.pkl", tmp_path / "fr-1")
+    shutil.copy(FIXTURES / "fr-2.pkl", tmp_path / "fr-2")
+    cut = threading.Event()
+    real = capture._fr_file
+
+    def slow(path: Path, rank: int, size: int) -> pb.WorkerCapture:
+        if rank == 2:
+            cut.wait(HANG_GUARD)
+        return real(path, rank, size)
+
+    monkeypatch.setattr(capture, "_fr_file", slow)
+    capturer = Capturer(tmp_path, "ns/pod")
+    c = await capturer.capture("r", "stall", 0.3)
+    cut.set()  # the held read ends (in its thread, which the loop's executor joins at the end)
+    assert not c.workers and c.note.startswith("capture cut at its 0.3 s budget")
+    event = await capturer.teardown()
+    assert event is not None
+    assert sorted(w.global_rank for w in event.capture.workers if w.flight_recorder) == [1, 2]
 
 
 class _Evil:
