@@ -395,10 +395,8 @@ class _Machine:
         pairs = zip(items[::2], items[1::2], strict=True)
         if self.refs is not None and len(stack) == 1 and not self.frames:  # the root: only the keys asked for
             for k, v in pairs:
-                if k in self.root_keys:
+                if k in self.root_keys:  # an unhashable key raises TypeError here, as when kept
                     target[k] = v
-                else:
-                    hash(k)  # an unhashable key is refused as when kept
         else:
             for k, v in pairs:
                 target[k] = v
