@@ -1059,3 +1059,36 @@ def test_a_hub_retry_warning_says_less_than_the_program_s_own_error() -> None:
 )
 def test_devices_busy_or_unavailable_are_the_cuda_runtime_s_words_only(log: str, category: str) -> None:
     assert _read(log)[:2] == ("primary", category)
+
+
+# NCCL's remote error in the words of the layers that print it: NCCL's result string under torch's exception, torch's
+# own detail line, XLA's abort of its communicator, JAX's failed operation. None says whose failure it is.
+REMOTE_ERRORS = [
+    "torch.distributed.DistBackendError: NCCL error in: ../c10d/ProcessGroupNCCL.cpp:2007, remote process exited or "
+    "there was a network error, NCCL version 2.19.3\nncclRemoteError: A call failed possibly due to a network error "
+    "or a remote process exiting prematurely.\nLast error:\nsocketProgress: Connection closed by remote peer",
+    "E0101 10:00:00.000000 77 nccl_utils.cc:211] Aborting communicator: 0x55d0 due to async NCCL error: remote "
+    "process exited or there was a network error",
+    "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclAllGather failed: remote process exited or "
+    "there was a network error",
+    "[rank2]: RuntimeError: NCCL communicator error: ncclRemoteError (run with NCCL_DEBUG=INFO for details)",
+]
+
+
+@pytest.mark.parametrize("words", REMOTE_ERRORS)
+def test_a_broken_connection_among_ranks_that_only_waited_is_the_network(words: str) -> None:
+    """The ranks that timed out were alive and waiting: no remote process of theirs exited, so the rank whose
+    connection broke names the other alternative, the network between them — not a hang."""
+    v = _three(WAITED.format(r=0), f"step 88\n{words}\n", WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
+
+
+@pytest.mark.parametrize("words", REMOTE_ERRORS)
+def test_a_broken_connection_beside_a_rank_that_died_is_its_echo_and_no_rival(words: str) -> None:
+    """A rank that raised a program error and exited is the remote process that exited: the peer's NCCL error is
+    what its exit did, so the verdict is as sure as with the peer torn down instead."""
+    died = 'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\nKeyError: \'label\'\n'
+    v = _three(died, f"step 88\n{words}\n", TORN)
+    alone = _three(died, TORN, TORN)
+    assert (v.pod, v.category, v.confidence) == ("llm-worker-0", "user_code", alone.confidence)
+    assert alone.confidence >= 0.9
