@@ -1092,3 +1092,58 @@ def test_a_broken_connection_beside_a_rank_that_died_is_its_echo_and_no_rival(wo
     alone = _three(died, TORN, TORN)
     assert (v.pod, v.category, v.confidence) == ("llm-worker-0", "user_code", alone.confidence)
     assert alone.confidence >= 0.9
+
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # requests over urllib3, with and without the module's name; a body cut off mid-read; the server hanging up
+        "requests.exceptions.ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+        "peer'))\n",
+        "ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))\n",
+        "requests.exceptions.ChunkedEncodingError: (\"Connection broken: ConnectionResetError(104, 'Connection reset "
+        "by peer')\", ConnectionResetError(104, 'Connection reset by peer'))\n",
+        "urllib3.exceptions.ProtocolError: ('Connection aborted.', BrokenPipeError(32, 'Broken pipe'))\n",
+        "httpx.ReadError: [Errno 104] Connection reset by peer\n",
+        "httpcore.RemoteProtocolError: Server disconnected without sending a response.\n",
+        "aiohttp.client_exceptions.ClientOSError: [Errno 104] Connection reset by peer\n",
+        # the socket's own error, raised through the hub's client or an object store's file system
+        f'Traceback (most recent call last):\n  File "dl.py", line 3, in <module>\n    snapshot_download("org/m")\n'
+        f'  File "{SITE}/huggingface_hub/file_download.py", line 520, in http_get\n    for chunk in r.iter_content():\n'
+        '  File "/usr/lib/python3.11/ssl.py", line 1134, in read\n    return self._sslobj.read(len, buffer)\n'
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n",
+        f'[rank1]: Traceback (most recent call last):\n[rank1]:   File "{SITE}/s3fs/core.py", line 140, in _call_s3\n'
+        "[rank1]:     return await method(**additional_kwargs)\n[rank1]: ConnectionRefusedError: [Errno 111] Connection "
+        "refused\n",
+        f'Traceback (most recent call last):\n  File "{SITE}/botocore/httpsession.py", line 464, in send\n'
+        "    urllib_response = conn.urlopen(\nBrokenPipeError: [Errno 32] Broken pipe\n",
+    ],
+)
+def test_a_connection_an_http_client_lost_is_the_remote_service_not_a_peer(log: str) -> None:
+    """A socket reset inside an HTTP client's words or frames is the process's own dealing with a remote service."""
+    assert _read(f"step 12 loss 1.9\n{log}")[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        f'Traceback (most recent call last):\n  File "{SITE}/torch/distributed/distributed_c10d.py", line 2050, in '
+        "all_reduce\n    work.wait()\nConnectionResetError: [Errno 104] Connection reset by peer\n",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer [10.0.0.2]:6592\n",
+        # urllib3's retry warning is a healthy run's: the reset the process raised is a collective's
+        "WARNING:urllib3.connectionpool:Retrying (Retry(total=4)) after connection broken by 'ProtocolError('Connection "
+        "aborted.', ConnectionResetError(104, 'Connection reset by peer'))': /api/models/m\nConnectionResetError: "
+        "[Errno 104] Connection reset by peer\n",
+    ],
+)
+def test_a_socket_reset_in_a_collective_s_frames_stays_a_peer_echo(log: str) -> None:
+    assert _read(f"step 12 loss 1.9\n{log}")[:3] == ("secondary", None, "gloo.peer-reset")
+
+
+def test_a_download_s_dropped_connection_among_ranks_that_waited_is_the_root() -> None:
+    dropped = "ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))\n"
+    v = _three(WAITED.format(r=0), WAITED.format(r=1), dropped)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-2", "infra", True)
