@@ -1147,3 +1147,47 @@ def test_a_download_s_dropped_connection_among_ranks_that_waited_is_the_root() -
     dropped = "ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))\n"
     v = _three(WAITED.format(r=0), WAITED.format(r=1), dropped)
     assert (v.pod, v.category, v.retryable) == ("llm-worker-2", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # torch's HIP build names HIP's code where its CUDA build names CUDA's; the runtime's own check; a JSON event log
+        "RuntimeError: HIP error: unspecified launch failure\nSearch for `hipErrorLaunchFailure' in "
+        "https://rocm.docs.amd.com/projects/HIP/en/latest/index.html for more information.\n",
+        "[rank5]: Search for `hipErrorIllegalAddress' in https://rocm.docs.amd.com/ for more information.\n"
+        "[rank5]: HIP kernel errors might be asynchronously reported at some other API call\n",
+        "hip_check.cc:41 HIP call hipStreamSynchronize(stream) failed with hipErrorLaunchFailure (719)\n",
+        '{"event": "line", "data": "[rank0]: Search for `hipErrorLaunchFailure\' in the HIP docs.\\n"}\n',
+    ],
+)
+def test_a_kernel_fault_in_hip_s_names_is_the_device_as_cuda_s_is(log: str) -> None:
+    assert _read(f"step 5 loss 0.7\n{log}")[:2] == ("primary", "hardware")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "2031:01:02-03:04:05:(777) |CCL_ERROR| global.cpp:150 getenv_local_coord: condition env().ze_ipc_exchange == "
+        "sockets failed\nto get local_idx/count from ATL, set CCL_ZE_IPC_EXCHANGE=sockets explicitly\n",
+        "RuntimeError: oneCCL: env.cpp:374 parse: EXCEPTION: incorrect CCL_WORKER_COUNT 0\n",
+        "|CCL_ERROR| env.cpp:1131 parse_affinity: condition local_rank != -1 failed\nauto pinning requires "
+        "CCL_LOCAL_RANK env variable to be set\n",
+    ],
+)
+def test_the_collectives_library_refusing_its_settings_is_the_launch_environment(log: str) -> None:
+    """Read from oneCCL's words (the log), not from the bare exit code every member that died shows."""
+    f = assess(_alone(f"starting\n{log}"))
+    assert (f.role, f.category, f.source) == ("primary", "user_code", "log")
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        ("[rank1]: Search for `hipErrorLaunchFailure' in https://rocm.docs.amd.com/ for more information.\n", "hardware"),
+        ("|CCL_ERROR| env.cpp:374 parse: condition workers >= 1 failed\nincorrect CCL_WORKER_COUNT 0\n", "user_code"),
+    ],
+)
+def test_a_failure_named_in_a_runtime_s_own_words_beats_the_hang_beside_it(own: str, category: str) -> None:
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
