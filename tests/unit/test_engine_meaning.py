@@ -1191,3 +1191,18 @@ def test_the_collectives_library_refusing_its_settings_is_the_launch_environment
 def test_a_failure_named_in_a_runtime_s_own_words_beats_the_hang_beside_it(own: str, category: str) -> None:
     v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
     assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "PaddleCheckError: the latest update of worker 3 is 600 secs ago, we doubt the the worker is not alive and this"
+        " may have a bad effect on the fitting result, please check at [heart_beat_monitor.cc:83]",
+        "RuntimeError: the latest update of trainer 1 is 1200.000000 secs ago, we doubt the the trainer is not alive",
+    ],
+)
+def test_a_parameter_server_missing_a_worker_s_updates_is_a_lost_worker_not_a_hang(line: str) -> None:
+    """The server's heartbeat monitor says one of its workers stopped reporting: a lost member, as missed heartbeats
+    are, though the server's own abort and the peers that waited follow it."""
+    v = _three(WAITED.format(r=0), f"{line}\n*** SIGABRT (@0x5a0) received by PID 77 (TID 0x7f00) from PID 77\n", TORN)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "node_lost", True)
