@@ -135,6 +135,10 @@ _ORTE_LOST = re.compile(
     r"(?:ORTE|PRTE) has lost communication with a remote daemon\.?(?:[^\n]{0,300}\n){0,4}?[^\n]{0,40}Remote daemon"
     r"\s{0,20}:\s{0,20}\S{1,80} on node ([\w.-]{1,253})|(?:ORTE|PRTE) has lost communication with a remote daemon"
 )
+# PaddlePaddle's parameter server, its heartbeat monitors (heart_beat_monitor.cc) finding a worker's or a trainer's
+# updates stale: "the latest update of worker 0 is 900 secs ago, we doubt the the worker is not alive" (the trainer's
+# monitor prints a float). The member that stopped reporting, by its id (its rank), as a lost node's daemon is.
+_PADDLE_STALE = re.compile(r"the latest update of (?:worker|trainer) (\d{1,7}) is \d{1,20}(?:\.\d{1,9})? secs ago")
 _HYDRA_EXIT_STRING = re.compile(r"TERMINATED WITH THE EXIT STRING: [^\n(]{0,80}\(signal (\d{1,2})\)")
 # Exit codes Hydra gives a process killed by a signal: the signal's number.
 _HYDRA_SIGNALS = frozenset({4, 6, 7, 8, 9, 11})
@@ -142,15 +146,16 @@ _HYDRA_SIGNALS = frozenset({4, 6, 7, 8, 9, 11})
 
 @dataclass(frozen=True)
 class LauncherReport:
-    """An MPI launcher's word that one process died: its rank and host when named, and how it ended (a signal, else an
-    exit code; neither when the report is cut off before it)."""
+    """An MPI launcher's word that one process died (or a monitor's that a member stopped reporting): its rank and host
+    when named, and how it ended (a signal, else an exit code; neither when the report is cut off before it)."""
 
     text: str
     rank: int | None = None
     host: str = ""
     signal: int | None = None
     exit_code: int | None = None
-    # the launcher lost the daemon of the process's node (Open MPI's ORTE/PRRTE): the node went away, not the process
+    # the launcher lost the daemon of the process's node (Open MPI's ORTE/PRRTE), or a parameter server its heartbeats:
+    # the member went away, not a death the process reported
     node_lost: bool = False
 
 
@@ -178,10 +183,12 @@ def launcher_report(text: str) -> LauncherReport | None:
 
 
 def _lost_node(text: str) -> LauncherReport | None:
-    """Open MPI's launcher losing a node's daemon (see _ORTE_LOST): after a process's own death report, which says
-    more."""
+    """Open MPI's launcher losing a node's daemon (see _ORTE_LOST), or PaddlePaddle's parameter server losing a worker's
+    heartbeats (_PADDLE_STALE): after a process's own death report, which says more."""
     if m := _ORTE_LOST.search(text):
         return LauncherReport(_line_at(text, m.start(), m.end()), host=m.group(1) or "", node_lost=True)
+    if m := _PADDLE_STALE.search(text):
+        return LauncherReport(_line_at(text, m.start()), rank=int(m.group(1)), node_lost=True)
     return None
 
 

@@ -1087,7 +1087,7 @@ def test_a_broken_connection_among_ranks_that_only_waited_is_the_network(words: 
 def test_a_broken_connection_beside_a_rank_that_died_is_its_echo_and_no_rival(words: str) -> None:
     """A rank that raised a program error and exited is the remote process that exited: the peer's NCCL error is
     what its exit did, so the verdict is as sure as with the peer torn down instead."""
-    died = 'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\nKeyError: \'label\'\n'
+    died = "Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\nKeyError: 'label'\n"
     v = _three(died, f"step 88\n{words}\n", TORN)
     alone = _three(died, TORN, TORN)
     assert (v.pod, v.category, v.confidence) == ("llm-worker-0", "user_code", alone.confidence)
@@ -1103,7 +1103,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
         # requests over urllib3, with and without the module's name; a body cut off mid-read; the server hanging up
         "requests.exceptions.ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
         "peer'))\n",
-        "ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))\n",
+        "ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without "
+        "response'))\n",
         "requests.exceptions.ChunkedEncodingError: (\"Connection broken: ConnectionResetError(104, 'Connection reset "
         "by peer')\", ConnectionResetError(104, 'Connection reset by peer'))\n",
         "urllib3.exceptions.ProtocolError: ('Connection aborted.', BrokenPipeError(32, 'Broken pipe'))\n",
@@ -1116,8 +1117,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
         '  File "/usr/lib/python3.11/ssl.py", line 1134, in read\n    return self._sslobj.read(len, buffer)\n'
         "ConnectionResetError: [Errno 104] Connection reset by peer\n",
         f'[rank1]: Traceback (most recent call last):\n[rank1]:   File "{SITE}/s3fs/core.py", line 140, in _call_s3\n'
-        "[rank1]:     return await method(**additional_kwargs)\n[rank1]: ConnectionRefusedError: [Errno 111] Connection "
-        "refused\n",
+        "[rank1]:     return await method(**additional_kwargs)\n[rank1]: ConnectionRefusedError: [Errno 111] "
+        "Connection refused\n",
         f'Traceback (most recent call last):\n  File "{SITE}/botocore/httpsession.py", line 464, in send\n'
         "    urllib_response = conn.urlopen(\nBrokenPipeError: [Errno 32] Broken pipe\n",
     ],
@@ -1134,9 +1135,9 @@ def test_a_connection_an_http_client_lost_is_the_remote_service_not_a_peer(log: 
         "all_reduce\n    work.wait()\nConnectionResetError: [Errno 104] Connection reset by peer\n",
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer [10.0.0.2]:6592\n",
         # urllib3's retry warning is a healthy run's: the reset the process raised is a collective's
-        "WARNING:urllib3.connectionpool:Retrying (Retry(total=4)) after connection broken by 'ProtocolError('Connection "
-        "aborted.', ConnectionResetError(104, 'Connection reset by peer'))': /api/models/m\nConnectionResetError: "
-        "[Errno 104] Connection reset by peer\n",
+        "WARNING:urllib3.connectionpool:Retrying (Retry(total=4)) after connection broken by 'ProtocolError("
+        "'Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))': /api/models/m\n"
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n",
     ],
 )
 def test_a_socket_reset_in_a_collective_s_frames_stays_a_peer_echo(log: str) -> None:
@@ -1152,7 +1153,7 @@ def test_a_download_s_dropped_connection_among_ranks_that_waited_is_the_root() -
 @pytest.mark.parametrize(
     "log",
     [
-        # torch's HIP build names HIP's code where its CUDA build names CUDA's; the runtime's own check; a JSON event log
+        # torch's HIP build names HIP's code where its CUDA build names CUDA's; the runtime's check; a JSON event log
         "RuntimeError: HIP error: unspecified launch failure\nSearch for `hipErrorLaunchFailure' in "
         "https://rocm.docs.amd.com/projects/HIP/en/latest/index.html for more information.\n",
         "[rank5]: Search for `hipErrorIllegalAddress' in https://rocm.docs.amd.com/ for more information.\n"
@@ -1184,7 +1185,7 @@ def test_the_collectives_library_refusing_its_settings_is_the_launch_environment
 @pytest.mark.parametrize(
     ("own", "category"),
     [
-        ("[rank1]: Search for `hipErrorLaunchFailure' in https://rocm.docs.amd.com/ for more information.\n", "hardware"),
+        ("[rank1]: Search for `hipErrorLaunchFailure' in https://rocm.docs.amd.com/ for details.\n", "hardware"),
         ("|CCL_ERROR| env.cpp:374 parse: condition workers >= 1 failed\nincorrect CCL_WORKER_COUNT 0\n", "user_code"),
     ],
 )
@@ -1202,7 +1203,15 @@ def test_a_failure_named_in_a_runtime_s_own_words_beats_the_hang_beside_it(own: 
     ],
 )
 def test_a_parameter_server_missing_a_worker_s_updates_is_a_lost_worker_not_a_hang(line: str) -> None:
-    """The server's heartbeat monitor says one of its workers stopped reporting: a lost member, as missed heartbeats
-    are, though the server's own abort and the peers that waited follow it."""
+    """The server's heartbeat monitor says one of its workers stopped reporting: a report of that member lost, as a
+    launcher's of a node's daemon is, though the server's own abort and the peers that waited follow it. No member's
+    log shows that worker's rank here: the member whose log carries the report, unsure."""
     v = _three(WAITED.format(r=0), f"{line}\n*** SIGABRT (@0x5a0) received by PID 77 (TID 0x7f00) from PID 77\n", TORN)
     assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "node_lost", True)
+    assert v.confidence < 0.7
+
+
+def test_a_parameter_server_s_report_blames_the_worker_whose_log_shows_its_rank() -> None:
+    stale = "PaddleCheckError: the latest update of worker 2 is 600 secs ago, we doubt the the worker is not alive\n"
+    v = _three(WAITED.format(r=0), stale, "[rank2]: step 41 loss 2.03\n[rank2]: step 42 loss 2.01\n")
+    assert (v.pod, v.category) == ("llm-worker-2", "node_lost")
