@@ -41,7 +41,7 @@ class Excerpt:
     retryable: bool | None
     exit_code: int | None
     text: str
-    split: str  # train | heldout | fresh | fresh2 | fresh3 | fresh4 | fresh5 | fresh6 | fresh7 | fresh8 | fresh9
+    split: str  # train | heldout | fresh | fresh2 | ... | fresh10
 
 
 @dataclass(frozen=True)

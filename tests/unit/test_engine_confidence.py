@@ -348,3 +348,75 @@ def test_an_exit_status_2_is_read_by_the_words_beside_it(root_log: str, category
     v = decide(incident(root_log, exit_code=2))
     assert (v.pod, v.category, v.retryable) == ("llm-worker-1", category, category != "user_code")
     assert (v.confidence >= PERMANENT) == reaches
+
+
+# --- a capped reading split by meaning: the words only one family prints reach 0.9, their neighbours stay below -------
+
+
+def raised(line: str) -> str:
+    """A worker's traceback ending in `line` (torch's frames, then the exception), then torch's summary."""
+    return (
+        '[rank4]: Traceback (most recent call last):\n[rank4]:   File "/app/train.py", line 140, in <module>\n'
+        "[rank4]:     loss.backward()\n"
+        '[rank4]:   File "/opt/conda/lib/python3.11/site-packages/torch/_tensor.py", line 626, in backward\n'
+        f"[rank4]: {line}\n" + summary(1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("root_log", "reaches"),
+    [
+        # torch's own checks of the program, raised as a carrier RuntimeError: the model's structure (DDP's reducer),
+        # the group the program asked for, the backend a torch build does not have — the same on every retry
+        (
+            raised(
+                "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the "
+                "following reasons: 1) Use of a module parameter outside the `forward` function."
+            ),
+            True,
+        ),
+        (
+            raised("RuntimeError: The new group's rank should be within the world_size set by init_process_group"),
+            True,
+        ),
+        # torch's own spelling in some versions ("within the the world_size")
+        (
+            raised("RuntimeError: The new group's rank should be within the the world_size set by init_process_group"),
+            True,
+        ),
+        (raised("RuntimeError: Distributed package doesn't have NCCL built in"), True),
+        # SageMaker model parallel's words for more processes on a node than it has GPUs (torch's "invalid device
+        # ordinal" in another library)
+        (
+            raised("RuntimeError: The number of node-local MPI processes 8 cannot be larger than the device count 4"),
+            True,
+        ),
+        # NCCL's check of the rank and size the launch passed to ncclCommInitRank
+        (
+            "trainer-1:812:812 [0] init.cc:1090 NCCL WARN Invalid rank requested : 4/4\n" + summary(1),
+            True,
+        ),
+        ("trainer-1:812:812 [0] init.cc:1422 NCCL WARN Invalid rank requested : -1/8\n" + summary(1), True),
+        # neighbours that stay below: DDP's model check compares sizes all-gathered from the peers, and a peer's
+        # aborted collective (a straggler timed out) hands back zeros that read as a different model
+        (
+            raised(
+                "RuntimeError: DDP expects same model across all ranks, but Rank 4 has 180 params, while rank 0 has "
+                "inconsistent 0 params."
+            ),
+            False,
+        ),
+        # a collective's root refused by a communicator that is already destroyed (its size -1): that break's echo
+        (
+            "trainer-1:812:901 [0] misc/argcheck.cc:39 NCCL WARN AllReduce : invalid root 0 (root should be in the "
+            "0..-1 range)\n" + summary(1),
+            False,
+        ),
+    ],
+)
+def test_torch_s_and_nccl_s_checks_of_the_job_reach_the_threshold_their_neighbours_do_not(
+    root_log: str, reaches: bool
+) -> None:
+    v = decide(incident(root_log))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert (v.confidence >= PERMANENT) == reaches
