@@ -51,6 +51,9 @@ FLOORS = {
     # scored once, blind, at a804d2d: 0.88 / 0.90 / 0.96 (n=141; docs/engine.md, "fresh9's one scoring"); a development
     # set since: provisional floors below its figures after the rules written from its misses
     "fresh9": (0.89, 0.94, 0.95),
+    # scored once, blind, at c64ecea: 0.86 / 0.75 / 0.86 (n=177; docs/engine.md, "fresh10's one scoring"); a development
+    # set since
+    "fresh10": (0.83, 0.72, 0.83),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -88,7 +91,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 10))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 11))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -121,7 +124,8 @@ RULE_PRECISION_FLOOR = 0.99
 # 4c770d9: 90/183 = 0.49 (87 right), provisional below its coverage after the rules written from its misses; fresh7
 # scored once, blind, at eb3c449: 61/138 = 0.44 (56 right), provisional below its coverage after the same; fresh8
 # scored once, blind, at c2239c5: 76/147 = 0.52 (66 right), provisional below its coverage after the same (90/147);
-# fresh9 scored once, blind, at a804d2d: 84/141 = 0.60, all right, below it
+# fresh9 scored once, blind, at a804d2d: 84/141 = 0.60, all right, below it; fresh10 scored once, blind, at c64ecea:
+# 71/177 = 0.40, all right, below it
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -134,12 +138,13 @@ COVERAGE_FLOORS = {
     "fresh7": 0.53,
     "fresh8": 0.58,
     "fresh9": 0.57,
+    "fresh10": 0.37,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 10))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 11))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
