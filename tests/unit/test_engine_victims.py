@@ -590,3 +590,119 @@ def test_a_sibling_rank_s_echo_under_a_carrier_exception_is_not_its_detail() -> 
     )
     assert assess(member("w-0", 0, log)).role == "primary"
     assert assess(member("w-0", 0, NPU_SYNC_TIMEOUT)).role == "secondary"
+
+
+# --- victims in the words of each runtime's own teardown: read as echoes, never as a failure of their own ----------
+
+# A root whose words name its cause at the threshold: the victims beside it must not take the root from it.
+DEVICE_OOM_ROOT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 79.1 GiB total)"
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # NCCL's socket transport: its socket layer says the peer closed or reset its end, then the network plugin's
+        # own line that its progress failed (which names no cause)
+        "gpu-b:91:140 [2] misc/socket.cc:540 NCCL WARN socketProgressOpt: Connection closed by remote peer "
+        "gpu-a<40211>\ngpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error",
+        "gpu-b:91:140 [2] misc/socket.cc:50 NCCL WARN socketProgressOpt: Call to recv from 10.4.0.7<40211> failed : "
+        "Connection reset by peer\ngpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error",
+        "gpu-b:91:140 [2] misc/socket.cc:50 NCCL WARN Net : Call to send to 10.4.0.7<40211> failed : Broken pipe\n"
+        "gpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error",
+    ],
+)
+def test_nccl_s_socket_transport_losing_its_peer_is_the_peer_s_echo_not_the_network(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+def test_nccl_s_socket_progress_line_alone_names_no_network_fault() -> None:
+    """The network plugin's own line says only that a transfer failed: the socket layer's line before it says why
+    (a peer gone, or a network errno, which keeps its reading)."""
+    assert assess(member("v", 0, "gpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error")).category != (
+        "network"
+    )
+    unreachable = (
+        "gpu-b:91:140 [2] misc/socket.cc:50 NCCL WARN socketProgressOpt: Call to recv from 10.4.0.7<40211> failed : "
+        "No route to host\ngpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error"
+    )
+    assert assess(member("v", 0, unreachable)).category == "network"
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "[rank3]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1600] [PG 0 Rank 3] Received a global timeout from another "
+        "rank and will start to dump the debug info. Last enqueued NCCL work: 77, last completed NCCL work: 77.",
+        "[rank3]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1630] [PG 0 Rank 3] ProcessGroupNCCL's watchdog detected a "
+        "collective timeout and notified current rank. This is most likely caused by incorrect usages of collectives",
+    ],
+)
+def test_a_rank_told_through_the_store_that_another_rank_timed_out_is_the_timeout_s_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: GetKeyValue() timed out with key: "
+        "cuda:local_topology/cuda/2 and duration: 5m",
+        "E1127 06:40:00.118 77 coordination_service_agent.cc:300] Coordination agent is set to ERROR: ABORTED: Leader "
+        "incarnation ID mismatch: the coordination leader has restarted.",
+        "E1127 06:40:00.118 77 coordination_service_agent.cc:480] Failed to disconnect from coordination service with "
+        "status: UNAVAILABLE: Connection refused\nProceeding with agent shutdown anyway.",
+    ],
+)
+def test_a_task_whose_coordination_service_never_answered_or_restarted_is_the_store_s_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "store")
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "tensorflow.python.framework.errors_impl.AbortedError: RecvTensor expects a different device incarnation: "
+        "881 vs. 902. Your worker job (\"/job:worker/replica:0/task:2\") was probably restarted.",
+        "tensorflow.python.framework.errors_impl.AbortedError: [_Derived_]RecvBuf expects a different device "
+        "incarnation: 881 vs. 902.",
+        "tensorflow.python.framework.errors_impl.AbortedError: Unable to find a context_id matching the specified one "
+        "(5512). Perhaps the worker was restarted, or the context was GC'd?",
+        "ERROR:tensorflow:Cluster check alive failed, /job:worker/replica:0/task:0 is down, aborting collectives: "
+        "Deadline Exceeded",
+        "tensorflow.python.framework.errors_impl.UnavailableError: [_Derived_]Collective ops is aborted by: cluster "
+        "check alive failed, /job:worker/replica:0/task:1 is down",
+    ],
+)
+def test_a_tensorflow_worker_finding_a_peer_task_restarted_or_down_is_the_peer_s_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "Input/output error",
+        "Transport endpoint is not connected",
+        "Connection reset by peer",
+    ],
+)
+def test_an_mpi_fabric_completion_error_is_not_the_storage(error: str) -> None:
+    """MPICH's and Intel MPI's OFI layer failing a transfer's completion reports the provider's errno: the fabric's
+    (a peer gone or the network), never a file's, whatever errno's words say."""
+    log = (
+        "Abort(403) on node 2 (rank 2 in comm 0): Fatal error in PMPI_Allreduce: Other MPI error, error stack:\n"
+        "PMPI_Allreduce(450)...........: MPI_Allreduce(sbuf=0x1, rbuf=0x2, count=4, MPI_FLOAT, MPI_SUM, comm=0x84) "
+        "failed\n"
+        f"MPIDI_OFI_handle_cq_error(1075): OFI poll failed (ofi_events.c:1077:MPIDI_OFI_handle_cq_error:{error})"
+    )
+    f = assess(member("v", 0, log))
+    assert f.category != "infra"
+    v = decide(cascade(DEVICE_OOM_ROOT, log))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
