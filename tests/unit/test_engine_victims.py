@@ -706,3 +706,47 @@ def test_an_mpi_fabric_completion_error_is_not_the_storage(error: str) -> None:
     assert f.category != "infra"
     v = decide(cascade(DEVICE_OOM_ROOT, log))
     assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    ("victim", "kind"),
+    [
+        # the coordination service (on the leader task) finding another task back with a new incarnation
+        (
+            "E1127 06:40:00.118 77 coordination_service.cc:900] /job:jax_worker/replica:0/task:2 unexpectedly tried "
+            "to connect with a different incarnation. It has likely restarted.",
+            "peer",
+        ),
+        # ProcessGroupNCCL's monitor ending the process once a collective timed out or failed
+        (
+            "[rank3]:[F1127 06:40:00.118 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+            "Terminating the process after attempting to dump debug info, due to collective timeout or exception.",
+            "timeout",
+        ),
+        # the c10d store's client socket failing on the store's end (its host gone)
+        (
+            "[rank3]:[W1127 06:40:00.118 socket.cpp:460] [c10d] sendBytes failed on SocketImpl(fd=41, "
+            "addr=[gpu-b]:50112, remote=[gpu-a]:29500): Broken pipe",
+            "store",
+        ),
+        (
+            "[rank3]:[W1127 06:40:00.118 TCPStore.cpp:120] [c10d] recvVector failed on SocketImpl(fd=41, "
+            "addr=[gpu-b]:50112, remote=[gpu-a]:29500): Connection timed out",
+            "store",
+        ),
+        # an MPI launcher's banner for a process that exited non-zero, wrapped at another word
+        (
+            "prterun detected that one or more processes exited with non-zero status,\nthus causing the job to be "
+            "terminated. The first process to do so was:\n\n   Process name: [prterun-gpu-a-77@1,2]\n   Exit code: 1",
+            "peer",
+        ),
+        (
+            "RuntimeError: Gloo job detected that one or more processes exited with non-zero status, thus causing the "
+            "job to be terminated. The first process to do so was:\nProcess name: 1\nExit code: 1",
+            "peer",
+        ),
+    ],
+)
+def test_a_runtime_s_own_words_for_a_peer_restarted_a_failed_collective_or_a_lost_store(victim: str, kind: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
