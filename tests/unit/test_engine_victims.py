@@ -750,3 +750,26 @@ def test_an_mpi_fabric_completion_error_is_not_the_storage(error: str) -> None:
 def test_a_runtime_s_own_words_for_a_peer_restarted_a_failed_collective_or_a_lost_store(victim: str, kind: str) -> None:
     f = assess(member("v", 0, victim))
     assert (f.role, f.secondary) == ("secondary", kind)
+
+
+@pytest.mark.parametrize(
+    ("said", "kind"),
+    [
+        ("Socket unexpectedly closed [10.4.0.7]:38211", "peer"),
+        ("Remote socket closed during sync read [10.4.0.7]:38211", "peer"),
+        ("Pair is not connected ([10.4.0.9]:41002 <--> [10.4.0.7]:38211)", "peer"),
+        ("Read timeout [10.4.0.7]:38211", "timeout"),
+        ("Write timeout [10.4.0.7]:38211", "timeout"),
+        ("Connect timeout [10.4.0.7]:38211", "timeout"),
+        ("connect [10.4.0.7]:38211: Connection timed out", "timeout"),
+    ],
+)
+def test_gloo_s_transport_about_the_peer_of_a_pair_is_that_peer_s_echo(said: str, kind: str) -> None:
+    """gloo's pairs name their peer by address: its socket closed under a read, a pair no longer connected (the peer
+    died), a read, a write or the first connect that got nothing from it in time (this rank waited for it)."""
+    for where in ("/opt/venv/torch/third_party/gloo/gloo/transport/tcp/pair.cc:312", "gloo/transport/tcp/pair.cc:88"):
+        victim = f"[rank1]: RuntimeError: [{where}] {said}"
+        f = assess(member("v", 0, victim))
+        assert (f.role, f.secondary) == ("secondary", kind)
+        v = decide(cascade(DEVICE_OOM_ROOT, victim))
+        assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
