@@ -773,3 +773,39 @@ def test_gloo_s_transport_about_the_peer_of_a_pair_is_that_peer_s_echo(said: str
         assert (f.role, f.secondary) == ("secondary", kind)
         v = decide(cascade(DEVICE_OOM_ROOT, victim))
         assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "RuntimeError: lost connection to rank 3 while reducing bucket 12",
+        "RuntimeError: connection to worker gpu-a:7 dropped during all_gather",
+        "ConnectionError: connection closed with peer 10.4.0.7:6000",
+        "meshrt.errors.PeerError: peer 10.4.0.7:6000 has disconnected",
+        "RuntimeError: rank 3 stopped responding; giving up on the step",
+        "RuntimeError: participant task-2 is unreachable",
+        "RuntimeError: collective operation was aborted",
+        "RuntimeError: the communicator has been revoked",
+        "RuntimeError: reduce_scatter aborted because rank 5 crashed",
+        "RuntimeError: shutting down the trainer since a worker has failed",
+    ],
+)
+def test_plain_words_that_another_member_went_away_or_aborted_the_collective_are_an_echo(victim: str) -> None:
+    """Words of no known runtime that still say another member is gone: a connection to it lost, it disconnected or
+    stopped answering, a collective or communicator aborted, the job stopping because a member failed."""
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        "ERROR:composer.cli.launcher:Rank 1 crashed with exit code -9.",
+        "RuntimeError: rank 2 failed the shape check: expected 4096, got 4095",
+        "RuntimeError: The operation was aborted by the user",
+    ],
+)
+def test_a_launcher_s_words_for_its_own_worker_or_a_check_of_its_own_stay_its_own(own: str) -> None:
+    assert assess(member("r", 0, own)).role == "primary"
