@@ -809,3 +809,19 @@ def test_plain_words_that_another_member_went_away_or_aborted_the_collective_are
 )
 def test_a_launcher_s_words_for_its_own_worker_or_a_check_of_its_own_stay_its_own(own: str) -> None:
     assert assess(member("r", 0, own)).role == "primary"
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "ERROR:root:failure count == 8 -> stop running",
+        "ERROR:root:blacklisted slots count == 8 -> stop running",
+        "RuntimeError: No hosts from previous set remaining, unable to broadcast state.",
+        "RuntimeError: Job has been shutdown, see above error messages for details.",
+    ],
+)
+def test_horovod_s_elastic_driver_stopping_after_its_workers_failed_is_their_echo(launcher: str) -> None:
+    f = assess(member("v", 0, launcher))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+    v = decide(cascade(DEVICE_OOM_ROOT, launcher))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
