@@ -825,3 +825,34 @@ def test_horovod_s_elastic_driver_stopping_after_its_workers_failed_is_their_ech
     assert (f.role, f.secondary) == ("secondary", "peer")
     v = decide(cascade(DEVICE_OOM_ROOT, launcher))
     assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "RuntimeError: step 88: timed out receiving gradients from rank 6",
+        "RuntimeError: send to peer 2 timed out after 300 s",
+        "RuntimeError: parameter sync with peers timed out",
+        "RuntimeError: worker 5 did not respond within 900 seconds",
+        "RuntimeError: gave up: no response from rank 6",
+        "TimeoutError: barrier 'epoch-end' timed out (ranks missing: [2, 6])",
+        "RuntimeError: deadline exceeded: task 4 never arrived at the step barrier",
+    ],
+)
+def test_plain_words_that_it_timed_out_on_a_member_are_the_timeout_s_echo(victim: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        "RuntimeError: DataLoader timed out after 120 seconds",
+        "[rank3]: TimeoutError: reading shard 12 from s3 timed out",
+        "INFO rank 0 finished epoch 3 after 600 s\nValueError: bad label in batch 7",
+    ],
+)
+def test_a_timeout_of_its_own_that_names_no_other_member_stays_its_own(own: str) -> None:
+    assert assess(member("r", 0, own)).role == "primary"
