@@ -856,3 +856,19 @@ def test_plain_words_that_it_timed_out_on_a_member_are_the_timeout_s_echo(victim
 )
 def test_a_timeout_of_its_own_that_names_no_other_member_stays_its_own(own: str) -> None:
     assert assess(member("r", 0, own)).role == "primary"
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        "*** SIGTERM received by PID 812 (TID 812) on cpu 11 from PID 1; stack trace: ***",
+        "worker: exiting due to SIGTERM",
+        "trainer shutting down after SIGINT",
+        "supervisor: terminating on signal SIGTERM(15)",
+    ],
+)
+def test_a_process_saying_it_exits_because_it_was_told_to_stop_is_teardown(stopped: str) -> None:
+    f = assess(member("v", 0, stopped))
+    assert (f.role, f.secondary) == ("secondary", "teardown")
+    v = decide(cascade(DEVICE_OOM_ROOT, stopped))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
