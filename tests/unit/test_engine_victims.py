@@ -872,3 +872,13 @@ def test_a_process_saying_it_exits_because_it_was_told_to_stop_is_teardown(stopp
     assert (f.role, f.secondary) == ("secondary", "teardown")
     v = decide(cascade(DEVICE_OOM_ROOT, stopped))
     assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize("status", ["Deadline Exceeded (4)", "Socket closed (14)", "Connection reset by peer (14)"])
+def test_torch_xla_s_replicas_failing_to_meet_at_a_rendezvous_is_the_store_s_echo(status: str) -> None:
+    victim = (
+        "RuntimeError: third_party/xla_client/mesh_service.cc:370 : Failed to meet rendezvous "
+        f"'torch_xla.core.xla_model.save': {status}"
+    )
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", "store")
