@@ -10,7 +10,8 @@ and py-spy on. Then: idle CPU over `--idle` seconds; one capture request answere
 the Capture event received, CPU seconds the sidecar spent, its RSS before and its peak after, the bytes of
 the event per worker); a second request (what a repeated capture costs once the code is loaded).
 
-    .venv/bin/python -m bench.capture_cost [--workers 4] [--idle 20] [--fr-files 4] [--stall-after 2]
+    .venv/bin/python -m bench.capture_cost [--workers 4] [--idle 20] [--fr-files 4] [--fr-entries 2000]
+        [--stall-after 2]
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def describe(event: pb.Event) -> str:
     return ", ".join(f"{n} {p}" for p, n in sorted(paths.items())) + (f"; note {c.note!r}" if c.note else "")
 
 
-async def main(workers: int, idle_seconds: float, fr_files: int, stall_after: float) -> int:
+async def main(workers: int, idle_seconds: float, fr_files: int, stall_after: float, fr_entries: int = 2000) -> int:
     collector = CapturingCollector()
     server = grpc.aio.server()
     pb_grpc.add_CollectorServicer_to_server(collector, server)  # type: ignore[no-untyped-call]
@@ -159,7 +160,7 @@ async def main(workers: int, idle_seconds: float, fr_files: int, stall_after: fl
         procs = start_workers(cap, workers, base)
         fr_bytes = 0
         for rank in range(fr_files):
-            data = fr_dump(workers + rank)
+            data = fr_dump(workers + rank, fr_entries)
             fr_bytes = len(data)
             (cap / f"fr-{workers + rank}").write_bytes(data)
         log = base / "train.log"
@@ -228,6 +229,7 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=4, help="torch workers (one gloo group)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
     parser.add_argument("--fr-files", type=int, default=4, help="Flight Recorder dump files in the capture dir")
+    parser.add_argument("--fr-entries", type=int, default=2000, help="entries per dump file (2,000: 0.24 MiB)")
     parser.add_argument("--stall-after", type=float, default=2.0, help="the sidecar's PODMORTEM_STALL_AFTER")
     ns = parser.parse_args()
-    sys.exit(asyncio.run(main(ns.workers, ns.idle, ns.fr_files, ns.stall_after)))
+    sys.exit(asyncio.run(main(ns.workers, ns.idle, ns.fr_files, ns.stall_after, ns.fr_entries)))

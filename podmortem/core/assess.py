@@ -382,7 +382,10 @@ def _report_rule(report: LauncherReport | None, rules: RuleSet) -> Rule | None:
     if report is None:
         return None
     rule = None
-    if report.signal is not None:
+    if report.node_lost:
+        # the launcher's word that a node's daemon is gone: what the control plane's NodeLost phase says of a node
+        rule = rules.classify_phase("NodeLost")
+    elif report.signal is not None:
         rule = rules.classify_signal(report.signal)
     elif report.exit_code is not None:
         rule = rules.classify_exit_code(report.exit_code)

@@ -167,6 +167,15 @@ def _only_exited(f: Finding) -> bool:
     return f.weak and f.source == "termination"
 
 
+def _explained_by(f: Finding, root: Finding) -> bool:
+    """`f` is a weak network failure (NCCL's remote error or its generic system error: a connection to a peer broke, or
+    a socket call on it failed) and `root` failed on its own: a process that died is the remote process whose exit
+    breaks its peers' connections, a network failure named at it breaks them too, so `f` is its echo, no rival of it
+    (no close call). Not beside a root that is itself only such an error (a rival of its kind) or a process that only
+    got stuck (a stuck process breaks no connection)."""
+    return f.weak and f.category == "network" and not (root.weak and root.category in ("network", "hang"))
+
+
 def _names_no_cause(f: Finding) -> bool:
     """A generic exception of a carrier class (RuntimeError, OSError, a custom class; not a program error such as
     ValueError): its words name no cause, and a victim's echo in words no rule knows reads the same."""
@@ -218,11 +227,12 @@ def _cause_named_first(ordered: list[Finding], named: Counter[str]) -> list[Find
 
 def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
     """The worker raised a program error of its own — in its error file, or as the traceback in its own log (torch's
-    summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own in words of their own, and
+    summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own in words of their own (a
+    peer's NCCL error its death explains is its echo: `_explained_by`), and
     every other member's failure is a known echo: the case a retry cannot fix, said plainly."""
     return (
         others_echo
-        and all(_only_exited(f) for f in ordered[1:])
+        and all(_only_exited(f) or _explained_by(f, root) for f in ordered[1:])
         and root.source in ("error file", "log")
         and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
     )
@@ -256,7 +266,12 @@ def _choose_primary(primaries: Sequence[Finding], named: Counter[str], others_ec
         confidence = CONF_PRIMARY
     evidence = [f"earliest own failure: {root.member.pod} at {_fmt_time(root.time)}"]
     # A member that only exited is no rival of a failure in words of its own (it makes no close call).
-    rivals = list(ordered[1:]) if _only_exited(root) else [f for f in ordered[1:] if not _only_exited(f)]
+    # Nor is a weak network failure a member that died on its own explains (`_explained_by`).
+    rivals = (
+        list(ordered[1:])
+        if _only_exited(root)
+        else [f for f in ordered[1:] if not _only_exited(f) and not _explained_by(f, root)]
+    )
     cause_first = len(ordered) > 1 and _sort_key(ordered[1], named) < _sort_key(root, named)
     if cause_first:
         nxt = ordered[1]

@@ -18,11 +18,14 @@ of its recent collectives, written as a pickle (`_dump_fr_trace`, the files NCCL
 
 The dump contains no rank: whoever reads it knows it (from the file name or the worker it asked).
 
-**A pickle from a pod is never unpickled.** `restricted_loads` is our own interpreter of the pickle opcode
-stream (`pickletools.genops`) that builds only dicts, lists, tuples, str, bytes, int, float, bool and
-None. Every opcode that would import a name or call anything (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST,
-OBJ, NEWOBJ, EXT*, PERSID) is refused with a `FlightRecorderError` that names it; no byte of the input
-is ever handed to `pickle.loads` or `pickle.Unpickler`.
+**A pickle from a pod is never unpickled.** `podmortem.core.frpickle` is our own interpreter of the pickle
+opcode stream (`pickletools.genops`) that builds only dicts, lists, tuples, str, bytes, int, float, bool
+and None. Every opcode that would import a name or call anything (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,
+INST, OBJ, NEWOBJ, EXT*, PERSID) is refused with a `FlightRecorderError` that names it; no byte of the
+input is ever handed to `pickle.loads` or `pickle.Unpickler`. `summarize_pickle_file` streams: each entry
+is summarised as soon as the opcode stream finishes it and only its summary kept (`_Entries`: the newest
+`max_entries` and each group's last), so reading a dump takes memory bounded by the summary, not by the
+dump (`bench/fr_memory.py`).
 
 `FRSummary` is what leaves the pod: the per-group status and config, and the most recent entries (each
 group's last one always kept), bounded to fit the wire (`SUMMARY_MAX_BYTES`), versioned, and validated
@@ -31,19 +34,21 @@ again on the way in (`FRSummary.from_json`).
 
 from __future__ import annotations
 
+import io
 import json
-import pickletools
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import IO, Any
 
+from podmortem.core.frpickle import MAX_DUMP_BYTES as MAX_DUMP_BYTES
+from podmortem.core.frpickle import FlightRecorderError as FlightRecorderError
+from podmortem.core.frpickle import Sink, stream_loads
+from podmortem.core.frpickle import restricted_loads as restricted_loads
 from podmortem.core.model import Frame
 
 SUMMARY_VERSION = 1
-# The largest dump read at all (pickle or JSON). torch's default ring of 2,000 entries with stack frames
-# (memoised: each distinct frame is stored once) stays well below this.
-MAX_DUMP_BYTES = 32 * 1024 * 1024
 # The wire carries a summary in at most 64 KiB (the sidecar's bound); summaries are cut to fit below it.
 SUMMARY_MAX_BYTES = 60 * 1024
 # What a summary read from the wire may hold at most (refused beyond: not ours, or hostile).
@@ -54,185 +59,6 @@ _MAX_STR = 512
 _MAX_GROUPS = 1024
 _MAX_RANKS = 1 << 20
 _MAX_TENSORS = 64
-
-
-class FlightRecorderError(ValueError):
-    """A dump or summary that cannot be read: refused (unsafe), truncated, too large or malformed."""
-
-
-# --------------------------------------------------------------------------------------------------
-# The restricted unpickler.
-
-# Opcodes that import a name or call something: never executed, the whole dump is refused.
-_UNSAFE = frozenset(
-    {
-        "GLOBAL",
-        "STACK_GLOBAL",
-        "REDUCE",
-        "BUILD",
-        "INST",
-        "OBJ",
-        "NEWOBJ",
-        "NEWOBJ_EX",
-        "EXT1",
-        "EXT2",
-        "EXT4",
-        "PERSID",
-        "BINPERSID",
-        "NEXT_BUFFER",
-        "READONLY_BUFFER",
-    }
-)
-_PUSH_VALUE = frozenset(
-    {
-        "INT",
-        "BININT",
-        "BININT1",
-        "BININT2",
-        "LONG",
-        "LONG1",
-        "LONG4",
-        "FLOAT",
-        "BINFLOAT",
-        "STRING",
-        "BINSTRING",
-        "SHORT_BINSTRING",
-        "UNICODE",
-        "BINUNICODE",
-        "SHORT_BINUNICODE",
-        "BINUNICODE8",
-        "BINBYTES",
-        "SHORT_BINBYTES",
-        "BINBYTES8",
-        "BYTEARRAY8",
-    }
-)
-
-
-class _Mark:
-    pass
-
-
-_MARK = _Mark()
-
-
-def _ops(data: bytes) -> Iterator[tuple[str, Any]]:
-    try:
-        for op, arg, _pos in pickletools.genops(data):
-            yield op.name, arg
-    except ValueError as e:  # genops: "pickle exhausted before seeing STOP", bad opcode bytes
-        raise FlightRecorderError(f"not a complete pickle ({e}): truncated or corrupt") from None
-
-
-def _pop_mark(stack: list[Any]) -> list[Any]:
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i] is _MARK:
-            items = stack[i + 1 :]
-            del stack[i:]
-            return items
-    raise FlightRecorderError("malformed pickle: no MARK")
-
-
-def _unsafe_name(op: str, arg: Any, recent: Sequence[Any]) -> str:
-    if op in ("GLOBAL", "INST") and isinstance(arg, str):
-        return arg.replace(" ", ".")
-    if op == "STACK_GLOBAL":
-        names = [x for x in recent[-2:] if isinstance(x, str)]
-        if len(names) == 2:
-            return ".".join(names)
-    return "a callable"
-
-
-def restricted_loads(data: bytes, *, max_bytes: int = MAX_DUMP_BYTES) -> Any:
-    """The plain value a pickle describes, built by our own opcode interpreter (see the module docstring).
-
-    Raises `FlightRecorderError` for any opcode that would import or call (naming the global it names), for
-    a truncated or corrupt stream, and for input above `max_bytes`.
-    """
-    if len(data) > max_bytes:
-        raise FlightRecorderError(f"dump is {len(data)} bytes, above the {max_bytes}-byte bound: not read")
-    stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    recent: list[Any] = []  # the last values pushed, to name what a STACK_GLOBAL would have imported
-    try:
-        for op, arg in _ops(data):
-            if op in _UNSAFE:
-                raise FlightRecorderError(
-                    f"refused: the pickle calls or imports {_unsafe_name(op, arg, recent)} ({op}); "
-                    "a Flight Recorder dump holds only plain values"
-                )
-            if op in _PUSH_VALUE:
-                value = bytes(arg) if op == "BYTEARRAY8" else arg
-                stack.append(value)
-                recent = [*recent[-1:], value]
-            elif op in ("PROTO", "FRAME"):
-                continue
-            elif op == "STOP":
-                if len(stack) != 1:
-                    raise FlightRecorderError("malformed pickle: stack not single at STOP")
-                return stack.pop()
-            elif op == "MARK":
-                stack.append(_MARK)
-            elif op == "NONE":
-                stack.append(None)
-            elif op in ("NEWTRUE", "NEWFALSE"):
-                stack.append(op == "NEWTRUE")
-            elif op == "EMPTY_DICT":
-                stack.append({})
-            elif op == "EMPTY_LIST":
-                stack.append([])
-            elif op == "EMPTY_TUPLE":
-                stack.append(())
-            elif op == "DICT":
-                items = _pop_mark(stack)
-                stack.append(dict(zip(items[::2], items[1::2], strict=True)))
-            elif op == "LIST":
-                stack.append(_pop_mark(stack))
-            elif op == "TUPLE":
-                stack.append(tuple(_pop_mark(stack)))
-            elif op in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                n = int(op[-1])
-                items = stack[-n:]
-                del stack[-n:]
-                stack.append(tuple(items))
-            elif op == "APPEND":
-                value = stack.pop()
-                _as(stack[-1], list).append(value)
-            elif op == "APPENDS":
-                items = _pop_mark(stack)
-                _as(stack[-1], list).extend(items)
-            elif op == "SETITEM":
-                value = stack.pop()
-                key = stack.pop()
-                _as(stack[-1], dict)[key] = value
-            elif op == "SETITEMS":
-                items = _pop_mark(stack)
-                target = _as(stack[-1], dict)
-                for k, v in zip(items[::2], items[1::2], strict=True):
-                    target[k] = v
-            elif op == "POP":
-                stack.pop()
-            elif op == "POP_MARK":
-                _pop_mark(stack)
-            elif op == "DUP":
-                stack.append(stack[-1])
-            elif op in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[int(arg)] = stack[-1]
-            elif op == "MEMOIZE":
-                memo[len(memo)] = stack[-1]
-            elif op in ("GET", "BINGET", "LONG_BINGET"):
-                stack.append(memo[int(arg)])
-            else:  # sets, frozensets and anything newer: not in a Flight Recorder dump
-                raise FlightRecorderError(f"refused: pickle opcode {op} is not used by Flight Recorder dumps")
-    except (IndexError, KeyError, TypeError) as e:  # an empty stack, an unknown memo slot, an unhashable key
-        raise FlightRecorderError(f"malformed pickle: {type(e).__name__}: {e}") from None
-    raise FlightRecorderError("not a complete pickle: no STOP (truncated)")
-
-
-def _as(value: Any, kind: type) -> Any:
-    if not isinstance(value, kind):
-        raise FlightRecorderError(f"malformed pickle: expected a {kind.__name__}, found {type(value).__name__}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,23 +405,98 @@ def _keep(entries: Sequence[FREntry], limit: int) -> list[FREntry]:
     return [entries[i] for i in sorted(keep)]
 
 
+# What the summary keeps of a dump's root, and what it reads of one entry (the rest is dropped as read).
+_ROOT_KEYS = frozenset({"entries", "pg_status", "pg_config", "version"})
+
+
+@dataclass(frozen=True, eq=False)
+class _Read:
+    """What is kept of one raw entry: its summary (None: unreadable) and its group's (id, (name, desc))."""
+
+    entry: FREntry | None
+    names: tuple[str, tuple[str, str]] | None = None
+    __hash__ = None  # type: ignore[assignment]  # stands for a dict: unhashable like one
+
+
+class _Entries:
+    """The entries of one dump, read one at a time: the newest `limit` kept, and each group's last one.
+
+    Holds at most 2 x `limit` entries and `_MAX_GROUPS` group names whatever the dump's size, and gives what
+    `_keep` would over the whole list (the last-of-group entries whose index is below `limit` newer groups'
+    can never be kept: those indices only grow)."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = max(1, limit)
+        self.count = 0  # entries seen
+        self.parsed = 0  # of them readable
+        self.recent: deque[tuple[int, FREntry]] = deque(maxlen=self.limit)
+        self.last_of: OrderedDict[str, tuple[int, FREntry]] = OrderedDict()
+        self.names: dict[str, tuple[str, str]] = {}
+
+    @staticmethod
+    def compact(raw: Any) -> _Read:
+        if type(raw) is _Read:
+            return raw
+        if not isinstance(raw, dict):
+            return _Read(None)
+        names = None
+        pg_id = _int(raw.get("pg_id"))
+        pg = raw.get("process_group")
+        if pg_id is not None and isinstance(pg, (list, tuple)) and len(pg) == 2:
+            names = (str(pg_id), (_text(pg[0]), _text(pg[1])))
+        return _Read(_entry(raw), names)
+
+    def add(self, read: _Read) -> None:
+        self.count += 1
+        if read.names is not None and len(self.names) < _MAX_GROUPS:
+            self.names.setdefault(*read.names)
+        e = read.entry
+        if e is None:
+            return
+        self.recent.append((self.parsed, e))
+        self.last_of[e.pg_id] = (self.parsed, e)
+        self.last_of.move_to_end(e.pg_id)
+        if len(self.last_of) > self.limit:
+            self.last_of.popitem(last=False)
+        self.parsed += 1
+
+    def kept(self) -> list[FREntry]:
+        """The most recent `limit` entries, each group's last one always among them; in recorded order."""
+        if self.parsed <= self.limit:
+            return [e for _i, e in self.recent]
+        by_index = dict(self.recent) | dict(self.last_of.values())
+        keep = {i for i, _e in self.last_of.values()}
+        i = self.parsed - 1
+        while len(keep) < self.limit:
+            keep.add(i)
+            i -= 1
+        return [by_index[i] for i in sorted(keep)]
+
+
 def summarize(dump: Any, *, source: str, rank: int | None = None, max_entries: int = 64) -> FRSummary:
     """The summary of a dump already read into plain values (a dict); `FlightRecorderError` if it is none."""
     if not isinstance(dump, dict):
         raise FlightRecorderError(f"not a Flight Recorder dump: a {type(dump).__name__}, not a dict")
     if not any(k in dump for k in ("entries", "pg_status", "pg_config")):
         raise FlightRecorderError("not a Flight Recorder dump: no entries, pg_status or pg_config")
+    raw_entries = dump.get("entries")
+    if type(raw_entries) is Sink:  # read while streaming (`summarize_pickle`)
+        entries = raw_entries.consumer
+        assert isinstance(entries, _Entries)
+    else:
+        raw_entries = raw_entries or []
+        if not isinstance(raw_entries, (list, tuple)):
+            raise FlightRecorderError("not a Flight Recorder dump: entries is not a list")
+        entries = _Entries(max_entries)
+        for raw in raw_entries:
+            entries.add(entries.compact(raw))
     notes: list[str] = []
-    raw_entries = dump.get("entries") or []
-    if not isinstance(raw_entries, (list, tuple)):
-        raise FlightRecorderError("not a Flight Recorder dump: entries is not a list")
-    parsed = [e for e in (_entry(x) for x in raw_entries) if e is not None]
-    if len(parsed) < len(raw_entries):
-        notes.append(f"{len(raw_entries) - len(parsed)} unreadable entr(ies) skipped")
-    kept = _keep(parsed, max(1, max_entries))
-    truncated = len(kept) < len(parsed)
+    if entries.parsed < entries.count:
+        notes.append(f"{entries.count - entries.parsed} unreadable entr(ies) skipped")
+    kept = entries.kept()
+    truncated = len(kept) < entries.parsed
     if truncated:
-        notes.append(f"kept the last {len(kept)} of {len(parsed)} entries")
+        notes.append(f"kept the last {len(kept)} of {entries.parsed} entries")
     status: dict[str, PGStatus] = {}
     raw_status = dump.get("pg_status")
     if isinstance(raw_status, dict):
@@ -606,7 +507,7 @@ def summarize(dump: Any, *, source: str, rank: int | None = None, max_entries: i
                     _int(s.get("last_started_collective")),
                     _int(s.get("last_completed_collective")),
                 )
-    config = _configs(dump.get("pg_config"), _names_by_id(raw_entries), status, notes)
+    config = _configs(dump.get("pg_config"), entries.names, status, notes)
     version = _text(dump.get("version"), 16)
     if version and not version.startswith("2."):
         notes.append(f"dump format {version}, read as 2.x")
@@ -620,17 +521,6 @@ def summarize(dump: Any, *, source: str, rank: int | None = None, max_entries: i
         note="; ".join(notes),
     )
     return _fit(summary)
-
-
-def _names_by_id(raw_entries: Sequence[Any]) -> dict[str, tuple[str, str]]:
-    """Group id -> (name, desc), from the entries' `process_group` (the dump's only link between the two)."""
-    out: dict[str, tuple[str, str]] = {}
-    for e in raw_entries:
-        if isinstance(e, dict) and _int(e.get("pg_id")) is not None:
-            pg = e.get("process_group")
-            if isinstance(pg, (list, tuple)) and len(pg) == 2:
-                out.setdefault(str(_int(e.get("pg_id"))), (_text(pg[0]), _text(pg[1])))
-    return out
 
 
 def _configs(
@@ -691,8 +581,21 @@ def _fit(summary: FRSummary) -> FRSummary:
 
 
 def summarize_pickle(data: bytes, *, rank: int | None = None, max_entries: int = 64) -> FRSummary:
-    """The summary of a pickled dump (`_dump_fr_trace`, NCCL's dump files), read by `restricted_loads`."""
-    return summarize(restricted_loads(data), source="pickle", rank=rank, max_entries=max_entries)
+    """The summary of a pickled dump (`_dump_fr_trace`, NCCL's dump files), read by `summarize_pickle_file`."""
+    return summarize_pickle_file(io.BytesIO(data), len(data), rank=rank, max_entries=max_entries)
+
+
+def summarize_pickle_file(f: IO[bytes], size: int, *, rank: int | None = None, max_entries: int = 64) -> FRSummary:
+    """The summary of the pickled dump in the first `size` bytes of the seekable `f`, read twice in chunks by
+    `frpickle.stream_loads`: the memory it takes is bounded by the summary (`max_entries`), not by the dump
+    (`bench/fr_memory.py` measures it); the same as `summarize(restricted_loads(data))` for every dump a
+    pickler writes (`tests/unit/test_frpickle.py`)."""
+
+    def consumer() -> _Entries:
+        return _Entries(max_entries)
+
+    root = stream_loads(f, size, consumer, _ROOT_KEYS)
+    return summarize(root, source="pickle", rank=rank, max_entries=max_entries)
 
 
 def summarize_json(text: str | bytes, *, rank: int | None = None, max_entries: int = 64) -> FRSummary:

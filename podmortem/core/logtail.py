@@ -127,6 +127,18 @@ _HYDRA_BAD = re.compile(
     r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES[\s=]{0,200}(?:RANK (\d{1,7}) )?PID \d{1,10} RUNNING AT "
     r"([\w.-]{1,253})(?:[\s=]{0,200}(?:EXIT CODE|KILLED BY SIGNAL): (\d{1,3}))?"
 )
+# Open MPI's launcher (ORTE's, and PRRTE's in Open MPI 5) losing the daemon it started on another node, which runs that
+# node's processes: "ORTE has lost communication with a remote daemon. / HNP daemon : [[1,0],0] on node launcher /
+# Remote daemon: [[1,0],2] on node worker-1 / This is usually due to either a failure of the TCP network connection to
+# the node, or possibly an internal failure of the daemon itself". The remote node is named when the banner is whole.
+_ORTE_LOST = re.compile(
+    r"(?:ORTE|PRTE) has lost communication with a remote daemon\.?(?:[^\n]{0,300}\n){0,4}?[^\n]{0,40}Remote daemon"
+    r"\s{0,20}:\s{0,20}\S{1,80} on node ([\w.-]{1,253})|(?:ORTE|PRTE) has lost communication with a remote daemon"
+)
+# PaddlePaddle's parameter server, its heartbeat monitors (heart_beat_monitor.cc) finding a worker's or a trainer's
+# updates stale: "the latest update of worker 0 is 900 secs ago, we doubt the the worker is not alive" (the trainer's
+# monitor prints a float). The member that stopped reporting, by its id (its rank), as a lost node's daemon is.
+_PADDLE_STALE = re.compile(r"the latest update of (?:worker|trainer) (\d{1,7}) is \d{1,20}(?:\.\d{1,9})? secs ago")
 _HYDRA_EXIT_STRING = re.compile(r"TERMINATED WITH THE EXIT STRING: [^\n(]{0,80}\(signal (\d{1,2})\)")
 # Exit codes Hydra gives a process killed by a signal: the signal's number.
 _HYDRA_SIGNALS = frozenset({4, 6, 7, 8, 9, 11})
@@ -134,20 +146,23 @@ _HYDRA_SIGNALS = frozenset({4, 6, 7, 8, 9, 11})
 
 @dataclass(frozen=True)
 class LauncherReport:
-    """An MPI launcher's word that one process died: its rank and host when named, and how it ended (a signal, else an
-    exit code; neither when the report is cut off before it)."""
+    """An MPI launcher's word that one process died (or a monitor's that a member stopped reporting): its rank and host
+    when named, and how it ended (a signal, else an exit code; neither when the report is cut off before it)."""
 
     text: str
     rank: int | None = None
     host: str = ""
     signal: int | None = None
     exit_code: int | None = None
+    # the launcher lost the daemon of the process's node (Open MPI's ORTE/PRRTE), or a parameter server its heartbeats:
+    # the member went away, not a death the process reported
+    node_lost: bool = False
 
 
 def launcher_report(text: str) -> LauncherReport | None:
     """The MPI launcher's report of a process's death in `text` (see _OMPI_NOTICED), or None."""
     if "rank" not in text and "RANK" not in text and "Primary job" not in text and "RUNNING AT" not in text:
-        return None
+        return _lost_node(text)
     if m := _OMPI_NOTICED.search(text):
         died = int(m.group(3)) if m.group(3) else None
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), m.group(2), died)
@@ -164,6 +179,16 @@ def launcher_report(text: str) -> LauncherReport | None:
         return LauncherReport(_line_at(text, m.start()), rank, m.group(2), sig, code)
     if m := _OMPI_NONZERO.search(text):
         return LauncherReport(_line_at(text, m.start()))
+    return _lost_node(text)
+
+
+def _lost_node(text: str) -> LauncherReport | None:
+    """Open MPI's launcher losing a node's daemon (see _ORTE_LOST), or PaddlePaddle's parameter server losing a worker's
+    heartbeats (_PADDLE_STALE): after a process's own death report, which says more."""
+    if m := _ORTE_LOST.search(text):
+        return LauncherReport(_line_at(text, m.start(), m.end()), host=m.group(1) or "", node_lost=True)
+    if m := _PADDLE_STALE.search(text):
+        return LauncherReport(_line_at(text, m.start()), rank=int(m.group(1)), node_lost=True)
     return None
 
 

@@ -31,7 +31,8 @@ through whichever of these paths the pod has:
 
 Bounds: one worker's capture (all its paths) is cut off at `worker_timeout` (2 s) and says so in its
 `note`; a stack keeps its last 32 KiB, a Flight Recorder summary fits 64 KiB (fewer entries first; the
-wire refuses more); an answer or a dump file over `MAX_READ_BYTES` (2 MiB) is not read; at most `max_captures`
+wire refuses more); a control-plane answer over `MAX_READ_BYTES` (2 MiB) or a dump file over
+`FR_FILE_MAX_BYTES` (32 MiB, streamed: memory bounded by its summary) is not read; at most `max_captures`
 requests per job attempt get workers captured (later ones are answered with a note); a request id
 already answered is not captured again. Workers are captured concurrently, so a request takes about
 `worker_timeout` however many workers the pod runs.
@@ -55,10 +56,14 @@ from podmortem.sidecar import http1
 logger = logging.getLogger(__name__)
 
 WORKER_TIMEOUT = 2.0
-# The most read of one answer or dump file; more is not read at all (said in `note`). Reading a dump takes
-# about 21 times its size while it is summarised (a 2,000-entry ring with 8 frames an entry is 0.24 MiB and
-# takes 5.6 MiB; `bench/capture_cost.py`), so this bound keeps a capture within the sidecar's memory limit.
+# The most read of one control-plane answer; more is not read at all (said in `note`). An `fr_trace_json`
+# answer is parsed whole (about 6 times its size while summarised: `bench/fr_memory.py --json`), so this
+# bound keeps a capture within the sidecar's memory limit.
 MAX_READ_BYTES = 2 << 20
+# The most read of one Flight Recorder dump file (more is not read: said in `note`), the reader's own bound
+# (`flightrecorder.MAX_DUMP_BYTES`). A dump is streamed from the file in 64 KiB chunks and summarised entry
+# by entry, in about 1 MiB whatever its size (`bench/fr_memory.py`).
+FR_FILE_MAX_BYTES = 32 << 20
 STACK_READ_BYTES = 1 << 20  # a stack answer is read up to this, then its last 32 KiB kept
 MAX_CAPTURES = 8  # per job attempt
 MAX_WORKERS = wire.MAX_WORKERS
@@ -330,6 +335,7 @@ class Capturer:
         except OSError:
             return []
         out: list[pb.WorkerCapture] = []
+        read: dict[str, tuple[int, int]] = {}
         for name in names:
             m = _FR_FILE.fullmatch(name)
             if m is None:
@@ -346,24 +352,26 @@ class Capturer:
                 continue
             rank = int(m.group(1))
             out.append(await asyncio.to_thread(_fr_file, path, rank, st.st_size))
-            self._fr_sent[name] = version
+            read[name] = version
+        # Counted as sent only once all are read: a capture cut at its budget while reading one (a big dump)
+        # drops what it read before, and the next capture (or the teardown's) reads those again.
+        self._fr_sent.update(read)
         return out
 
 
 def _fr_file(path: Path, rank: int, size: int) -> pb.WorkerCapture:
     """One dump file as a WorkerCapture: its summary, or a note saying why there is none."""
-    if size > MAX_READ_BYTES:
+    if size > FR_FILE_MAX_BYTES:
         return wire.worker_capture_to_pb(
             "fr_file",
             global_rank=rank,
-            note=f"{path.name} is {size} bytes, over the {MAX_READ_BYTES >> 20} MiB read bound: not read",
+            note=f"{path.name} is {size} bytes, over the {FR_FILE_MAX_BYTES >> 20} MiB read bound: not read",
         )
     from podmortem.core import flightrecorder
 
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_READ_BYTES)  # a file still growing is cut here, and refused as truncated
-        summary = flightrecorder.summarize_pickle(data, rank=rank)
+        with path.open("rb") as f:  # a file still growing is read to `size`, and refused as truncated
+            summary = flightrecorder.summarize_pickle_file(f, size, rank=rank)
     except OSError as exc:
         return wire.worker_capture_to_pb("fr_file", global_rank=rank, note=f"cannot read {path.name}: {_why(exc)}")
     except flightrecorder.FlightRecorderError as exc:

@@ -112,8 +112,9 @@ class Injection:
     cpu_request: str = "10m"
     memory_request: str = "48Mi"
     cpu_limit: str = ""  # no CPU limit: throttling would delay the report when the node is busy
-    # The sidecar's budget is 40 MiB RSS idle; a capture summarises Flight Recorder dumps (up to 2 MiB, ~21x
-    # that while read: `bench/capture_cost.py`), so the limit leaves room for one above that.
+    # The sidecar's budget is 40 MiB RSS idle; a capture streams Flight Recorder dump files (about 1 MiB each
+    # whatever their size: `bench/fr_memory.py`) and parses control-plane answers of up to 2 MiB whole (about
+    # 6x that while read), so the limit leaves room for that.
     memory_limit: str = "128Mi"
     error_dir: str = "/var/run/podmortem"
     token_audience: str = "podmortem"

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,6 +161,32 @@ def test_flight_recorder_files_are_summarised_once_each(tmp_path: Path) -> None:
     assert asyncio.run(capturer.teardown()) is not None
 
 
+async def test_dump_files_of_a_capture_cut_at_its_budget_go_in_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long dump read (a big file, a slow disk) outlasts the request's budget. The files read before it in
+    # that capture were never sent: they must not count as sent. The slow read is made here by holding the
+    # second file's read until the capture was cut (a real 8 MiB dump takes ~5 s: bench/fr_memory.py).
+    shutil.copy(FIXTURES / "fr-1.pkl", tmp_path / "fr-1")
+    shutil.copy(FIXTURES / "fr-2.pkl", tmp_path / "fr-2")
+    cut = threading.Event()
+    real = capture._fr_file
+
+    def slow(path: Path, rank: int, size: int) -> pb.WorkerCapture:
+        if rank == 2:
+            cut.wait(HANG_GUARD)
+        return real(path, rank, size)
+
+    monkeypatch.setattr(capture, "_fr_file", slow)
+    capturer = Capturer(tmp_path, "ns/pod")
+    c = await capturer.capture("r", "stall", 0.3)
+    cut.set()  # the held read ends (in its thread, which the loop's executor joins at the end)
+    assert not c.workers and c.note.startswith("capture cut at its 0.3 s budget")
+    event = await capturer.teardown()
+    assert event is not None
+    assert sorted(w.global_rank for w in event.capture.workers if w.flight_recorder) == [1, 2]
+
+
 class _Evil:
     def __reduce__(self) -> tuple[object, tuple[str]]:
         return (os.system, (f"touch {_Evil.marker}",))
@@ -183,12 +210,34 @@ def test_truncated_and_oversized_dumps_are_noted(tmp_path: Path, monkeypatch: py
     data = (FIXTURES / "fr-0.pkl").read_bytes()
     (tmp_path / "fr-0").write_bytes(data[: len(data) // 2])
     (tmp_path / "fr-1").write_bytes(b"\x80" * 4096)
-    monkeypatch.setattr(capture, "MAX_READ_BYTES", 2048)
+    monkeypatch.setattr(capture, "FR_FILE_MAX_BYTES", 2048)
     event = asyncio.run(Capturer(tmp_path, "ns/pod").teardown())
     assert event is not None
     notes = {w.global_rank: w.note for w in event.capture.workers}
     assert notes[0].startswith("refused fr-0:")
     assert notes[1] == "fr-1 is 4096 bytes, over the 0 MiB read bound: not read"
+
+
+def test_a_dump_file_above_2_mib_is_summarised(tmp_path: Path) -> None:
+    # A bigger ring (TORCH_FR_BUFFER_SIZE) or deep frames: streamed from the file, summarised, not refused.
+    rows = [
+        {"pg_id": 0, "collective_seq_id": i, "profiling_name": "nccl:all_reduce", "thread_name": f"{i:08}" * 128}
+        for i in range(1, 3001)
+    ]
+    (tmp_path / "fr-5").write_bytes(pickle.dumps({"version": "2.10", "pg_status": {}, "entries": rows}, protocol=2))
+    assert (tmp_path / "fr-5").stat().st_size > 3 << 20
+    event = asyncio.run(Capturer(tmp_path, "ns/pod").teardown())
+    assert event is not None
+    (w,) = event.capture.workers
+    assert (w.path, w.global_rank, w.note) == ("fr_file", 5, "")
+    summary = FRSummary.from_json(w.flight_recorder)
+    assert summary.entries[-1].seq == 3000 and "kept the last 64 of 3000 entries" in summary.note
+
+
+def test_the_file_bound_is_the_readers_own() -> None:
+    from podmortem.core.flightrecorder import MAX_DUMP_BYTES
+
+    assert capture.FR_FILE_MAX_BYTES == MAX_DUMP_BYTES
 
 
 async def _serve(path: Path, answer: bytes | None) -> asyncio.Server:

@@ -249,3 +249,47 @@ def test_msrun_saying_a_worker_exited_is_the_pod_s_own_exit_and_the_nodes_it_lis
     assert (lost.role, lost.secondary) == ("secondary", "peer")
     none = own + listed.format("[]")
     assert assess(member("w-1", 1, none)).role == "primary"
+
+
+LOST_DAEMON = (
+    "--------------------------------------------------------------------------\n"
+    "{who} has lost communication with a remote daemon.\n\n"
+    "  HNP daemon   : [[{job},0],0] on node mpi-launcher\n"
+    "  Remote daemon: [[{job},0],2] on node {host}\n\n"
+    "This is usually due to either a failure of the TCP network\n"
+    "connection to the node, or possibly an internal failure of\n"
+    "the daemon itself. We cannot recover from this failure, and\n"
+    "therefore will terminate the job.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        LOST_DAEMON.format(who="ORTE", job=5150, host="gpu-rack4-17"),
+        LOST_DAEMON.format(who="PRTE", job="prterun-mpi-launcher-81@0", host="10.3.0.44"),
+        # the banner cut off after its first line: no node named
+        "step 300 loss 0.4\nORTE has lost communication with a remote daemon.\n",
+    ],
+)
+def test_an_mpi_launcher_losing_a_node_s_daemon_is_that_node_lost_not_a_hang(report: str) -> None:
+    """mpirun lost the daemon that ran a node's processes: the node went away (or the way to it); the ranks that timed
+    out or lost a peer waited for it. No member is that node here: the member whose log carries the report, unsure."""
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, PEER_CLOSED), member("w-2", 2, report)))
+    assert (v.pod, v.category, v.retryable) == ("w-2", "node_lost", True)
+    assert v.confidence < LOW_CONFIDENCE
+
+
+def test_an_mpi_launcher_s_lost_daemon_blames_the_member_on_the_node_it_names() -> None:
+    report = LOST_DAEMON.format(who="ORTE", job=5150, host="w-1")
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, "", exit_code=137), member("w-2", 2, WATCHDOG)))
+    assert (v.pod, v.category) == ("w-1", "node_lost")
+
+
+def test_a_process_s_death_report_says_more_than_the_lost_daemon_after_it() -> None:
+    """The launcher saw the process die of SIGKILL, then lost that node's daemon: the death, as it reports it."""
+    report = OMPI_KILLED.format(host="gpu-17", sig=9, name="Killed") + LOST_DAEMON.format(
+        who="ORTE", job=5150, host="gpu-17"
+    )
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, PEER_CLOSED), member("w-2", 2, report)))
+    assert (v.pod, v.category) == ("w-2", "host_oom")

@@ -1059,3 +1059,159 @@ def test_a_hub_retry_warning_says_less_than_the_program_s_own_error() -> None:
 )
 def test_devices_busy_or_unavailable_are_the_cuda_runtime_s_words_only(log: str, category: str) -> None:
     assert _read(log)[:2] == ("primary", category)
+
+
+# NCCL's remote error in the words of the layers that print it: NCCL's result string under torch's exception, torch's
+# own detail line, XLA's abort of its communicator, JAX's failed operation. None says whose failure it is.
+REMOTE_ERRORS = [
+    "torch.distributed.DistBackendError: NCCL error in: ../c10d/ProcessGroupNCCL.cpp:2007, remote process exited or "
+    "there was a network error, NCCL version 2.19.3\nncclRemoteError: A call failed possibly due to a network error "
+    "or a remote process exiting prematurely.\nLast error:\nsocketProgress: Connection closed by remote peer",
+    "E0101 10:00:00.000000 77 nccl_utils.cc:211] Aborting communicator: 0x55d0 due to async NCCL error: remote "
+    "process exited or there was a network error",
+    "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclAllGather failed: remote process exited or "
+    "there was a network error",
+    "[rank2]: RuntimeError: NCCL communicator error: ncclRemoteError (run with NCCL_DEBUG=INFO for details)",
+]
+
+
+@pytest.mark.parametrize("words", REMOTE_ERRORS)
+def test_a_broken_connection_among_ranks_that_only_waited_is_the_network(words: str) -> None:
+    """The ranks that timed out were alive and waiting: no remote process of theirs exited, so the rank whose
+    connection broke names the other alternative, the network between them — not a hang."""
+    v = _three(WAITED.format(r=0), f"step 88\n{words}\n", WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
+
+
+@pytest.mark.parametrize("words", REMOTE_ERRORS)
+def test_a_broken_connection_beside_a_rank_that_died_is_its_echo_and_no_rival(words: str) -> None:
+    """A rank that raised a program error and exited is the remote process that exited: the peer's NCCL error is
+    what its exit did, so the verdict is as sure as with the peer torn down instead."""
+    died = "Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\nKeyError: 'label'\n"
+    v = _three(died, f"step 88\n{words}\n", TORN)
+    alone = _three(died, TORN, TORN)
+    assert (v.pod, v.category, v.confidence) == ("llm-worker-0", "user_code", alone.confidence)
+    assert alone.confidence >= 0.9
+
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # requests over urllib3, with and without the module's name; a body cut off mid-read; the server hanging up
+        "requests.exceptions.ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+        "peer'))\n",
+        "ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without "
+        "response'))\n",
+        "requests.exceptions.ChunkedEncodingError: (\"Connection broken: ConnectionResetError(104, 'Connection reset "
+        "by peer')\", ConnectionResetError(104, 'Connection reset by peer'))\n",
+        "urllib3.exceptions.ProtocolError: ('Connection aborted.', BrokenPipeError(32, 'Broken pipe'))\n",
+        "httpx.ReadError: [Errno 104] Connection reset by peer\n",
+        "httpcore.RemoteProtocolError: Server disconnected without sending a response.\n",
+        "aiohttp.client_exceptions.ClientOSError: [Errno 104] Connection reset by peer\n",
+        # the socket's own error, raised through the hub's client or an object store's file system
+        f'Traceback (most recent call last):\n  File "dl.py", line 3, in <module>\n    snapshot_download("org/m")\n'
+        f'  File "{SITE}/huggingface_hub/file_download.py", line 520, in http_get\n    for chunk in r.iter_content():\n'
+        '  File "/usr/lib/python3.11/ssl.py", line 1134, in read\n    return self._sslobj.read(len, buffer)\n'
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n",
+        f'[rank1]: Traceback (most recent call last):\n[rank1]:   File "{SITE}/s3fs/core.py", line 140, in _call_s3\n'
+        "[rank1]:     return await method(**additional_kwargs)\n[rank1]: ConnectionRefusedError: [Errno 111] "
+        "Connection refused\n",
+        f'Traceback (most recent call last):\n  File "{SITE}/botocore/httpsession.py", line 464, in send\n'
+        "    urllib_response = conn.urlopen(\nBrokenPipeError: [Errno 32] Broken pipe\n",
+    ],
+)
+def test_a_connection_an_http_client_lost_is_the_remote_service_not_a_peer(log: str) -> None:
+    """A socket reset inside an HTTP client's words or frames is the process's own dealing with a remote service."""
+    assert _read(f"step 12 loss 1.9\n{log}")[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        f'Traceback (most recent call last):\n  File "{SITE}/torch/distributed/distributed_c10d.py", line 2050, in '
+        "all_reduce\n    work.wait()\nConnectionResetError: [Errno 104] Connection reset by peer\n",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer [10.0.0.2]:6592\n",
+        # urllib3's retry warning is a healthy run's: the reset the process raised is a collective's
+        "WARNING:urllib3.connectionpool:Retrying (Retry(total=4)) after connection broken by 'ProtocolError("
+        "'Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))': /api/models/m\n"
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n",
+    ],
+)
+def test_a_socket_reset_in_a_collective_s_frames_stays_a_peer_echo(log: str) -> None:
+    assert _read(f"step 12 loss 1.9\n{log}")[:3] == ("secondary", None, "gloo.peer-reset")
+
+
+def test_a_download_s_dropped_connection_among_ranks_that_waited_is_the_root() -> None:
+    dropped = "ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))\n"
+    v = _three(WAITED.format(r=0), WAITED.format(r=1), dropped)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-2", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # torch's HIP build names HIP's code where its CUDA build names CUDA's; the runtime's check; a JSON event log
+        "RuntimeError: HIP error: unspecified launch failure\nSearch for `hipErrorLaunchFailure' in "
+        "https://rocm.docs.amd.com/projects/HIP/en/latest/index.html for more information.\n",
+        "[rank5]: Search for `hipErrorIllegalAddress' in https://rocm.docs.amd.com/ for more information.\n"
+        "[rank5]: HIP kernel errors might be asynchronously reported at some other API call\n",
+        "hip_check.cc:41 HIP call hipStreamSynchronize(stream) failed with hipErrorLaunchFailure (719)\n",
+        '{"event": "line", "data": "[rank0]: Search for `hipErrorLaunchFailure\' in the HIP docs.\\n"}\n',
+    ],
+)
+def test_a_kernel_fault_in_hip_s_names_is_the_device_as_cuda_s_is(log: str) -> None:
+    assert _read(f"step 5 loss 0.7\n{log}")[:2] == ("primary", "hardware")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "2031:01:02-03:04:05:(777) |CCL_ERROR| global.cpp:150 getenv_local_coord: condition env().ze_ipc_exchange == "
+        "sockets failed\nto get local_idx/count from ATL, set CCL_ZE_IPC_EXCHANGE=sockets explicitly\n",
+        "RuntimeError: oneCCL: env.cpp:374 parse: EXCEPTION: incorrect CCL_WORKER_COUNT 0\n",
+        "|CCL_ERROR| env.cpp:1131 parse_affinity: condition local_rank != -1 failed\nauto pinning requires "
+        "CCL_LOCAL_RANK env variable to be set\n",
+    ],
+)
+def test_the_collectives_library_refusing_its_settings_is_the_launch_environment(log: str) -> None:
+    """Read from oneCCL's words (the log), not from the bare exit code every member that died shows."""
+    f = assess(_alone(f"starting\n{log}"))
+    assert (f.role, f.category, f.source) == ("primary", "user_code", "log")
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        ("[rank1]: Search for `hipErrorLaunchFailure' in https://rocm.docs.amd.com/ for details.\n", "hardware"),
+        ("|CCL_ERROR| env.cpp:374 parse: condition workers >= 1 failed\nincorrect CCL_WORKER_COUNT 0\n", "user_code"),
+    ],
+)
+def test_a_failure_named_in_a_runtime_s_own_words_beats_the_hang_beside_it(own: str, category: str) -> None:
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "PaddleCheckError: the latest update of worker 3 is 600 secs ago, we doubt the the worker is not alive and this"
+        " may have a bad effect on the fitting result, please check at [heart_beat_monitor.cc:83]",
+        "RuntimeError: the latest update of trainer 1 is 1200.000000 secs ago, we doubt the the trainer is not alive",
+    ],
+)
+def test_a_parameter_server_missing_a_worker_s_updates_is_a_lost_worker_not_a_hang(line: str) -> None:
+    """The server's heartbeat monitor says one of its workers stopped reporting: a report of that member lost, as a
+    launcher's of a node's daemon is, though the server's own abort and the peers that waited follow it. No member's
+    log shows that worker's rank here: the member whose log carries the report, unsure."""
+    v = _three(WAITED.format(r=0), f"{line}\n*** SIGABRT (@0x5a0) received by PID 77 (TID 0x7f00) from PID 77\n", TORN)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "node_lost", True)
+    assert v.confidence < 0.7
+
+
+def test_a_parameter_server_s_report_blames_the_worker_whose_log_shows_its_rank() -> None:
+    stale = "PaddleCheckError: the latest update of worker 2 is 600 secs ago, we doubt the the worker is not alive\n"
+    v = _three(WAITED.format(r=0), stale, "[rank2]: step 41 loss 2.03\n[rank2]: step 42 loss 2.01\n")
+    assert (v.pod, v.category) == ("llm-worker-2", "node_lost")

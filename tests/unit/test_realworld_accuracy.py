@@ -48,9 +48,9 @@ FLOORS = {
     # scored once, blind, at c2239c5: 0.83 / 0.76 / 0.88 (n=147; docs/engine.md, "fresh8's one scoring"); a development
     # set since: provisional floors below its figures after the rules written from its misses
     "fresh8": (0.93, 0.95, 0.95),
-    # scored once, blind, at a804d2d: 0.88 / 0.90 / 0.96 (n=141; docs/engine.md, "fresh9's one scoring"), the last
-    # blind figure of the engine as it stands; floors below it
-    "fresh9": (0.85, 0.87, 0.93),
+    # scored once, blind, at a804d2d: 0.88 / 0.90 / 0.96 (n=141; docs/engine.md, "fresh9's one scoring"); a development
+    # set since: provisional floors below its figures after the rules written from its misses
+    "fresh9": (0.89, 0.94, 0.95),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -78,7 +78,7 @@ def test_the_corpus_is_sound() -> None:
     excerpts = load(CORPUS)
     assert len(excerpts) >= 300
     assert len({e.id for e in excerpts}) == len(excerpts)
-    splits = {"train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 11))}
+    splits = {"train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 13))}
     assert {e.split for e in excerpts} == splits
     # A thread's excerpts are all on one side of the split.
     sides: dict[str, set[str]] = {}
