@@ -667,7 +667,7 @@ def test_a_task_whose_coordination_service_never_answered_or_restarted_is_the_st
     "victim",
     [
         "tensorflow.python.framework.errors_impl.AbortedError: RecvTensor expects a different device incarnation: "
-        "881 vs. 902. Your worker job (\"/job:worker/replica:0/task:2\") was probably restarted.",
+        '881 vs. 902. Your worker job ("/job:worker/replica:0/task:2") was probably restarted.',
         "tensorflow.python.framework.errors_impl.AbortedError: [_Derived_]RecvBuf expects a different device "
         "incarnation: 881 vs. 902.",
         "tensorflow.python.framework.errors_impl.AbortedError: Unable to find a context_id matching the specified one "
