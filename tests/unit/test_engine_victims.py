@@ -598,6 +598,14 @@ def test_a_sibling_rank_s_echo_under_a_carrier_exception_is_not_its_detail() -> 
 DEVICE_OOM_ROOT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 79.1 GiB total)"
 
 
+def assert_echo_beside_a_root(victim: str, kind: str) -> None:
+    """The victim alone reads as the `kind` echo and, beside a root failing in its own words, leaves it the root."""
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
 @pytest.mark.parametrize(
     "victim",
     [
@@ -612,10 +620,7 @@ DEVICE_OOM_ROOT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate
     ],
 )
 def test_nccl_s_socket_transport_losing_its_peer_is_the_peer_s_echo_not_the_network(victim: str) -> None:
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "peer")
-    v = decide(cascade(DEVICE_OOM_ROOT, victim))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert_echo_beside_a_root(victim, "peer")
 
 
 def test_nccl_s_socket_progress_line_alone_names_no_network_fault() -> None:
@@ -641,8 +646,7 @@ def test_nccl_s_socket_progress_line_alone_names_no_network_fault() -> None:
     ],
 )
 def test_a_rank_told_through_the_store_that_another_rank_timed_out_is_the_timeout_s_echo(victim: str) -> None:
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "timeout")
+    assert_echo_beside_a_root(victim, "timeout")
 
 
 @pytest.mark.parametrize(
@@ -657,10 +661,7 @@ def test_a_rank_told_through_the_store_that_another_rank_timed_out_is_the_timeou
     ],
 )
 def test_a_task_whose_coordination_service_never_answered_or_restarted_is_the_store_s_echo(victim: str) -> None:
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "store")
-    v = decide(cascade(DEVICE_OOM_ROOT, victim))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert_echo_beside_a_root(victim, "store")
 
 
 @pytest.mark.parametrize(
@@ -679,10 +680,7 @@ def test_a_task_whose_coordination_service_never_answered_or_restarted_is_the_st
     ],
 )
 def test_a_tensorflow_worker_finding_a_peer_task_restarted_or_down_is_the_peer_s_echo(victim: str) -> None:
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "peer")
-    v = decide(cascade(DEVICE_OOM_ROOT, victim))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert_echo_beside_a_root(victim, "peer")
 
 
 @pytest.mark.parametrize(
@@ -768,11 +766,7 @@ def test_gloo_s_transport_about_the_peer_of_a_pair_is_that_peer_s_echo(said: str
     """gloo's pairs name their peer by address: its socket closed under a read, a pair no longer connected (the peer
     died), a read, a write or the first connect that got nothing from it in time (this rank waited for it)."""
     for where in ("/opt/venv/torch/third_party/gloo/gloo/transport/tcp/pair.cc:312", "gloo/transport/tcp/pair.cc:88"):
-        victim = f"[rank1]: RuntimeError: [{where}] {said}"
-        f = assess(member("v", 0, victim))
-        assert (f.role, f.secondary) == ("secondary", kind)
-        v = decide(cascade(DEVICE_OOM_ROOT, victim))
-        assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+        assert_echo_beside_a_root(f"[rank1]: RuntimeError: [{where}] {said}", kind)
 
 
 @pytest.mark.parametrize(
@@ -793,22 +787,7 @@ def test_gloo_s_transport_about_the_peer_of_a_pair_is_that_peer_s_echo(said: str
 def test_plain_words_that_another_member_went_away_or_aborted_the_collective_are_an_echo(victim: str) -> None:
     """Words of no known runtime that still say another member is gone: a connection to it lost, it disconnected or
     stopped answering, a collective or communicator aborted, the job stopping because a member failed."""
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "peer")
-    v = decide(cascade(DEVICE_OOM_ROOT, victim))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
-
-
-@pytest.mark.parametrize(
-    "own",
-    [
-        "ERROR:composer.cli.launcher:Rank 1 crashed with exit code -9.",
-        "RuntimeError: rank 2 failed the shape check: expected 4096, got 4095",
-        "RuntimeError: The operation was aborted by the user",
-    ],
-)
-def test_a_launcher_s_words_for_its_own_worker_or_a_check_of_its_own_stay_its_own(own: str) -> None:
-    assert assess(member("r", 0, own)).role == "primary"
+    assert_echo_beside_a_root(victim, "peer")
 
 
 @pytest.mark.parametrize(
@@ -821,10 +800,7 @@ def test_a_launcher_s_words_for_its_own_worker_or_a_check_of_its_own_stay_its_ow
     ],
 )
 def test_horovod_s_elastic_driver_stopping_after_its_workers_failed_is_their_echo(launcher: str) -> None:
-    f = assess(member("v", 0, launcher))
-    assert (f.role, f.secondary) == ("secondary", "peer")
-    v = decide(cascade(DEVICE_OOM_ROOT, launcher))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert_echo_beside_a_root(launcher, "peer")
 
 
 @pytest.mark.parametrize(
@@ -840,21 +816,23 @@ def test_horovod_s_elastic_driver_stopping_after_its_workers_failed_is_their_ech
     ],
 )
 def test_plain_words_that_it_timed_out_on_a_member_are_the_timeout_s_echo(victim: str) -> None:
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "timeout")
-    v = decide(cascade(DEVICE_OOM_ROOT, victim))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert_echo_beside_a_root(victim, "timeout")
 
 
 @pytest.mark.parametrize(
     "own",
     [
+        # a launcher's words for its own worker, a check of its own that names a rank, an abort of its own
+        "ERROR:composer.cli.launcher:Rank 1 crashed with exit code -9.",
+        "RuntimeError: rank 2 failed the shape check: expected 4096, got 4095",
+        "RuntimeError: The operation was aborted by the user",
+        # a timeout of its own that names no other member, a number beside a duration alone
         "RuntimeError: DataLoader timed out after 120 seconds",
         "[rank3]: TimeoutError: reading shard 12 from s3 timed out",
         "INFO rank 0 finished epoch 3 after 600 s\nValueError: bad label in batch 7",
     ],
 )
-def test_a_timeout_of_its_own_that_names_no_other_member_stays_its_own(own: str) -> None:
+def test_plain_words_of_a_failure_of_its_own_stay_its_own(own: str) -> None:
     assert assess(member("r", 0, own)).role == "primary"
 
 
@@ -868,10 +846,7 @@ def test_a_timeout_of_its_own_that_names_no_other_member_stays_its_own(own: str)
     ],
 )
 def test_a_process_saying_it_exits_because_it_was_told_to_stop_is_teardown(stopped: str) -> None:
-    f = assess(member("v", 0, stopped))
-    assert (f.role, f.secondary) == ("secondary", "teardown")
-    v = decide(cascade(DEVICE_OOM_ROOT, stopped))
-    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+    assert_echo_beside_a_root(stopped, "teardown")
 
 
 @pytest.mark.parametrize("status", ["Deadline Exceeded (4)", "Socket closed (14)", "Connection reset by peer (14)"])
