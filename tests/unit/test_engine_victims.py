@@ -857,3 +857,16 @@ def test_torch_xla_s_replicas_failing_to_meet_at_a_rendezvous_is_the_store_s_ech
     )
     f = assess(member("v", 0, victim))
     assert (f.role, f.secondary) == ("secondary", "store")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "[2026-11-27 06:40:00,118 E 77 77] core_worker.cc:612: The GCS server is unreachable. Exiting the worker.",
+        "[2026-11-27 06:40:00,118 C 77 77] gcs_client.cc:221: GCS has been unreachable for more than 60 seconds",
+        "WARNING: the coordinator became unreachable; stopping the step",
+        "ERROR: failed to establish a connection to the rendezvous server at gpu-a:29400",
+    ],
+)
+def test_the_member_that_coordinates_the_job_said_unreachable_first_is_the_store_s_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "store")
