@@ -855,8 +855,7 @@ def test_torch_xla_s_replicas_failing_to_meet_at_a_rendezvous_is_the_store_s_ech
         "RuntimeError: third_party/xla_client/mesh_service.cc:370 : Failed to meet rendezvous "
         f"'torch_xla.core.xla_model.save': {status}"
     )
-    f = assess(member("v", 0, victim))
-    assert (f.role, f.secondary) == ("secondary", "store")
+    assert_echo_beside_a_root(victim, "store")
 
 
 @pytest.mark.parametrize(
