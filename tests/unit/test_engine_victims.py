@@ -590,3 +590,282 @@ def test_a_sibling_rank_s_echo_under_a_carrier_exception_is_not_its_detail() -> 
     )
     assert assess(member("w-0", 0, log)).role == "primary"
     assert assess(member("w-0", 0, NPU_SYNC_TIMEOUT)).role == "secondary"
+
+
+# --- victims in the words of each runtime's own teardown: read as echoes, never as a failure of their own ----------
+
+# A root whose words name its cause at the threshold: the victims beside it must not take the root from it.
+DEVICE_OOM_ROOT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 79.1 GiB total)"
+
+
+def assert_echo_beside_a_root(victim: str, kind: str) -> None:
+    """The victim alone reads as the `kind` echo and, beside a root failing in its own words, leaves it the root."""
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # NCCL's socket transport: its socket layer says the peer closed or reset its end, then the network plugin's
+        # own line that its progress failed (which names no cause)
+        "gpu-b:91:140 [2] misc/socket.cc:540 NCCL WARN socketProgressOpt: Connection closed by remote peer "
+        "gpu-a<40211>\ngpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error",
+        "gpu-b:91:140 [2] misc/socket.cc:50 NCCL WARN socketProgressOpt: Call to recv from 10.4.0.7<40211> failed : "
+        "Connection reset by peer\ngpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error",
+        "gpu-b:91:140 [2] misc/socket.cc:50 NCCL WARN Net : Call to send to 10.4.0.7<40211> failed : Broken pipe\n"
+        "gpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error",
+    ],
+)
+def test_nccl_s_socket_transport_losing_its_peer_is_the_peer_s_echo_not_the_network(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "peer")
+
+
+def test_nccl_s_socket_progress_line_alone_names_no_network_fault() -> None:
+    """The network plugin's own line says only that a transfer failed: the socket layer's line before it says why
+    (a peer gone, or a network errno, which keeps its reading)."""
+    assert assess(member("v", 0, "gpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error")).category != (
+        "network"
+    )
+    unreachable = (
+        "gpu-b:91:140 [2] misc/socket.cc:50 NCCL WARN socketProgressOpt: Call to recv from 10.4.0.7<40211> failed : "
+        "No route to host\ngpu-b:91:140 [2] NCCL WARN NET/Socket : socket progress error"
+    )
+    assert assess(member("v", 0, unreachable)).category == "network"
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "[rank3]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1600] [PG 0 Rank 3] Received a global timeout from another "
+        "rank and will start to dump the debug info. Last enqueued NCCL work: 77, last completed NCCL work: 77.",
+        "[rank3]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1630] [PG 0 Rank 3] ProcessGroupNCCL's watchdog detected a "
+        "collective timeout and notified current rank. This is most likely caused by incorrect usages of collectives",
+    ],
+)
+def test_a_rank_told_through_the_store_that_another_rank_timed_out_is_the_timeout_s_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "timeout")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: GetKeyValue() timed out with key: "
+        "cuda:local_topology/cuda/2 and duration: 5m",
+        "E1127 06:40:00.118 77 coordination_service_agent.cc:300] Coordination agent is set to ERROR: ABORTED: Leader "
+        "incarnation ID mismatch: the coordination leader has restarted.",
+        "E1127 06:40:00.118 77 coordination_service_agent.cc:480] Failed to disconnect from coordination service with "
+        "status: UNAVAILABLE: Connection refused\nProceeding with agent shutdown anyway.",
+    ],
+)
+def test_a_task_whose_coordination_service_never_answered_or_restarted_is_the_store_s_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "store")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "tensorflow.python.framework.errors_impl.AbortedError: RecvTensor expects a different device incarnation: "
+        '881 vs. 902. Your worker job ("/job:worker/replica:0/task:2") was probably restarted.',
+        "tensorflow.python.framework.errors_impl.AbortedError: [_Derived_]RecvBuf expects a different device "
+        "incarnation: 881 vs. 902.",
+        "tensorflow.python.framework.errors_impl.AbortedError: Unable to find a context_id matching the specified one "
+        "(5512). Perhaps the worker was restarted, or the context was GC'd?",
+        "ERROR:tensorflow:Cluster check alive failed, /job:worker/replica:0/task:0 is down, aborting collectives: "
+        "Deadline Exceeded",
+        "tensorflow.python.framework.errors_impl.UnavailableError: [_Derived_]Collective ops is aborted by: cluster "
+        "check alive failed, /job:worker/replica:0/task:1 is down",
+    ],
+)
+def test_a_tensorflow_worker_finding_a_peer_task_restarted_or_down_is_the_peer_s_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "peer")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "Input/output error",
+        "Transport endpoint is not connected",
+        "Connection reset by peer",
+    ],
+)
+def test_an_mpi_fabric_completion_error_is_not_the_storage(error: str) -> None:
+    """MPICH's and Intel MPI's OFI layer failing a transfer's completion reports the provider's errno: the fabric's
+    (a peer gone or the network), never a file's, whatever errno's words say."""
+    log = (
+        "Abort(403) on node 2 (rank 2 in comm 0): Fatal error in PMPI_Allreduce: Other MPI error, error stack:\n"
+        "PMPI_Allreduce(450)...........: MPI_Allreduce(sbuf=0x1, rbuf=0x2, count=4, MPI_FLOAT, MPI_SUM, comm=0x84) "
+        "failed\n"
+        f"MPIDI_OFI_handle_cq_error(1075): OFI poll failed (ofi_events.c:1077:MPIDI_OFI_handle_cq_error:{error})"
+    )
+    f = assess(member("v", 0, log))
+    assert f.category != "infra"
+    v = decide(cascade(DEVICE_OOM_ROOT, log))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+@pytest.mark.parametrize(
+    ("victim", "kind"),
+    [
+        # the coordination service (on the leader task) finding another task back with a new incarnation
+        (
+            "E1127 06:40:00.118 77 coordination_service.cc:900] /job:jax_worker/replica:0/task:2 unexpectedly tried "
+            "to connect with a different incarnation. It has likely restarted.",
+            "peer",
+        ),
+        # ProcessGroupNCCL's monitor ending the process once a collective timed out or failed
+        (
+            "[rank3]:[F1127 06:40:00.118 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+            "Terminating the process after attempting to dump debug info, due to collective timeout or exception.",
+            "timeout",
+        ),
+        # the c10d store's client socket failing on the store's end (its host gone)
+        (
+            "[rank3]:[W1127 06:40:00.118 socket.cpp:460] [c10d] sendBytes failed on SocketImpl(fd=41, "
+            "addr=[gpu-b]:50112, remote=[gpu-a]:29500): Broken pipe",
+            "store",
+        ),
+        (
+            "[rank3]:[W1127 06:40:00.118 TCPStore.cpp:120] [c10d] recvVector failed on SocketImpl(fd=41, "
+            "addr=[gpu-b]:50112, remote=[gpu-a]:29500): Connection timed out",
+            "store",
+        ),
+        # an MPI launcher's banner for a process that exited non-zero, wrapped at another word
+        (
+            "prterun detected that one or more processes exited with non-zero status,\nthus causing the job to be "
+            "terminated. The first process to do so was:\n\n   Process name: [prterun-gpu-a-77@1,2]\n   Exit code: 1",
+            "peer",
+        ),
+        (
+            "RuntimeError: Gloo job detected that one or more processes exited with non-zero status, thus causing the "
+            "job to be terminated. The first process to do so was:\nProcess name: 1\nExit code: 1",
+            "peer",
+        ),
+    ],
+)
+def test_a_runtime_s_own_words_for_a_peer_restarted_a_failed_collective_or_a_lost_store(victim: str, kind: str) -> None:
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind)
+
+
+@pytest.mark.parametrize(
+    ("said", "kind"),
+    [
+        ("Socket unexpectedly closed [10.4.0.7]:38211", "peer"),
+        ("Remote socket closed during sync read [10.4.0.7]:38211", "peer"),
+        ("Pair is not connected ([10.4.0.9]:41002 <--> [10.4.0.7]:38211)", "peer"),
+        ("Read timeout [10.4.0.7]:38211", "timeout"),
+        ("Write timeout [10.4.0.7]:38211", "timeout"),
+        ("Connect timeout [10.4.0.7]:38211", "timeout"),
+        ("connect [10.4.0.7]:38211: Connection timed out", "timeout"),
+    ],
+)
+def test_gloo_s_transport_about_the_peer_of_a_pair_is_that_peer_s_echo(said: str, kind: str) -> None:
+    """gloo's pairs name their peer by address: its socket closed under a read, a pair no longer connected (the peer
+    died), a read, a write or the first connect that got nothing from it in time (this rank waited for it)."""
+    for where in ("/opt/venv/torch/third_party/gloo/gloo/transport/tcp/pair.cc:312", "gloo/transport/tcp/pair.cc:88"):
+        assert_echo_beside_a_root(f"[rank1]: RuntimeError: [{where}] {said}", kind)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "RuntimeError: lost connection to rank 3 while reducing bucket 12",
+        "RuntimeError: connection to worker gpu-a:7 dropped during all_gather",
+        "ConnectionError: connection closed with peer 10.4.0.7:6000",
+        "meshrt.errors.PeerError: peer 10.4.0.7:6000 has disconnected",
+        "RuntimeError: rank 3 stopped responding; giving up on the step",
+        "RuntimeError: participant task-2 is unreachable",
+        "RuntimeError: collective operation was aborted",
+        "RuntimeError: the communicator has been revoked",
+        "RuntimeError: reduce_scatter aborted because rank 5 crashed",
+        "RuntimeError: shutting down the trainer since a worker has failed",
+    ],
+)
+def test_plain_words_that_another_member_went_away_or_aborted_the_collective_are_an_echo(victim: str) -> None:
+    """Words of no known runtime that still say another member is gone: a connection to it lost, it disconnected or
+    stopped answering, a collective or communicator aborted, the job stopping because a member failed."""
+    assert_echo_beside_a_root(victim, "peer")
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "ERROR:root:failure count == 8 -> stop running",
+        "ERROR:root:blacklisted slots count == 8 -> stop running",
+        "RuntimeError: No hosts from previous set remaining, unable to broadcast state.",
+        "RuntimeError: Job has been shutdown, see above error messages for details.",
+    ],
+)
+def test_horovod_s_elastic_driver_stopping_after_its_workers_failed_is_their_echo(launcher: str) -> None:
+    assert_echo_beside_a_root(launcher, "peer")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "RuntimeError: step 88: timed out receiving gradients from rank 6",
+        "RuntimeError: send to peer 2 timed out after 300 s",
+        "RuntimeError: parameter sync with peers timed out",
+        "RuntimeError: worker 5 did not respond within 900 seconds",
+        "RuntimeError: gave up: no response from rank 6",
+        "TimeoutError: barrier 'epoch-end' timed out (ranks missing: [2, 6])",
+        "RuntimeError: deadline exceeded: task 4 never arrived at the step barrier",
+    ],
+)
+def test_plain_words_that_it_timed_out_on_a_member_are_the_timeout_s_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "timeout")
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        # a launcher's words for its own worker, a check of its own that names a rank, an abort of its own
+        "ERROR:composer.cli.launcher:Rank 1 crashed with exit code -9.",
+        "RuntimeError: rank 2 failed the shape check: expected 4096, got 4095",
+        "RuntimeError: The operation was aborted by the user",
+        # a timeout of its own that names no other member, a number beside a duration alone
+        "RuntimeError: DataLoader timed out after 120 seconds",
+        "[rank3]: TimeoutError: reading shard 12 from s3 timed out",
+        "INFO rank 0 finished epoch 3 after 600 s\nValueError: bad label in batch 7",
+    ],
+)
+def test_plain_words_of_a_failure_of_its_own_stay_its_own(own: str) -> None:
+    assert assess(member("r", 0, own)).role == "primary"
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        "*** SIGTERM received by PID 812 (TID 812) on cpu 11 from PID 1; stack trace: ***",
+        "worker: exiting due to SIGTERM",
+        "trainer shutting down after SIGINT",
+        "supervisor: terminating on signal SIGTERM(15)",
+    ],
+)
+def test_a_process_saying_it_exits_because_it_was_told_to_stop_is_teardown(stopped: str) -> None:
+    assert_echo_beside_a_root(stopped, "teardown")
+
+
+@pytest.mark.parametrize("status", ["Deadline Exceeded (4)", "Socket closed (14)", "Connection reset by peer (14)"])
+def test_torch_xla_s_replicas_failing_to_meet_at_a_rendezvous_is_the_store_s_echo(status: str) -> None:
+    victim = (
+        "RuntimeError: third_party/xla_client/mesh_service.cc:370 : Failed to meet rendezvous "
+        f"'torch_xla.core.xla_model.save': {status}"
+    )
+    assert_echo_beside_a_root(victim, "store")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "[2026-11-27 06:40:00,118 E 77 77] core_worker.cc:612: The GCS server is unreachable. Exiting the worker.",
+        "[2026-11-27 06:40:00,118 C 77 77] gcs_client.cc:221: GCS has been unreachable for more than 60 seconds",
+        "WARNING: the coordinator became unreachable; stopping the step",
+        "ERROR: failed to establish a connection to the rendezvous server at gpu-a:29400",
+    ],
+)
+def test_the_member_that_coordinates_the_job_said_unreachable_first_is_the_store_s_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "store")
