@@ -332,7 +332,9 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     if lr is None or hit is None:
         return None
     line = _line_at(text, hit.start(), hit.end())
-    if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and _ABORT.search(line):
+    if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and (
+        _ABORT.search(line) or _EXIT_ABORT.search(line)
+    ):
         carried = _carried_reading(text, rules)
         if carried is not None:
             return carried
@@ -345,9 +347,16 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
 # "E ...] HTTP GET request failed too many times, aborting"). What it carries says why the process aborted.
 _CARRIED = re.compile(
     r"what\(\):\s+(\S[^\n]*)|Check failed: ([^\n]+)|^(?:\[rank\d+\]:\s?)?F\d{4} [^\]\n]{1,200}\] ([^\n]+)"
-    r"|^[^\n]{0,120}\bE[\d ][^\]\n]{0,200}\] ([^\n]*\baborting\b[^\n]*)",
+    r"|^[^\n]{0,120}\bE[\d ][^\]\n]{0,200}\] ([^\n]*\baborting\b[^\n]*)"
+    # TensorFlow's own log format for a fatal line: "2023-05-25 11:10:57.934547: F tensorflow/...cc:103] TEXT"
+    r"|^[^\n]{0,40}\d\d:\d\d:\d\d\.\d{1,9}: F [^\]\n]{1,200}\] ([^\n]+)",
     re.M,
 )
+# An abort a process raises on its way out, once it has failed or been told to stop: TensorFlow's gRPC server, which
+# cannot be stopped cleanly, aborting as the process exits (grpc_server_lib.cc: "Stop() status: UNIMPLEMENTED: Clean
+# shutdown is not currently implemented"), Python's fatal error on a lock a daemon thread held "at interpreter
+# shutdown". It says only that the process was exiting; why it exited is what it printed before.
+_EXIT_ABORT = re.compile(r"Clean shutdown is not currently implemented|\bat interpreter shutdown\b")
 # A fault of the process's own that is not an abort (a segfault, an illegal instruction, a bus error, a divide): the
 # crash is that fault, whatever an exception said before it.
 _OWN_FAULT = re.compile(r"SIG(SEGV|ILL|FPE|BUS)\b|Segmentation fault|Illegal instruction|Floating point exception")
@@ -359,9 +368,18 @@ _ABORT = re.compile(r"terminate|what\(\)|Check fail|abort|SIGABRT|signal:? ?6\b|
 def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """An abort read by what it carries (see _CARRIED), as a plain message is read: when that is an echo (a store, a
     peer, a timeout, a teardown), the abort is that echo; when it is a failure of a family of its own (an accelerator's
-    or the host's memory, a CUDA error), it is that family. None when it carries nothing the rules read so, or the
-    process faulted besides (_OWN_FAULT): then the abort stays the crash the log rules read."""
-    if ("what()" not in text and "Check failed" not in text and "aborting" not in text) or _OWN_FAULT.search(text):
+    or the host's memory, a CUDA error), it is that family. An abort on the process's way out (_EXIT_ABORT) is read by
+    what the process printed before it. None when it carries nothing the rules read so, or the process faulted besides
+    (_OWN_FAULT): then the abort stays the crash the log rules read."""
+    if _OWN_FAULT.search(text):
+        return None
+    out = _EXIT_ABORT.search(text)
+    if out is not None:
+        # read what the process printed before it began to exit, as the log is read
+        before = _log_rule(text[: text.rfind("\n", 0, out.start()) + 1], rules)
+        if before is not None and (before[0].secondary in ECHOES or before[0].category not in (None, "crash")):
+            return before
+    if "what()" not in text and "Check failed" not in text and "aborting" not in text and ": F " not in text:
         return None
     for m in _CARRIED.finditer(text):
         said = next(g for g in m.groups() if g is not None).strip()
