@@ -122,6 +122,12 @@ _OMPI_FIRST = re.compile(
     r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}\[\[\d{1,10},\d{1,10}\],"
     r"(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
 )
+# Horovod's launcher (horovodrun over gloo, elastic or not) in the same words, naming the process by its host and slot
+# ("Process name: worker-1[0]"); a process it ran through a shell and that was killed reports 128 + the signal.
+_HOROVOD_FIRST = re.compile(
+    r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}([\w.-]{1,253})\[\d{1,7}\]"
+    r"\s{0,20}Exit code:\s{0,20}(-?\d{1,3})\b"
+)
 _OMPI_NONZERO = re.compile(r"Primary job\s{1,20}terminated normally, but 1 process returned")
 _HYDRA_BAD = re.compile(
     r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES[\s=]{0,200}(?:RANK (\d{1,7}) )?PID \d{1,10} RUNNING AT "
@@ -161,13 +167,24 @@ class LauncherReport:
 
 def launcher_report(text: str) -> LauncherReport | None:
     """The MPI launcher's report of a process's death in `text` (see _OMPI_NOTICED), or None."""
-    if "rank" not in text and "RANK" not in text and "Primary job" not in text and "RUNNING AT" not in text:
+    if (
+        "rank" not in text
+        and "RANK" not in text
+        and "Primary job" not in text
+        and "RUNNING AT" not in text
+        and "Process name" not in text
+    ):
         return _lost_node(text)
     if m := _OMPI_NOTICED.search(text):
         died = int(m.group(3)) if m.group(3) else None
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), m.group(2), died)
     if m := _OMPI_FIRST.search(text):
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), exit_code=int(m.group(2)))
+    if m := _HOROVOD_FIRST.search(text):
+        code = int(m.group(2))
+        if code < 0 or 128 < code < 160:
+            return LauncherReport(_line_at(text, m.start()), host=m.group(1), signal=-code if code < 0 else code - 128)
+        return LauncherReport(_line_at(text, m.start()), host=m.group(1), exit_code=code)
     if m := _HYDRA_BAD.search(text):
         rank = int(m.group(1)) if m.group(1) else None
         code = int(m.group(3)) if m.group(3) else None

@@ -969,3 +969,55 @@ def test_an_abort_on_the_way_out_is_read_by_what_the_process_said_before_it(echo
     ):
         f = assess(member("v", 0, echo + "\n" + exit_abort, exit_code=134))
         assert f.role == "secondary"
+
+
+# --- a worker killed with no word of its own, as its launcher or Ray reports it -----------------------------------
+
+AGENT_STOPPING_OTHERS = (
+    "agent: Sending process 4410 closing signal SIGTERM\nagent: Sending process 4411 closing signal SIGTERM"
+)
+
+
+@pytest.mark.parametrize("code", ["137", "-9"])
+def test_horovod_s_launcher_naming_a_first_process_killed_reads_as_that_kill(code: str) -> None:
+    report = (
+        "RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job "
+        f"to be terminated. The first process to do so was:\nProcess name: trainer-2[1]\nExit code: {code}"
+    )
+    v = decide(cascade(report, AGENT_STOPPING_OTHERS, root_exit=1, victim_first=False))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "host_oom", False)
+    assert v.confidence < PERMANENT
+
+
+RAY_SYSTEM_KILL = [
+    # the raylet's own report (forwarded to the driver), listing the OOM killer's SIGKILL first among its causes, then
+    # the driver's call to that worker's actor failing for it
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the "
+    "problem, check the logs for the dead worker. Worker PID: 7721 Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. (1) "
+    "The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called.\n"
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\nThe actor is dead because "
+    "its worker process has died.",
+    # an actor's worker that exited in a Kubernetes pod, which Ray puts down to the pod's memory limit
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: Rollout\n"
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+    "exits unexpectedly. Worker exits with an exit code None. The worker may have exceeded K8s pod memory limits.",
+]
+
+
+@pytest.mark.parametrize("report", RAY_SYSTEM_KILL)
+def test_ray_s_report_of_a_worker_killed_with_its_memory_named_is_host_oom(report: str) -> None:
+    f = assess(member("v", 0, report))
+    assert (f.role, f.category, f.weak) == ("primary", "host_oom", True)
+    v = decide(cascade(report, AGENT_STOPPING_OTHERS, victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+    assert v.confidence < PERMANENT
+
+
+def test_an_actor_s_death_as_its_caller_sees_it_stays_the_peer_s_echo() -> None:
+    caller = (
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+        "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes."
+    )
+    assert (assess(member("v", 0, caller)).secondary) == "peer"
