@@ -181,10 +181,11 @@ def launcher_report(text: str) -> LauncherReport | None:
     if m := _OMPI_FIRST.search(text):
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), exit_code=int(m.group(2)))
     if m := _HOROVOD_FIRST.search(text):
-        code = int(m.group(2))
-        if code < 0 or 128 < code < 160:
-            return LauncherReport(_line_at(text, m.start()), host=m.group(1), signal=-code if code < 0 else code - 128)
-        return LauncherReport(_line_at(text, m.start()), host=m.group(1), exit_code=code)
+        status = int(m.group(2))
+        if status < 0 or 128 < status < 160:
+            died = -status if status < 0 else status - 128
+            return LauncherReport(_line_at(text, m.start()), host=m.group(1), signal=died)
+        return LauncherReport(_line_at(text, m.start()), host=m.group(1), exit_code=status)
     if m := _HYDRA_BAD.search(text):
         rank = int(m.group(1)) if m.group(1) else None
         code = int(m.group(3)) if m.group(3) else None
