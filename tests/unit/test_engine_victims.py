@@ -998,6 +998,9 @@ RAY_SYSTEM_KILL = [
     "The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called.\n"
     "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\nThe actor is dead because "
     "its worker process has died.",
+    # (Ray 1.x's words for the same report, from the driver)
+    "2026-11-27 06:40:00,118\tWARNING worker.py:1072 -- A worker died or was killed while executing task "
+    "ffffffffffffffff5c2a0b7e01000000.",
     # an actor's worker that exited in a Kubernetes pod, which Ray puts down to the pod's memory limit
     "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: Rollout\n"
     "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
@@ -1006,7 +1009,7 @@ RAY_SYSTEM_KILL = [
 
 
 @pytest.mark.parametrize("report", RAY_SYSTEM_KILL)
-def test_ray_s_report_of_a_worker_killed_with_its_memory_named_is_host_oom(report: str) -> None:
+def test_ray_s_report_of_a_worker_the_system_killed_is_host_oom(report: str) -> None:
     f = assess(member("v", 0, report))
     assert (f.role, f.category, f.weak) == ("primary", "host_oom", True)
     v = decide(cascade(report, AGENT_STOPPING_OTHERS, victim_first=False))
