@@ -122,6 +122,12 @@ _OMPI_FIRST = re.compile(
     r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}\[\[\d{1,10},\d{1,10}\],"
     r"(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
 )
+# Horovod's launcher (horovodrun over gloo, elastic or not) in the same words, naming the process by its host and slot
+# ("Process name: worker-1[0]"); a process it ran through a shell and that was killed reports 128 + the signal.
+_HOROVOD_FIRST = re.compile(
+    r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}([\w.-]{1,253})\[\d{1,7}\]"
+    r"\s{0,20}Exit code:\s{0,20}(-?\d{1,3})\b"
+)
 _OMPI_NONZERO = re.compile(r"Primary job\s{1,20}terminated normally, but 1 process returned")
 _HYDRA_BAD = re.compile(
     r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES[\s=]{0,200}(?:RANK (\d{1,7}) )?PID \d{1,10} RUNNING AT "
@@ -161,13 +167,25 @@ class LauncherReport:
 
 def launcher_report(text: str) -> LauncherReport | None:
     """The MPI launcher's report of a process's death in `text` (see _OMPI_NOTICED), or None."""
-    if "rank" not in text and "RANK" not in text and "Primary job" not in text and "RUNNING AT" not in text:
+    if (
+        "rank" not in text
+        and "RANK" not in text
+        and "Primary job" not in text
+        and "RUNNING AT" not in text
+        and "Process name" not in text
+    ):
         return _lost_node(text)
     if m := _OMPI_NOTICED.search(text):
         died = int(m.group(3)) if m.group(3) else None
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), m.group(2), died)
     if m := _OMPI_FIRST.search(text):
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), exit_code=int(m.group(2)))
+    if m := _HOROVOD_FIRST.search(text):
+        status = int(m.group(2))
+        if status < 0 or 128 < status < 160:
+            died = -status if status < 0 else status - 128
+            return LauncherReport(_line_at(text, m.start()), host=m.group(1), signal=died)
+        return LauncherReport(_line_at(text, m.start()), host=m.group(1), exit_code=status)
     if m := _HYDRA_BAD.search(text):
         rank = int(m.group(1)) if m.group(1) else None
         code = int(m.group(3)) if m.group(3) else None
@@ -332,7 +350,9 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     if lr is None or hit is None:
         return None
     line = _line_at(text, hit.start(), hit.end())
-    if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and _ABORT.search(line):
+    if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and (
+        _ABORT.search(line) or _EXIT_ABORT.search(line)
+    ):
         carried = _carried_reading(text, rules)
         if carried is not None:
             return carried
@@ -345,9 +365,16 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
 # "E ...] HTTP GET request failed too many times, aborting"). What it carries says why the process aborted.
 _CARRIED = re.compile(
     r"what\(\):\s+(\S[^\n]*)|Check failed: ([^\n]+)|^(?:\[rank\d+\]:\s?)?F\d{4} [^\]\n]{1,200}\] ([^\n]+)"
-    r"|^[^\n]{0,120}\bE[\d ][^\]\n]{0,200}\] ([^\n]*\baborting\b[^\n]*)",
+    r"|^[^\n]{0,120}\bE[\d ][^\]\n]{0,200}\] ([^\n]*\baborting\b[^\n]*)"
+    # TensorFlow's own log format for a fatal line: "2023-05-25 11:10:57.934547: F tensorflow/...cc:103] TEXT"
+    r"|^[^\n]{0,40}\d\d:\d\d:\d\d\.\d{1,9}: F [^\]\n]{1,200}\] ([^\n]+)",
     re.M,
 )
+# An abort a process raises on its way out, once it has failed or been told to stop: TensorFlow's gRPC server, which
+# cannot be stopped cleanly, aborting as the process exits (grpc_server_lib.cc: "Stop() status: UNIMPLEMENTED: Clean
+# shutdown is not currently implemented"), Python's fatal error on a lock a daemon thread held "at interpreter
+# shutdown". It says only that the process was exiting; why it exited is what it printed before.
+_EXIT_ABORT = re.compile(r"Clean shutdown is not currently implemented|\bat interpreter shutdown\b")
 # A fault of the process's own that is not an abort (a segfault, an illegal instruction, a bus error, a divide): the
 # crash is that fault, whatever an exception said before it.
 _OWN_FAULT = re.compile(r"SIG(SEGV|ILL|FPE|BUS)\b|Segmentation fault|Illegal instruction|Floating point exception")
@@ -359,9 +386,18 @@ _ABORT = re.compile(r"terminate|what\(\)|Check fail|abort|SIGABRT|signal:? ?6\b|
 def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """An abort read by what it carries (see _CARRIED), as a plain message is read: when that is an echo (a store, a
     peer, a timeout, a teardown), the abort is that echo; when it is a failure of a family of its own (an accelerator's
-    or the host's memory, a CUDA error), it is that family. None when it carries nothing the rules read so, or the
-    process faulted besides (_OWN_FAULT): then the abort stays the crash the log rules read."""
-    if ("what()" not in text and "Check failed" not in text and "aborting" not in text) or _OWN_FAULT.search(text):
+    or the host's memory, a CUDA error), it is that family. An abort on the process's way out (_EXIT_ABORT) is read by
+    what the process printed before it. None when it carries nothing the rules read so, or the process faulted besides
+    (_OWN_FAULT): then the abort stays the crash the log rules read."""
+    if _OWN_FAULT.search(text):
+        return None
+    out = _EXIT_ABORT.search(text)
+    if out is not None:
+        # read what the process printed before it began to exit, as the log is read
+        before = _log_rule(text[: text.rfind("\n", 0, out.start()) + 1], rules)
+        if before is not None and (before[0].secondary in ECHOES or before[0].category not in (None, "crash")):
+            return before
+    if "what()" not in text and "Check failed" not in text and "aborting" not in text and ": F " not in text:
         return None
     for m in _CARRIED.finditer(text):
         said = next(g for g in m.groups() if g is not None).strip()

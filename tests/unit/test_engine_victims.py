@@ -869,3 +869,158 @@ def test_torch_xla_s_replicas_failing_to_meet_at_a_rendezvous_is_the_store_s_ech
 )
 def test_the_member_that_coordinates_the_job_said_unreachable_first_is_the_store_s_echo(victim: str) -> None:
     assert_echo_beside_a_root(victim, "store")
+
+
+# --- TensorFlow's collective runtime losing a peer task, and the abort a TF process ends with -----------------------
+
+TF_LATE_PEER = [
+    # the collective executor aborting what is in flight because a call to a peer task missed its deadline
+    "2026-11-27 06:40:00.118204: E tensorflow/core/common_runtime/base_collective_executor.cc:249] "
+    "BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Deadline Exceeded",
+    # (older TensorFlow's words for the same status)
+    "2026-11-27 06:40:00.118204: E tensorflow/core/common_runtime/base_collective_executor.cc:217] "
+    "BaseCollectiveExecutor::StartAbort Deadline exceeded: Deadline Exceeded",
+    # gRPC's deadline on a call to a named task, as TF's runtime passes it on
+    "2026-11-27 06:40:00.118204: W tensorflow/core/distributed_runtime/eager/remote_copy_node.cc:120] RecvTensor "
+    "failed: DEADLINE_EXCEEDED: Deadline Exceeded\nAdditional GRPC error information from remote target "
+    '/job:worker/replica:0/task:2:\n:{"description":"Deadline Exceeded","grpc_status":4}',
+]
+# What a TF process with a gRPC server prints as it exits, whatever ended it: the server cannot be stopped cleanly
+TF_EXIT_ABORT = (
+    "2026-11-27 06:40:00.118400: F tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc:103] Non-OK-status: "
+    "Stop() status: {status}: Clean shutdown is not currently implemented\nFatal Python error: Aborted"
+)
+
+
+@pytest.mark.parametrize("victim", TF_LATE_PEER)
+def test_tensorflow_s_runtime_giving_up_on_a_late_peer_task_is_the_timeout_echo(victim: str) -> None:
+    assert_echo_beside_a_root(victim, "timeout")
+
+
+@pytest.mark.parametrize("status", ["UNIMPLEMENTED", "Unimplemented"])
+@pytest.mark.parametrize("victim", TF_LATE_PEER)
+def test_the_abort_a_tf_process_ends_with_after_a_late_peer_is_still_that_echo(victim: str, status: str) -> None:
+    log = victim + "\n" + TF_EXIT_ABORT.format(status=status)
+    f = assess(member("v", 0, log, exit_code=134))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+    v = decide(cascade(DEVICE_OOM_ROOT, log))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+def test_tensorflow_s_collective_executor_finding_a_peer_task_unreachable_is_the_peer_s_echo() -> None:
+    victim = (
+        "2026-11-27 06:40:00.118204: E tensorflow/core/common_runtime/base_collective_executor.cc:249] "
+        "BaseCollectiveExecutor::StartAbort UNAVAILABLE: Stream removed"
+    )
+    assert_echo_beside_a_root(victim, "peer")
+
+
+def test_a_python_abort_at_interpreter_shutdown_after_a_peer_s_timeout_is_that_echo() -> None:
+    log = (
+        TF_LATE_PEER[0] + "\nFatal Python error: _enter_buffered_busy: could not acquire lock for "
+        "<_io.BufferedWriter name='<stderr>'> at interpreter shutdown, possibly due to daemon threads\n"
+        "Python runtime state: finalizing (tstate=0x55d0c1a0)\n\nFatal Python error: Aborted"
+    )
+    f = assess(member("v", 0, log, exit_code=134))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+
+
+def test_the_exit_abort_with_nothing_before_it_stays_a_crash() -> None:
+    f = assess(member("v", 0, TF_EXIT_ABORT.format(status="UNIMPLEMENTED"), exit_code=134))
+    assert (f.role, f.category) == ("primary", "crash")
+
+
+# --- torch_xla's replicas unable to reach their mesh master, and mp.spawn's report of a child's exit ---------------
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with exit code 17",
+        "Exception: process 0 terminated with exit code 1",
+    ],
+)
+def test_a_replica_that_could_not_reach_the_mesh_master_is_the_store_s_echo(report: str) -> None:
+    victim = (
+        "Failed to connect to client mesh master: tpu-vm-0.internal:8477\nTraceback (most recent call last):\n"
+        '  File "/srv/train.py", line 88, in <module>\n    xmp.spawn(_mp_fn, nprocs=8)\n' + report
+    )
+    assert_echo_beside_a_root(victim, "store")
+
+
+def test_mp_spawn_s_report_of_a_child_s_exit_alone_is_the_pod_s_own_weak_failure() -> None:
+    report = "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 3"
+    f = assess(member("v", 0, report))
+    assert (f.role, f.category, f.weak) == ("primary", "user_code", True)
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "ERROR:tensorflow:all-reduce timed out waiting for task 2 of job worker",
+        "trainer: lost connection to worker 3 during the step",
+    ],
+)
+def test_an_abort_on_the_way_out_is_read_by_what_the_process_said_before_it(echo: str) -> None:
+    for exit_abort in (
+        TF_EXIT_ABORT.format(status="UNIMPLEMENTED"),
+        "Fatal Python error: _enter_buffered_busy: could not acquire lock for <_io.BufferedWriter name='<stdout>'> at "
+        "interpreter shutdown, possibly due to daemon threads\nFatal Python error: Aborted",
+    ):
+        f = assess(member("v", 0, echo + "\n" + exit_abort, exit_code=134))
+        assert f.role == "secondary"
+
+
+# --- a worker killed with no word of its own, as its launcher or Ray reports it -----------------------------------
+
+AGENT_STOPPING_OTHERS = (
+    "agent: Sending process 4410 closing signal SIGTERM\nagent: Sending process 4411 closing signal SIGTERM"
+)
+
+
+@pytest.mark.parametrize("code", ["137", "-9"])
+def test_horovod_s_launcher_naming_a_first_process_killed_reads_as_that_kill(code: str) -> None:
+    report = (
+        "RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job "
+        f"to be terminated. The first process to do so was:\nProcess name: trainer-2[1]\nExit code: {code}"
+    )
+    v = decide(cascade(report, AGENT_STOPPING_OTHERS, root_exit=1, victim_first=False))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "host_oom", False)
+    assert v.confidence < PERMANENT
+
+
+RAY_SYSTEM_KILL = [
+    # the raylet's own report (forwarded to the driver), listing the OOM killer's SIGKILL first among its causes, then
+    # the driver's call to that worker's actor failing for it
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the "
+    "problem, check the logs for the dead worker. Worker PID: 7721 Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. (1) "
+    "The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called.\n"
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\nThe actor is dead because "
+    "its worker process has died.",
+    # (Ray 1.x's words for the same report, from the driver)
+    "2026-11-27 06:40:00,118\tWARNING worker.py:1072 -- A worker died or was killed while executing task "
+    "ffffffffffffffff5c2a0b7e01000000.",
+    # an actor's worker that exited in a Kubernetes pod, which Ray puts down to the pod's memory limit
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: Rollout\n"
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+    "exits unexpectedly. Worker exits with an exit code None. The worker may have exceeded K8s pod memory limits.",
+]
+
+
+@pytest.mark.parametrize("report", RAY_SYSTEM_KILL)
+def test_ray_s_report_of_a_worker_the_system_killed_is_host_oom(report: str) -> None:
+    f = assess(member("v", 0, report))
+    assert (f.role, f.category, f.weak) == ("primary", "host_oom", True)
+    v = decide(cascade(report, AGENT_STOPPING_OTHERS, victim_first=False))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+    assert v.confidence < PERMANENT
+
+
+def test_an_actor_s_death_as_its_caller_sees_it_stays_the_peer_s_echo() -> None:
+    caller = (
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+        "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes."
+    )
+    assert (assess(member("v", 0, caller)).secondary) == "peer"

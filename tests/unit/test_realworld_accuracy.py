@@ -52,8 +52,8 @@ FLOORS = {
     # set since: provisional floors below its figures after the rules written from its misses
     "fresh9": (0.89, 0.94, 0.95),
     # scored once, blind, at c64ecea: 0.86 / 0.75 / 0.86 (n=177; docs/engine.md, "fresh10's one scoring"); a development
-    # set since
-    "fresh10": (0.83, 0.72, 0.83),
+    # set since: provisional floors below its figures after the rules written from its misses
+    "fresh10": (0.95, 0.82, 0.88),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -125,7 +125,7 @@ RULE_PRECISION_FLOOR = 0.99
 # scored once, blind, at eb3c449: 61/138 = 0.44 (56 right), provisional below its coverage after the same; fresh8
 # scored once, blind, at c2239c5: 76/147 = 0.52 (66 right), provisional below its coverage after the same (90/147);
 # fresh9 scored once, blind, at a804d2d: 84/141 = 0.60, all right, below it; fresh10 scored once, blind, at c64ecea:
-# 71/177 = 0.40, all right, below it
+# 71/177 = 0.40, all right, provisional below its coverage after the rules written from its misses (84/177)
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -138,7 +138,7 @@ COVERAGE_FLOORS = {
     "fresh7": 0.53,
     "fresh8": 0.58,
     "fresh9": 0.57,
-    "fresh10": 0.37,
+    "fresh10": 0.44,
 }
 
 
