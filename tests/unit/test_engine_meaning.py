@@ -1363,3 +1363,41 @@ def test_torchrun_s_whole_summary_still_says_its_signal() -> None:
     rest = "[0]:\n  time      : 2026-01-01_10:00:00\n  rank      : 1 (local_rank: 0)\n  exitcode  : -9 (pid: 77)\n"
     f = assess(_alone(CUT_SUMMARY.format(rest=rest)))
     assert f.category == "host_oom"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "F0101 10:00:00.1 77 pjrt_client.cc:400] Non-OK-status: INTERNAL: Core halted unexpectedly: INTERNAL: "
+        "Accelerator device halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Accelerator device halted prematurely, perhaps due to an "
+        "on-device check-failure.",
+    ],
+)
+def test_a_tpu_that_halted_on_the_program_s_own_check_is_a_crash_not_the_chip(line: str) -> None:
+    """The runtime's words put the stop on a check of the compiled program's own (the process then aborts on it): a
+    crash that repeats on retry, below 0.9 (the runtime says "perhaps")."""
+    f = assess(_alone(f"step 1\n{line}\n"))
+    assert (f.role, f.category) == ("primary", "crash")
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+def test_a_gpu_queue_found_hung_stays_the_device_s() -> None:
+    line = "HW Exception by GPU node-2 (Agent handle: 0x5f) reason :GPU Hang"
+    assert _read(f"step 1\n{line}\n")[1] == "hardware"
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        "*** SIGABRT (@0x3e8) received by PID 77 (TID 0x7f00) from PID 77; stack trace: ***\n",
+        "RuntimeError: CUDA error: initialization error\n",
+    ],
+)
+def test_readings_the_corpus_shows_wrong_as_often_as_right_stay_well_below_the_threshold(own: str) -> None:
+    """A bare abort in a log is also a victim's end (a runtime aborting after a peer was lost), CUDA's initialisation
+    error is also the program's CUDA used across fork(): each was right about half the time it decided on the
+    development splits, so it says so (0.7), not 0.85."""
+    v = _three(TORN, own, TORN)
+    assert v.pod == "llm-worker-1"
+    assert v.confidence <= 0.7
