@@ -1222,8 +1222,9 @@ def test_a_parameter_server_s_report_blames_the_worker_whose_log_shows_its_rank(
     [
         "RuntimeError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:1401, internal error, NCCL version 2.10.3\n"
         "ncclInternalError: Internal check failed. This is either a bug in NCCL or due to memory corruption\n",
-        "torch.distributed.DistBackendError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:2006, internal error - please"
-        " report this issue to the NCCL developers, NCCL version 2.19.3\nncclInternalError: Internal check failed.\n"
+        "torch.distributed.DistBackendError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:2006, internal error -"
+        " please report this issue to the NCCL developers, NCCL version 2.19.3\nncclInternalError: Internal check"
+        " failed.\n"
         "Last error:\n\n",
         "gbm.core.BoosterError: [09:00:01] src/collective/comm.cu:88: Exception in all_reduce: NCCL failure :internal"
         " error src/collective/comm.cu(88)\n",
@@ -1234,7 +1235,8 @@ def test_a_parameter_server_s_report_blames_the_worker_whose_log_shows_its_rank(
         "node3:41:52 [2] NCCL INFO init.cc:700 -> 3\n",
         # torchrun's word that the worker exited says less than NCCL's own words before it
         "RuntimeError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:900, internal error, NCCL version 2.10.3\n"
-        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 77) of binary: py\n",
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 77) of binary:"
+        " py\n",
     ],
 )
 def test_nccl_s_own_check_failing_with_no_cause_named_is_a_crash_of_the_library(tail: str) -> None:
@@ -1293,7 +1295,7 @@ def test_a_program_that_finds_no_gpu_in_its_container_is_the_node_s(line: str) -
         'NeuronCores 4-4(1): nrt_load status=1, error message="Non specific failure".\n',
         "2024-Jan-02 10:00:00.0001 77:77 ERROR  NRT:nrt_allocate_neuron_cores  NeuronCore(s) not available - "
         "Requested:2 Available:0\n",
-        "RuntimeError: Nrt::Load failed on NeuronCores 0-1(2): nrt_load status=9, error message=\"Not enough NCs\".\n",
+        'RuntimeError: Nrt::Load failed on NeuronCores 0-1(2): nrt_load status=9, error message="Not enough NCs".\n',
     ],
 )
 def test_neuron_s_runtime_unable_to_load_onto_the_node_s_cores_is_the_node(tail: str) -> None:
