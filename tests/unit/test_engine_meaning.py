@@ -1291,15 +1291,21 @@ def test_a_program_that_finds_no_gpu_in_its_container_is_the_node_s(line: str) -
 @pytest.mark.parametrize(
     "tail",
     [
+        # AWS Neuron's runtime unable to load onto, or allocate, the node's NeuronCores
         "RuntimeError: INTERNAL: From /job:localservice/replica:0/task:0:\n  (0) INTERNAL: Nrt::Load failed on "
         'NeuronCores 4-4(1): nrt_load status=1, error message="Non specific failure".\n',
         "2024-Jan-02 10:00:00.0001 77:77 ERROR  NRT:nrt_allocate_neuron_cores  NeuronCore(s) not available - "
         "Requested:2 Available:0\n",
         'RuntimeError: Nrt::Load failed on NeuronCores 0-1(2): nrt_load status=9, error message="Not enough NCs".\n',
+        # peer access the node's GPUs do not have, in NCCL's p2p transport's and CUDA's words
+        "n1:5:9 [0] transport/p2p.cc:238 NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported"
+        " between these two devices\nn1:5:9 [0] NCCL INFO transport.cc:68 -> 1\n",
+        "(pid=4411) RuntimeError: CUDA error: peer access is not supported between these two devices\n",
+        "RuntimeError: CUDA error: cudaErrorPeerAccessUnsupported\n",
     ],
 )
-def test_neuron_s_runtime_unable_to_load_onto_the_node_s_cores_is_the_node(tail: str) -> None:
-    f = assess(_alone(f"compiling graph\n{tail}"))
+def test_an_accelerator_runtime_or_topology_the_node_cannot_serve_is_the_node(tail: str) -> None:
+    f = assess(_alone(f"init\n{tail}"))
     assert (f.role, f.category) == ("primary", "infra")
 
 
@@ -1307,20 +1313,6 @@ def test_neuron_s_runtime_refusing_an_invalid_program_is_not_the_node() -> None:
     """Status 2 is NRT_INVALID: the compiled program (NEFF) itself, not the node's cores."""
     tail = 'RuntimeError: Nrt::Load failed on NeuronCores 0-0(1): nrt_load status=2, error message="Invalid NEFF".\n'
     assert _read(tail)[1] != "infra"
-
-
-@pytest.mark.parametrize(
-    "tail",
-    [
-        "n1:5:9 [0] transport/p2p.cc:238 NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported"
-        " between these two devices\nn1:5:9 [0] NCCL INFO transport.cc:68 -> 1\n",
-        "(pid=4411) RuntimeError: CUDA error: peer access is not supported between these two devices\n",
-        "RuntimeError: CUDA error: cudaErrorPeerAccessUnsupported\n",
-    ],
-)
-def test_peer_access_the_node_s_gpus_do_not_have_is_the_node(tail: str) -> None:
-    f = assess(_alone(f"init\n{tail}"))
-    assert (f.role, f.category) == ("primary", "infra")
 
 
 @pytest.mark.parametrize(
