@@ -306,9 +306,10 @@ def _pick(cands: Sequence[_Cand]) -> _Cand | None:
     for c in cands:
         if c.rule.secondary is not None and c.source in ("error file", "log"):
             return c
-    for c in cands:
-        if c.rule.is_primary:
-            return c
+    weak = [c for c in cands if c.rule.is_primary]
+    if weak:
+        # among weak ones too, words of its own (NCCL's internal error) say more than the exit code any failure has
+        return min(weak, key=lambda c: c.rule.kind == "exit_code")
     for c in cands:
         if c.rule.secondary is not None:
             return c

@@ -80,7 +80,9 @@ _LAUNCHER_PREFIX = re.compile(
 # exited with code 1"): the same fact in other words. paddle's older launcher (launch_utils) and MindSpore's msrun name
 # no code: "ABORT!!! Out of all 4 trainers, the trainer process with rank=[3] was aborted", "There's worker exits with
 # exception, kill all other workers" are printed when a worker they started on this node returned non-zero — read as
-# exit 1 (paddle's launcher then exits 1 itself), the same weak word as a bare exit code.
+# exit 1 (paddle's launcher then exits 1 itself), the same weak word as a bare exit code. So is torchelastic's failure
+# summary cut off right after its "Root Cause (first observed failure):" heading (the tail ends there): a worker of
+# this pod failed, its exit code or signal not in the tail.
 _AGENT_EXIT = re.compile(
     r"exitcode\s*:\s*(-?\d{1,3})\b|exits with return code = (-?\d{1,3})\b|returned non-zero exit status (-?\d{1,10})\b"
     r"|died with <Signals\.SIG[A-Z0-9]+: (\d{1,2})>|terminated with signal (SIG[A-Z0-9]+)"
@@ -89,7 +91,8 @@ _AGENT_EXIT = re.compile(
     r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
     r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
     r"|\b(trainers, the trainer process with rank=\[[\d, ]{1,200}\] was aborted"
-    r"|There's worker exits with exception, kill all other workers)"
+    r"|There's worker exits with exception, kill all other workers"
+    r"|Root Cause \(first observed failure\):\s{0,4}(?:\[\d{1,6}\]:\s{0,4})?\Z)"
 )
 # A rank's collective timeout as ProcessGroupNCCL's watchdog reports it: the process group when it is named (newer
 # torch: "[PG ID 0 PG GUID 0(default_pg) Rank 3]"), the rank, the collective's sequence number and its kind. Ranks of

@@ -1215,3 +1215,183 @@ def test_a_parameter_server_s_report_blames_the_worker_whose_log_shows_its_rank(
     stale = "PaddleCheckError: the latest update of worker 2 is 600 secs ago, we doubt the the worker is not alive\n"
     v = _three(WAITED.format(r=0), stale, "[rank2]: step 41 loss 2.03\n[rank2]: step 42 loss 2.01\n")
     assert (v.pod, v.category) == ("llm-worker-2", "node_lost")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "RuntimeError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:1401, internal error, NCCL version 2.10.3\n"
+        "ncclInternalError: Internal check failed. This is either a bug in NCCL or due to memory corruption\n",
+        "torch.distributed.DistBackendError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:2006, internal error -"
+        " please report this issue to the NCCL developers, NCCL version 2.19.3\nncclInternalError: Internal check"
+        " failed.\n"
+        "Last error:\n\n",
+        "gbm.core.BoosterError: [09:00:01] src/collective/comm.cu:88: Exception in all_reduce: NCCL failure :internal"
+        " error src/collective/comm.cu(88)\n",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclAllGather(send, recv, n, dt, comm, stream)"
+        " failed: internal error\n",
+        "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_INTERNAL_ERROR: internal error\n",
+        "node3:41:52 [2] graph/rings.cc:38 NCCL WARN Error : ring 1 does not loop back to start (6 != 2)\n"
+        "node3:41:52 [2] NCCL INFO init.cc:700 -> 3\n",
+        # torchrun's word that the worker exited says less than NCCL's own words before it
+        "RuntimeError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:900, internal error, NCCL version 2.10.3\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 77) of binary:"
+        " py\n",
+    ],
+)
+def test_nccl_s_own_check_failing_with_no_cause_named_is_a_crash_of_the_library(tail: str) -> None:
+    """ncclInternalError is NCCL's result for a check of its own that failed; with no WARN or "Last error" naming a
+    cause it is the library's assertion (torch: "a bug in NCCL or ... memory corruption"), not the network."""
+    f = assess(_alone(f"step 10 loss 1.9\n{tail}"))
+    assert (f.role, f.category) == ("primary", "crash")
+    assert f.rule is not None and f.rule.is_retryable is False
+
+
+@pytest.mark.parametrize(
+    ("last_error", "role", "category"),
+    [
+        ("Bootstrap : no socket interface found", "primary", "network"),
+        ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 3000", "primary", "user_code"),
+        ("Net : Connection closed by remote peer node2<40321>", "secondary", None),
+    ],
+)
+def test_nccl_s_internal_error_with_its_cause_named_is_that_cause(last_error: str, role: str, category: str) -> None:
+    """The same result code with the cause NCCL names under it: the node's interfaces, the job's set-up, or a peer's
+    socket closing (NCCL 2.12-2.14 return it for a failed proxy call too) — that cause, not a crash."""
+    tail = (
+        "torch.distributed.DistBackendError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:1275, internal error, NCCL"
+        f" version 2.14.3\nncclInternalError: Internal check failed.\nLast error:\n{last_error}\n"
+    )
+    f = assess(_alone(tail))
+    assert (f.role, f.category) == (role, category)
+
+
+def test_nccl_s_internal_error_beside_peers_that_waited_is_the_crash_not_the_network() -> None:
+    own = "RuntimeError: NCCL error in: /src/ProcessGroupNCCL.cpp:825, internal error, NCCL version 2.9.9\n"
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "crash", False)
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!",
+        "RuntimeError: Unknown backend: 'gpu' requested, but no platforms that are instances of gpu are present. "
+        "Platforms present are: cpu",
+    ],
+)
+def test_a_program_that_finds_no_gpu_in_its_container_is_the_node_s(line: str) -> None:
+    """A device count of zero where the job asked for GPUs, in torch's and JAX's words, as "No CUDA GPUs are
+    available" is: the node's devices or their plugin, not the program."""
+    f = assess(_alone(f'Traceback (most recent call last):\n  File "t.py", line 4\n{line}\n'))
+    assert (f.role, f.category) == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # AWS Neuron's runtime unable to load onto, or allocate, the node's NeuronCores
+        "RuntimeError: INTERNAL: From /job:localservice/replica:0/task:0:\n  (0) INTERNAL: Nrt::Load failed on "
+        'NeuronCores 4-4(1): nrt_load status=1, error message="Non specific failure".\n',
+        "2024-Jan-02 10:00:00.0001 77:77 ERROR  NRT:nrt_allocate_neuron_cores  NeuronCore(s) not available - "
+        "Requested:2 Available:0\n",
+        'RuntimeError: Nrt::Load failed on NeuronCores 0-1(2): nrt_load status=9, error message="Not enough NCs".\n',
+        # peer access the node's GPUs do not have, in NCCL's p2p transport's and CUDA's words
+        "n1:5:9 [0] transport/p2p.cc:238 NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported"
+        " between these two devices\nn1:5:9 [0] NCCL INFO transport.cc:68 -> 1\n",
+        "(pid=4411) RuntimeError: CUDA error: peer access is not supported between these two devices\n",
+        "RuntimeError: CUDA error: cudaErrorPeerAccessUnsupported\n",
+    ],
+)
+def test_an_accelerator_runtime_or_topology_the_node_cannot_serve_is_the_node(tail: str) -> None:
+    f = assess(_alone(f"init\n{tail}"))
+    assert (f.role, f.category) == ("primary", "infra")
+
+
+def test_neuron_s_runtime_refusing_an_invalid_program_is_not_the_node() -> None:
+    """Status 2 is NRT_INVALID: the compiled program (NEFF) itself, not the node's cores."""
+    tail = 'RuntimeError: Nrt::Load failed on NeuronCores 0-0(1): nrt_load status=2, error message="Invalid NEFF".\n'
+    assert _read(tail)[1] != "infra"
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "E0101 10:00:00.000000  12 ops.h:87] Caught gloo IO exception: [/src/gloo/transport/tcp/pair.cc:528] connect "
+        "[10.1.2.3]:896: Connection refused\n",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [10.1.2.3]:29500: Connection "
+        "refused\n",
+    ],
+)
+def test_gloo_refused_its_connection_as_the_group_forms_is_the_network(tail: str) -> None:
+    """Nothing listening at the peer's address as the pairs connect: the path between the hosts, as NCCL's bootstrap
+    connect refused is (capped the same way: a peer that died before it listened is refused too)."""
+    f = assess(_alone(f"creating process group\n{tail}"))
+    assert (f.role, f.category) == ("primary", "network")
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+def test_gloo_s_peer_closing_an_open_connection_stays_the_peer_s_echo() -> None:
+    tail = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Connection closed by peer [10.1.2.3]:7\n"
+    assert _read(tail)[0] == "secondary"
+
+
+CUT_SUMMARY = (
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    "============================================================\ntrain.py FAILED\n"
+    "------------------------------------------------------------\nFailures:\n  <NO_OTHER_FAILURES>\n"
+    "------------------------------------------------------------\nRoot Cause (first observed failure):\n{rest}"
+)
+
+
+def test_torchrun_s_failure_summary_cut_off_is_a_worker_that_failed_not_one_that_hung() -> None:
+    """The launcher's summary says a worker of this pod failed even when the tail ends before its exit code: a failure
+    of the pod's own (weak: its cause not said), not a member that left without a word while its peers waited."""
+    v = _three(WAITED.format(r=0), CUT_SUMMARY.format(rest="[0]:\n"), WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", "user_code")
+    assert v.confidence < 0.9
+
+
+def test_torchrun_s_whole_summary_still_says_its_signal() -> None:
+    rest = "[0]:\n  time      : 2026-01-01_10:00:00\n  rank      : 1 (local_rank: 0)\n  exitcode  : -9 (pid: 77)\n"
+    f = assess(_alone(CUT_SUMMARY.format(rest=rest)))
+    assert f.category == "host_oom"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "F0101 10:00:00.1 77 pjrt_client.cc:400] Non-OK-status: INTERNAL: Core halted unexpectedly: INTERNAL: "
+        "Accelerator device halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Accelerator device halted prematurely, perhaps due to an "
+        "on-device check-failure.",
+    ],
+)
+def test_a_tpu_that_halted_on_the_program_s_own_check_is_a_crash_not_the_chip(line: str) -> None:
+    """The runtime's words put the stop on a check of the compiled program's own (the process then aborts on it): a
+    crash that repeats on retry, below 0.9 (the runtime says "perhaps")."""
+    f = assess(_alone(f"step 1\n{line}\n"))
+    assert (f.role, f.category) == ("primary", "crash")
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+def test_a_gpu_queue_found_hung_stays_the_device_s() -> None:
+    line = "HW Exception by GPU node-2 (Agent handle: 0x5f) reason :GPU Hang"
+    assert _read(f"step 1\n{line}\n")[1] == "hardware"
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        "*** SIGABRT (@0x3e8) received by PID 77 (TID 0x7f00) from PID 77; stack trace: ***\n",
+        "RuntimeError: CUDA error: initialization error\n",
+    ],
+)
+def test_readings_the_corpus_shows_wrong_as_often_as_right_stay_well_below_the_threshold(own: str) -> None:
+    """A bare abort in a log is also a victim's end (a runtime aborting after a peer was lost), CUDA's initialisation
+    error is also the program's CUDA used across fork(): each was right about half the time it decided on the
+    development splits, so it says so (0.7), not 0.85."""
+    v = _three(TORN, own, TORN)
+    assert v.pod == "llm-worker-1"
+    assert v.confidence <= 0.7

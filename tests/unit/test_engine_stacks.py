@@ -150,11 +150,11 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
             "RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
             "hardware",
         ),
-        # a TPU core that halted, perhaps on a check of the program's own
+        # a TPU core that halted on a check of the program's own (the runtime says "perhaps": the chip, too)
         (
             "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Core halted unexpectedly: INTERNAL: Accelerator device "
             "halted prematurely, perhaps due to an on-device check-failure. Node 0 halted unexpectedly",
-            "hardware",
+            "crash",
         ),
         # the CANN runtime's reason for an AI core's exception
         (
