@@ -54,6 +54,9 @@ FLOORS = {
     # scored once, blind, at c64ecea: 0.86 / 0.75 / 0.86 (n=177; docs/engine.md, "fresh10's one scoring"); a development
     # set since: provisional floors below its figures after the rules written from its misses
     "fresh10": (0.95, 0.82, 0.88),
+    # scored once, blind, at 59d3223: 0.83 / 0.67 / 0.78 (n=141; docs/engine.md, "fresh11's one scoring"); a development
+    # set since
+    "fresh11": (0.80, 0.64, 0.75),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -91,7 +94,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 11))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 12))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
