@@ -151,7 +151,7 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
             "[90.1] amdgpu 0000:c1:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00301031",
             "hardware",
         ),
-        # TensorFlow's hint after an allocation failed (XRT compiling for a TPU here): the host's allocator prints it too
+        # TensorFlow's hint after an allocation failed (XRT compiling for a TPU): the host's allocator prints it too
         (
             "\t [[{{node XRTCompile}}]]\nHint: If you want to see a list of allocated tensors when OOM happens, add "
             "report_tensor_allocations_upon_oom to RunOptions for current allocation info.",
@@ -411,7 +411,7 @@ def test_a_transfer_to_a_remote_store_timing_out_under_libcurl_is_the_platform_s
         'Error from server (BadRequest): container "trainer" in pod "j-master-0" is waiting to start: trying and '
         "failing to pull image",
         "Warning  Failed     12s   kubelet  Error: ErrImagePull",
-        "Normal   BackOff    3s    kubelet  Back-off pulling image \"registry.local/train:v3\"",
+        'Normal   BackOff    3s    kubelet  Back-off pulling image "registry.local/train:v3"',
         "j-worker-0   0/1     Init:ImagePullBackOff   0          4m",
         "Warning  Failed     2s    kubelet  Error: ErrImageNeverPull",
     ],
