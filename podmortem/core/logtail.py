@@ -72,7 +72,9 @@ _LAUNCHER_PREFIX = re.compile(
 # The agent's own word on a worker's end, in its glog line or its failure summary: "exitcode: -9".
 # DeepSpeed's launcher says "exits with return code = -9", a subprocess launcher (accelerate, the old
 # torch.distributed.launch) "returned non-zero exit status -9" or "died with <Signals.SIGKILL: 9>",
-# torch.multiprocessing.spawn "terminated with signal SIGKILL", srun "task 0: Exited with exit code 137" (a shell's
+# torch.multiprocessing.spawn "terminated with signal SIGKILL" (and, for a Windows process, "process 0 terminated with
+# exit code 3221226505": the NTSTATUS of its crash, read as that signal below; a small code there is the program's
+# own exit, the weak torch.spawn-exited rule's), srun "task 0: Exited with exit code 137" (a shell's
 # 128 + N), Lightning's launcher "Child process with PID 23026 terminated with code 1" (negative: a signal),
 # torchelastic's warning for a worker that left no error file "Child process 48529 (local_rank 0) FAILED (exitcode 1)",
 # paddle.distributed.launch's summary of a worker ("Container rank 0 status failed cmd [...] code -9 log ..."; negative:
@@ -90,6 +92,7 @@ _AGENT_EXIT = re.compile(
     r"|\) FAILED \(exitcode (-?\d{1,3})\)|status failed cmd \[[^\]\n]{0,2000}\] code (-?\d{1,3})\b"
     r"|\bRank \d{1,6} crashed with exit code (-?\d{1,3})\b"
     r"|\bGlobal rank \d{1,6} \(PID \d{1,10}\) exited with code (-?\d{1,3})\b"
+    r"|\bprocess \d{1,6} terminated with exit code (-?\d{10})\b"
     r"|\b(trainers, the trainer process with rank=\[[\d, ]{1,200}\] was aborted"
     r"|There's worker exits with exception, kill all other workers"
     r"|Root Cause \(first observed failure\):\s{0,4}(?:\[\d{1,6}\]:\s{0,4})?\Z)"
@@ -437,7 +440,7 @@ def _agent_exit(text: str) -> int | None:
     m = _AGENT_EXIT.search(text)
     if m is None:
         return None
-    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global, no_code = m.groups()
+    code, ds, sub, died, spawn, srun, lightning, no_file, paddle, composer, composer_global, nt, no_code = m.groups()
     if no_code is not None:  # a worker returned non-zero, its code not said
         return 1
     if died is not None:
@@ -445,7 +448,7 @@ def _agent_exit(text: str) -> int | None:
     if spawn is not None:
         number = _SIGNAL_NUMBERS.get(spawn)
         return -number if number is not None else None
-    value = int(code or ds or sub or srun or lightning or no_file or paddle or composer or composer_global)
+    value = int(code or ds or sub or srun or lightning or no_file or paddle or composer or composer_global or nt)
     if not -256 < value < 256:  # a Windows process's status (NTSTATUS, unsigned or signed 32 bits)
         number = _NTSTATUS_SIGNALS.get(value & 0xFFFFFFFF)
         return -number if number is not None else None

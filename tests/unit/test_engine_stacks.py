@@ -134,6 +134,29 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
             "largest legal address.",
             "hardware",
         ),
+        # the amdgpu driver's interrupt handlers in the kernel log: the shader sequencer's error interrupts, a GPU page
+        # fault and the VM L2 protection fault status printed with it (a kernel's bad access prints these too)
+        (
+            "[812.100200] amdgpu: sq_intr: error, detail 0x00000000, type 1, sh 0, priv 1, wave_id 3, simd_id 2\n"
+            "[812.100230] amdgpu: sq_intr: error, detail 0x00000000, type 2, sh 1, priv 1, wave_id 5, simd_id 0",
+            "hardware",
+        ),
+        (
+            "[77.5] amdgpu 0000:43:00.0: GPU fault detected: 147 0x00a4480c\n"
+            "[77.5] amdgpu 0000:43:00.0:   VM_CONTEXT1_PROTECTION_FAULT_ADDR   0x00001a2b",
+            "hardware",
+        ),
+        (
+            "[90.1] amdgpu 0000:c1:00.0: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:3 pasid:32771)\n"
+            "[90.1] amdgpu 0000:c1:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00301031",
+            "hardware",
+        ),
+        # TensorFlow's hint after an allocation failed (XRT compiling for a TPU): the host's allocator prints it too
+        (
+            "\t [[{{node XRTCompile}}]]\nHint: If you want to see a list of allocated tensors when OOM happens, add "
+            "report_tensor_allocations_upon_oom to RunOptions for current allocation info.",
+            "gpu_oom",
+        ),
         # the amdgpu driver's scheduler finding a ring timed out
         (
             "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1234, emitted seq=1236",
@@ -320,3 +343,113 @@ def test_a_provider_of_the_collectives_library_out_of_memory_is_the_interconnect
     )
     f = assess(member("w-1", 1, log))
     assert (f.role, f.category) == ("primary", "network")
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # gloo's TCP pair connecting to its peer's host at start-up, in a Python exception and in the log alone
+        (
+            "RuntimeError: [/src/third_party/gloo/gloo/transport/tcp/pair.cc:611] Connect timeout [10.2.0.8]:41",
+            "network",
+        ),
+        ("[W socket.cc:60] [gloo/transport/tcp/pair.cc:210] connect [10.2.0.8]:41000: Connection timed out", "network"),
+        # ProcessGroupGloo unable to form its mesh of pairs
+        (
+            "[E ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:144] no error",
+            "network",
+        ),
+        # a glog PCHECK on a socket to a named peer, errno 110 (ETIMEDOUT), and an MPI launcher's prefix before it
+        (
+            "[1,3]<stderr>:F0301 10:00:00.100 7731 SocketChannel.cpp:54] Check failed: n > 0  peer=10.2.0.8: "
+            "Connection timed out [110]\n[1,3]<stderr>:*** Check failure stack trace: ***",
+            "network",
+        ),
+        (
+            "E0301 10:00:00.1 7731 van.cc:120] connect to node 9 failed, peer=trainer-2: Connection timed out [110]",
+            "network",
+        ),
+        # XLA's runtime logging the failed communicator creation (no Python exception in the tail)
+        (
+            "W xla/service/gpu/runtime/support.cc:58] Intercepted XLA runtime error:\nINTERNAL: xla/service/gpu/"
+            "nccl_utils.cc:275: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error",
+            "infra",
+        ),
+        (
+            "E0301 10:00:00.1 pjrt_stream_executor_client.cc:2593] Execution of replica 1 failed: INTERNAL: NCCL "
+            "operation ncclGroupEnd() failed: unhandled cuda error; current tracing scope: all-reduce-start",
+            "infra",
+        ),
+        # torch's words and PaddlePaddle's, logged rather than raised
+        ("[rank1]: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled cuda error, NCCL version 2.18.1", "infra"),
+        ("E0301 10:00:00 nccl_helper.h:93] unhandled cuda error at [/paddle/platform/nccl_helper.h:93]", "infra"),
+        # TensorStore's curl transport writing a checkpoint to an object store, then curl's low-speed limit
+        (
+            "W0301 10:00:00.1 7 curl_transport.cc:444] Error [28]=Timeout was reached in curl operation\nOperation "
+            "too slow. Less than 1024 bytes/sec transferred the last 60 seconds",
+            "infra",
+        ),
+        # TensorFlow's GCS file system over libcurl
+        (
+            "E tensorflow/core/platform/cloud/curl_http_request.cc:610] The transmission of request 0x5 has been "
+            "stuck at 0 of 0 bytes for 61 seconds and will be aborted.\nError executing an HTTP request: libcurl code "
+            "28 meaning 'Timeout was reached', error details: Operation timed out after 60001 milliseconds with 0 "
+            "bytes received",
+            "infra",
+        ),
+        ("curl: (28) Operation too slow. Less than 1000 bytes/sec transferred the last 30 seconds", "infra"),
+    ],
+)
+def test_a_failure_of_the_platform_only_logged_in_a_stack_s_words_is_its_family_below_the_threshold(
+    text: str, category: str
+) -> None:
+    """Words of a stack other than torch's, in logs with no exception line of their own. A socket connect that got no
+    answer at all (no refusal: ETIMEDOUT) says the hosts cannot reach each other (network), but an unreachable peer's
+    host gives it too. NCCL's CUDA error is the node's CUDA stack under NCCL (infra), but a faulting kernel surfaces
+    there too; libcurl's timeout under an object store's client is the store the platform provides (infra), but the
+    node's own network times a transfer out as well. So each stays below the threshold."""
+    v = _verdict(text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", category, True)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Error from server (BadRequest): container "trainer" in pod "j-master-0" is waiting to start: trying and '
+        "failing to pull image",
+        "Warning  Failed     12s   kubelet  Error: ErrImagePull",
+        'Normal   BackOff    3s    kubelet  Back-off pulling image "registry.local/train:v3"',
+        "j-worker-0   0/1     Init:ImagePullBackOff   0          4m",
+        "Warning  Failed     2s    kubelet  Error: ErrImageNeverPull",
+    ],
+)
+def test_an_image_that_could_not_be_pulled_is_the_platform_s(text: str) -> None:
+    """The kubelet's and kubectl's words for a container whose image was never pulled: the program never ran."""
+    f = assess(member("w-1", 1, text + "\n"))
+    assert (f.role, f.category) == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [
+        (3221226505, False),  # 0xC0000409, a fail-fast abort (stack buffer overrun)
+        (3221225477, False),  # 0xC0000005, an access violation
+        (-1073741819, False),  # the same status, signed
+    ],
+)
+def test_a_windows_status_as_a_spawned_process_s_exit_code_is_that_crash(code: int, retryable: bool) -> None:
+    """torch.multiprocessing.spawn reports a Windows process's crash by its NTSTATUS as an exit code."""
+    log = (
+        TB + '  File "C:\\venv\\lib\\site-packages\\torch\\multiprocessing\\spawn.py", line 149, in join\n'
+        "    raise ProcessExitedException(\n"
+        f"torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code {code}\n"
+    )
+    v = _verdict(log)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "crash", retryable)
+
+
+def test_a_spawned_process_s_small_exit_code_stays_the_program_s_own() -> None:
+    log = TB + "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1\n"
+    v = _verdict(log)
+    assert (v.pod, v.category) == ("w-1", "user_code")

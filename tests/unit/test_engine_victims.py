@@ -743,6 +743,13 @@ def test_an_mpi_fabric_completion_error_is_not_the_storage(error: str) -> None:
             "job to be terminated. The first process to do so was:\nProcess name: 1\nExit code: 1",
             "peer",
         ),
+        # JAX's distributed client shutting down: its call to the coordination service (another task's) got no answer
+        # in time, raised in gRPC's own words for that status
+        (
+            '  File "/venv/lib/python3.11/site-packages/jax/_src/distributed.py", line 87, in shutdown\n'
+            "    self.client.shutdown()\njaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Deadline Exceeded",
+            "timeout",
+        ),
     ],
 )
 def test_a_runtime_s_own_words_for_a_peer_restarted_a_failed_collective_or_a_lost_store(victim: str, kind: str) -> None:
@@ -758,13 +765,12 @@ def test_a_runtime_s_own_words_for_a_peer_restarted_a_failed_collective_or_a_los
         ("Pair is not connected ([10.4.0.9]:41002 <--> [10.4.0.7]:38211)", "peer"),
         ("Read timeout [10.4.0.7]:38211", "timeout"),
         ("Write timeout [10.4.0.7]:38211", "timeout"),
-        ("Connect timeout [10.4.0.7]:38211", "timeout"),
-        ("connect [10.4.0.7]:38211: Connection timed out", "timeout"),
     ],
 )
 def test_gloo_s_transport_about_the_peer_of_a_pair_is_that_peer_s_echo(said: str, kind: str) -> None:
     """gloo's pairs name their peer by address: its socket closed under a read, a pair no longer connected (the peer
-    died), a read, a write or the first connect that got nothing from it in time (this rank waited for it)."""
+    died), a read or a write that got nothing from it in time (this rank waited for it). A connect that timed out is the
+    network's (test_engine_stacks): it never reached the peer's host."""
     for where in ("/opt/venv/torch/third_party/gloo/gloo/transport/tcp/pair.cc:312", "gloo/transport/tcp/pair.cc:88"):
         assert_echo_beside_a_root(f"[rank1]: RuntimeError: [{where}] {said}", kind)
 
@@ -1024,3 +1030,14 @@ def test_an_actor_s_death_as_its_caller_sees_it_stays_the_peer_s_echo() -> None:
         "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes."
     )
     assert (assess(member("v", 0, caller)).secondary) == "peer"
+
+
+@pytest.mark.parametrize("said", ["Connect timeout [10.4.0.7]:38211", "connect [10.4.0.7]:38211: Connection timed out"])
+def test_gloo_s_connect_that_timed_out_leaves_a_root_failing_in_its_own_words_the_root(said: str) -> None:
+    """A pair's connect that got no answer is a failure of the network's, below the threshold: beside a member that
+    failed in its own words at the threshold, that member stays the root."""
+    victim = f"[rank1]: RuntimeError: [/opt/venv/torch/third_party/gloo/gloo/transport/tcp/pair.cc:312] {said}"
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.category) == ("primary", "network")
+    v = decide(cascade(DEVICE_OOM_ROOT, victim))
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
