@@ -268,10 +268,14 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         code2 = t.exit_code if t.exit_code is not None else (128 + t.signal if t.signal else None)
         if code2 and not (code2 == 128 + 6 and echo_abort):
             r = rules.classify_exit_code(code2)
-            said = _ERROR_LINE.search(text) or any(
-                c.rule.is_primary and not c.rule.generic and c.source != "termination" for c in out
-            )
-            if r is not None and r.category == "crash" and said:
+            if (
+                r is not None
+                and r.category == "crash"
+                and (
+                    any(c.rule.is_primary and not c.rule.generic and c.source != "termination" for c in out)
+                    or _ERROR_LINE.search(text)
+                )
+            ):
                 r = dataclasses.replace(r, max_confidence=min(r.max_confidence, CRASH_STATUS_BESIDE_ERROR_CAP))
             if r is not None:
                 out.append(_Cand("termination", r, f"container exit code {code2}"))
