@@ -11,6 +11,7 @@ single finding to decide a pod's condition before its peers have reported.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -76,6 +77,22 @@ PROGRAM_ERRORS = frozenset(
 # or lost a peer: this many lines at most.
 DETAIL_LINES = 8
 _RANK_PREFIX = re.compile(r"\[rank\d{1,6}\]:")
+# A line the process logged at error or fatal severity: glog's and absl's "E0510 20:48:44.272031  1 file.cc:83] ...",
+# TensorFlow's "2023-05-25 11:10:57.934547: E tensorflow/...cc:103] ...", Python logging's "ERROR:name:..." and
+# "... - ERROR - ...". A native crash's exit status (SIGSEGV, SIGILL, SIGFPE) beside such a line is how the process
+# ended, not necessarily why: a process whose start failed (a server that could not bind its port, a device it could
+# not open) often faults on its way out. The status then says less than the line, read or not, and less than a failure
+# of its own the log or the error file names in words a rule reads (not a bare exception class: a `Name: value` line of
+# a pasted description reads as one).
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank\d{1,6}\]:\s?)?[EF]\d{4} \d\d:\d\d:\d\d[.\d]{0,10} +\d{1,10} [^\]\n]{1,200}\] \S"
+    r"|^[^\n]{0,40}\d\d:\d\d:\d\d\.\d{1,9}: [EF] [^\]\n]{1,200}\] \S"
+    r"|^ERROR:[\w.]{1,80}:|^[^\n]{0,80} - ERROR - ",
+    re.M,
+)
+# ...so a crash read from the exit status alone stays below the PermanentFailure threshold there (the capped readings'
+# value, docs/engine.md "Which verdicts may reach 0.9").
+CRASH_STATUS_BESIDE_ERROR_CAP = 0.85
 
 
 @dataclass(frozen=True)
@@ -251,6 +268,15 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         code2 = t.exit_code if t.exit_code is not None else (128 + t.signal if t.signal else None)
         if code2 and not (code2 == 128 + 6 and echo_abort):
             r = rules.classify_exit_code(code2)
+            if (
+                r is not None
+                and r.category == "crash"
+                and (
+                    any(c.rule.is_primary and not c.rule.generic and c.source != "termination" for c in out)
+                    or _ERROR_LINE.search(text)
+                )
+            ):
+                r = dataclasses.replace(r, max_confidence=min(r.max_confidence, CRASH_STATUS_BESIDE_ERROR_CAP))
             if r is not None:
                 out.append(_Cand("termination", r, f"container exit code {code2}"))
     return out

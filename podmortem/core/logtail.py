@@ -134,6 +134,9 @@ _HOROVOD_FIRST = re.compile(
     r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}([\w.-]{1,253})\[\d{1,7}\]"
     r"\s{0,20}Exit code:\s{0,20}(-?\d{1,3})\b"
 )
+# Horovod's gloo launcher as each process it ran ends non-zero, before the summary above: "Process 1 exit with status
+# code 137." (gloo_run.py: the process's rank, and its status, 128 + the signal for a process its shell saw killed).
+_HOROVOD_EXIT = re.compile(r"\bProcess (\d{1,7}) exit with status code (-?\d{1,3})\.")
 _OMPI_NONZERO = re.compile(r"Primary job\s{1,20}terminated normally, but 1 process returned")
 _HYDRA_BAD = re.compile(
     r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES[\s=]{0,200}(?:RANK (\d{1,7}) )?PID \d{1,10} RUNNING AT "
@@ -179,6 +182,7 @@ def launcher_report(text: str) -> LauncherReport | None:
         and "Primary job" not in text
         and "RUNNING AT" not in text
         and "Process name" not in text
+        and "exit with status code" not in text
     ):
         return _lost_node(text)
     if m := _OMPI_NOTICED.search(text):
@@ -187,11 +191,9 @@ def launcher_report(text: str) -> LauncherReport | None:
     if m := _OMPI_FIRST.search(text):
         return LauncherReport(_line_at(text, m.start()), int(m.group(1)), exit_code=int(m.group(2)))
     if m := _HOROVOD_FIRST.search(text):
-        status = int(m.group(2))
-        if status < 0 or 128 < status < 160:
-            died = -status if status < 0 else status - 128
-            return LauncherReport(_line_at(text, m.start()), host=m.group(1), signal=died)
-        return LauncherReport(_line_at(text, m.start()), host=m.group(1), exit_code=status)
+        return _horovod_status(_line_at(text, m.start()), None, m.group(1), int(m.group(2)))
+    if m := _HOROVOD_EXIT.search(text):
+        return _horovod_status(_line_at(text, m.start()), int(m.group(1)), "", int(m.group(2)))
     if m := _HYDRA_BAD.search(text):
         rank = int(m.group(1)) if m.group(1) else None
         code = int(m.group(3)) if m.group(3) else None
@@ -204,6 +206,14 @@ def launcher_report(text: str) -> LauncherReport | None:
     if m := _OMPI_NONZERO.search(text):
         return LauncherReport(_line_at(text, m.start()))
     return _lost_node(text)
+
+
+def _horovod_status(line: str, rank: int | None, host: str, status: int) -> LauncherReport:
+    """Horovod's report of a process's status: a signal's when the shell saw it killed (128 + the signal) or Python's
+    subprocess did (the signal, negated), else its exit code."""
+    if status < 0 or 128 < status < 160:
+        return LauncherReport(line, rank, host, signal=-status if status < 0 else status - 128)
+    return LauncherReport(line, rank, host, exit_code=status)
 
 
 def _lost_node(text: str) -> LauncherReport | None:

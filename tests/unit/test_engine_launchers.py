@@ -293,3 +293,128 @@ def test_a_process_s_death_report_says_more_than_the_lost_daemon_after_it() -> N
     )
     v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, PEER_CLOSED), member("w-2", 2, report)))
     assert (v.pod, v.category) == ("w-2", "host_oom")
+
+
+# --- a process's start failing in words no echo prints, beside the peers that waited for it ------------------------
+
+
+def _beside_waiters(root_log: str, exit_code: int = 1) -> tuple[str | None, str | None, bool | None, float]:
+    """The verdict on a job whose w-1 printed `root_log` while w-0 and w-2 timed out in a collective waiting for it."""
+    v = decide(
+        _incident(
+            member("w-0", 0, WATCHDOG.replace("rank1", "rank0").replace("Rank 1", "Rank 0")),
+            member("w-1", 1, root_log, exit_code=exit_code),
+            member("w-2", 2, WATCHDOG.replace("rank1", "rank2").replace("Rank 1", "Rank 2")),
+        )
+    )
+    return v.pod, v.category, v.retryable, v.confidence
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "E1104 09:12:01.000417  7 add_port.cc:83] Failed to add port to server:\n"
+        "    No address added out of total 1 resolved for '[::]:9411'",
+        "RuntimeError: Failed to bind to address [::]:50051; set GRPC_VERBOSITY=debug environment variable to see "
+        "detailed error message.",
+        "jaxlib.xla_extension.XlaRuntimeError: UNKNOWN: Failed to start RPC server",
+        "tensorflow.python.framework.errors_impl.UnknownError: Could not start gRPC server",
+    ],
+)
+def test_a_grpc_server_that_cannot_listen_is_the_node_s_port_below_the_threshold(line: str) -> None:
+    """gRPC's, JAX's and TensorFlow's words for a server that could not listen: the port taken on the node, most often
+    (a malformed address in the job's config prints them too). Its SIGSEGV on the way out is not the cause."""
+    for code in (1, 139):
+        pod, category, retryable, confidence = _beside_waiters(f"starting the coordinator\n{line}\n", code)
+        assert (pod, category, retryable) == ("w-1", "infra", True)
+        assert confidence < 0.9
+
+
+def test_a_segfault_status_beside_an_error_line_no_rule_reads_stays_below_the_threshold() -> None:
+    """The status says how the process ended; an error of its own logged before it may say why."""
+    said = "E1104 09:12:01.000417  7 loader.cc:41] Unable to frobnicate the shard index\n"
+    pod, category, retryable, confidence = _beside_waiters(said, 139)
+    assert (pod, category, retryable) == ("w-1", "crash", False)
+    assert confidence < 0.9
+    # ...and without such a line, a bare SIGSEGV is the native crash it was
+    assert _beside_waiters("step 9 loss 1.2\n", 139)[3] >= 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "malloc_consolidate(): invalid chunk size",
+        "malloc_consolidate(): unaligned fastbin chunk detected",
+        "malloc(): unaligned tcache chunk detected",
+        "free(): invalid next size (fast)",
+        "free(): double free detected in tcache 2",
+        "double free or corruption (!prev)",
+        "corrupted size vs. prev_size",
+        "munmap_chunk(): invalid pointer",
+    ],
+)
+def test_glibc_s_heap_checks_are_the_process_s_crash_before_the_echoes_beside_them(line: str) -> None:
+    """glibc aborts a process whose heap it finds corrupted; a store's complaint or a timeout the same process printed
+    before it is what its dying looked like from inside, not the failure."""
+    tail = (
+        "[rank1]:[W1104 09:12:01.000417 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0 Rank 1] Failed to check the "
+        '"should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: failed to '
+        f"recv, got 0 bytes\n{line}\n"
+    )
+    assert _beside_waiters(tail, 134)[:3] == ("w-1", "crash", False)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+        "the problem, check the logs for the dead worker. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+        "unexpectedly exits with a connection error code 2. End of file.",
+        "2024-03-17 03:17:31,000\tWARNING worker.py:1072 -- A worker died or was killed while executing task "
+        "ffffffffffffffff0a1b2c3d.",
+    ],
+)
+def test_ray_s_report_of_a_killed_worker_is_the_root_before_the_timeout_it_caused(report: str) -> None:
+    """The raylet reporting a worker of its node dead of a system error, then a collective of the same job timing out
+    in that log: the timeout is the death's consequence."""
+    tail = f"generate:   3%|          | 4/128\n{report}\n{WATCHDOG}"
+    assert _beside_waiters(tail)[:3] == ("w-1", "host_oom", False)
+
+
+def test_ray_s_report_of_a_worker_stopped_by_sigterm_stays_a_teardown() -> None:
+    stopped = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker exit "
+        "type: SYSTEM_ERROR Worker exit detail: Worker exits unexpectedly by a signal. SystemExit is raised "
+        "(sys.exit is called). Exit code: 1. The process receives a SIGTERM.\n"
+    )
+    f = assess(member("w-1", 1, stopped))
+    assert (f.role, f.secondary) == ("secondary", "teardown")
+
+
+@pytest.mark.parametrize(("status", "category"), [(137, "host_oom"), (139, "crash"), (-9, "host_oom")])
+def test_horovod_s_word_that_a_process_exited_with_a_status_is_a_launcher_report(status: int, category: str) -> None:
+    """Horovod's gloo launcher prints "Process N exit with status code S." as each process it ran ends non-zero: the
+    status of a process killed by a signal is 128 + the signal (a negative one, the signal itself)."""
+    tail = (
+        f"Process 1 exit with status code {status}.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/bin/horovodrun", line 8, in <module>\n'
+        "    sys.exit(run_commandline())\n"
+    )
+    assert _beside_waiters(tail, 1)[:3] == ("w-1", category, False)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Exception in device=TPU:2: xrt_local_service.cc:56 : Check failed: NewServer(def, &server) == OK "
+        "(PERMISSION_DENIED: open(/dev/accel2): Operation not permitted vs. OK)",
+        "F1104 09:12:01.000417  7 tpu_driver.cc:120] Couldn't open device: /dev/accel0; could not create driver",
+        "RuntimeError: TPU initialization failed: open(/dev/accel1): Device or resource busy",
+    ],
+)
+def test_a_tpu_device_file_the_container_cannot_open_is_the_node_s(line: str) -> None:
+    """libtpu unable to open the node's /dev/accelN (not mapped into the container, not permitted, held by another
+    process): the node's state, whatever the traceback after it says."""
+    tail = f'{line}\nTraceback (most recent call last):\n  File "/usr/lib/xla_multiprocessing.py", line 315\n'
+    assert _beside_waiters(tail)[:3] == ("w-1", "infra", True)

@@ -55,8 +55,8 @@ FLOORS = {
     # set since: provisional floors below its figures after the rules written from its misses
     "fresh10": (0.95, 0.82, 0.88),
     # scored once, blind, at 59d3223: 0.83 / 0.67 / 0.78 (n=141; docs/engine.md, "fresh11's one scoring"); a development
-    # set since
-    "fresh11": (0.80, 0.64, 0.75),
+    # set since: provisional floors below its figures after the rules written from its misses
+    "fresh11": (0.86, 0.75, 0.85),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -128,7 +128,8 @@ RULE_PRECISION_FLOOR = 0.99
 # scored once, blind, at eb3c449: 61/138 = 0.44 (56 right), provisional below its coverage after the same; fresh8
 # scored once, blind, at c2239c5: 76/147 = 0.52 (66 right), provisional below its coverage after the same (90/147);
 # fresh9 scored once, blind, at a804d2d: 84/141 = 0.60, all right, below it; fresh10 scored once, blind, at c64ecea:
-# 71/177 = 0.40, all right, provisional below its coverage after the rules written from its misses (84/177)
+# 71/177 = 0.40, all right, provisional below its coverage after the rules written from its misses (84/177); fresh11
+# scored once, blind, at 59d3223: 50/141 = 0.35 (48 right), provisional below its coverage after the same (54/141)
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -142,12 +143,13 @@ COVERAGE_FLOORS = {
     "fresh8": 0.58,
     "fresh9": 0.57,
     "fresh10": 0.44,
+    "fresh11": 0.36,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 11))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 12))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
