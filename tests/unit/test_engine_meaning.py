@@ -1447,7 +1447,8 @@ def test_mpi_init_failing_itself_stays_the_environment(log: str) -> None:
 )
 def test_eperm_from_the_c_plus_plus_runtime_s_threads_or_locks_is_an_abort_not_a_refused_file(what: str) -> None:
     log = (
-        f"terminate called after throwing an instance of 'std::system_error'\n  what():  {what}\nAborted (core dumped)\n"
+        f"terminate called after throwing an instance of 'std::system_error'\n"
+        f"  what():  {what}\nAborted (core dumped)\n"
     )
     role, category, _, rule = _aborted(log)
     assert (role, category) == ("primary", "crash"), rule
@@ -1464,6 +1465,7 @@ def test_eperm_from_the_c_plus_plus_runtime_s_threads_or_locks_is_an_abort_not_a
 )
 def test_a_path_or_device_refused_in_a_c_plus_plus_what_stays_a_permission(what: str) -> None:
     log = (
-        f"terminate called after throwing an instance of 'std::runtime_error'\n  what():  {what}\nAborted (core dumped)\n"
+        f"terminate called after throwing an instance of 'std::runtime_error'\n"
+        f"  what():  {what}\nAborted (core dumped)\n"
     )
     assert _aborted(log)[1:] == ("infra", None, "infra.permission")
