@@ -1418,7 +1418,10 @@ def test_a_device_s_memory_in_an_older_torch_s_or_gaudi_s_words_is_gpu_oom(line:
     ("line", "category"),
     [
         # the parameter server unable to bind its node's port: the node's state (a port taken), as address-in-use is
-        ("mxnet.base.MXNetError: [10:00:00] src/van.cc:300: Check failed: (my_node_.port) != (-1) bind failed", "infra"),
+        (
+            "mxnet.base.MXNetError: [10:00:00] src/van.cc:300: Check failed: (my_node_.port) != (-1) bind failed",
+            "infra",
+        ),
         ("F0101 10:00:00.100 77 van.cc:300] Check failed: my_node_.port != -1 (-1 vs. -1) bind failed", "infra"),
         # ...or finding no interface or address on the node to serve on
         ("mxnet.base.MXNetError: [10:00:00] src/van.cc:60: Check failed: !ip.empty() failed to get ip", "network"),
@@ -1439,19 +1442,19 @@ def test_a_parameter_server_that_cannot_bind_or_find_an_address_is_the_node_s(li
     ],
 )
 def test_nccl_s_internal_error_after_it_found_no_network_transport_is_the_network(warn: str) -> None:
-    """NCCL returns its internal error after the cause its WARN line names: no network device or transport to use."""
+    """NCCL returns its internal error after the cause its WARN line names: no network device or transport."""
     log = (
-        f"{warn}\ntorch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3376, internal error - please "
-        "report this issue to the NCCL developers, NCCL version 2.25.1\n"
+        f"{warn}\ntorch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3376, internal error - "
+        "please report this issue to the NCCL developers, NCCL version 2.25.1\n"
     )
     assert _read(log)[:2] == ("primary", "network")
 
 
 def test_nccl_s_net_plugin_loader_falling_back_at_start_is_not_the_cause_of_its_internal_error() -> None:
     log = (
-        "gpu-3:77:90 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or "
-        "directory No plugin found (libnccl-net.so), using internal implementation\n"
-        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3376, internal error - please report "
-        "this issue to the NCCL developers, NCCL version 2.25.1\n"
+        "gpu-3:77:90 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such "
+        "file or directory No plugin found (libnccl-net.so), using internal implementation\n"
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3376, internal error - please "
+        "report this issue to the NCCL developers, NCCL version 2.25.1\n"
     )
     assert _read(log)[:2] == ("primary", "crash")
