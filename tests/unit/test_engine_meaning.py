@@ -1398,6 +1398,69 @@ def test_readings_the_corpus_shows_wrong_as_often_as_right_stay_well_below_the_t
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "THCudaCheck FAIL file=/src/torch/lib/THC/generic/THCTensor.cu line=41 error=2 : out of memory",
+        "RuntimeError: cuda runtime error (2) : out of memory at /src/aten/src/THC/THCCachingAllocator.cpp:510",
+        "Exception in main training loop: cuda runtime error (2) : out of memory at /src/THC/THCStorage.cu:66",
+        "RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::2147483 failed!",
+    ],
+)
+def test_a_device_s_memory_in_an_older_torch_s_or_gaudi_s_words_is_gpu_oom(line: str) -> None:
+    """Older torch's THC layer and Habana's synapse helper name the device's memory: not the program's exception. Below
+    0.9 until a development line shows these words."""
+    f = assess(_alone(f'step 7 loss 1.1\nTraceback (most recent call last):\n  File "t.py", line 3\n{line}\n'))
+    assert (f.role, f.category) == ("primary", "gpu_oom")
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        # the parameter server unable to bind its node's port: the node's state (a port taken), as address-in-use is
+        (
+            "mxnet.base.MXNetError: [10:00:00] src/van.cc:300: Check failed: (my_node_.port) != (-1) bind failed",
+            "infra",
+        ),
+        ("F0101 10:00:00.100 77 van.cc:300] Check failed: my_node_.port != -1 (-1 vs. -1) bind failed", "infra"),
+        # ...or finding no interface or address on the node to serve on
+        ("mxnet.base.MXNetError: [10:00:00] src/van.cc:60: Check failed: !ip.empty() failed to get ip", "network"),
+        ("F0101 10:00:00.100 77 van.cc:58] Check failed: !interface.empty() failed to get the interface", "network"),
+    ],
+)
+def test_a_parameter_server_that_cannot_bind_or_find_an_address_is_the_node_s(line: str, category: str) -> None:
+    f = assess(_alone(f"step 0\n{line}\n"))
+    assert (f.role, f.category) == ("primary", category)
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "warn",
+    [
+        "gpu-3:77:90 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 1",
+        "gpu-3:77:90 [0] NCCL WARN Failed to initialize any NET plugin",
+    ],
+)
+def test_nccl_s_internal_error_after_it_found_no_network_transport_is_the_network(warn: str) -> None:
+    """NCCL returns its internal error after the cause its WARN line names: no network device or transport."""
+    log = (
+        f"{warn}\ntorch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3376, internal error - "
+        "please report this issue to the NCCL developers, NCCL version 2.25.1\n"
+    )
+    assert _read(log)[:2] == ("primary", "network")
+
+
+def test_nccl_s_net_plugin_loader_falling_back_at_start_is_not_the_cause_of_its_internal_error() -> None:
+    log = (
+        "gpu-3:77:90 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such "
+        "file or directory No plugin found (libnccl-net.so), using internal implementation\n"
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3376, internal error - please "
+        "report this issue to the NCCL developers, NCCL version 2.25.1\n"
+    )
+    assert _read(log)[:2] == ("primary", "crash")
+
+
+@pytest.mark.parametrize(
     "log",
     [
         # Open MPI: a communicator's rank asked before MPI_Init, then its abort "before MPI_INIT completed"
