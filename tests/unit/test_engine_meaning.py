@@ -1458,3 +1458,77 @@ def test_nccl_s_net_plugin_loader_falling_back_at_start_is_not_the_cause_of_its_
         "report this issue to the NCCL developers, NCCL version 2.25.1\n"
     )
     assert _read(log)[:2] == ("primary", "crash")
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # Open MPI: a communicator's rank asked before MPI_Init, then its abort "before MPI_INIT completed"
+        "*** The MPI_Comm_size() function was called before MPI_INIT was invoked.\n*** This is disallowed by the MPI "
+        "standard.\n*** Your MPI job will now abort.\n[node-7:2211] Local abort before MPI_INIT completed completed "
+        "successfully, but am not able to aggregate error messages, and not able to guarantee that all other "
+        "processes were killed!",
+        "*** The MPI_Allreduce() function was called before MPI_INIT was invoked.\n*** Your MPI job will now abort.",
+        "*** The MPI_Isend() function was called after MPI_FINALIZE was invoked.\n*** This is disallowed by the MPI "
+        "standard.",
+        # MPICH, Intel MPI, MS-MPI
+        "Attempting to use an MPI routine before initializing MPICH",
+        "Attempting to use an MPI routine before initializing MPI\nsrun: error: n-3: task 0: Exited with exit code 1",
+        "Attempting to use an MPI routine after finalizing MPICH",
+    ],
+)
+def test_an_mpi_call_before_mpi_init_is_the_program_s_order_not_the_host_s_mpi(log: str) -> None:
+    role, category, rule = _read(log)
+    assert (role, category, rule) == ("primary", "user_code", "log.mpi-before-init")
+    assert decide(Incident(JobRef("ml", "job"), 1, (_alone(log),))).confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # MPI_Init itself failing, in a newer Open MPI's words and in an older one's (which names MPI_Init as called
+        # "before MPI_INIT"): the host's MPI set-up
+        "*** An error occurred in MPI_Init_thread\n*** on a NULL communicator\n[h-1:31] Local abort before MPI_INIT "
+        "completed completed successfully",
+        "It looks like MPI_INIT failed for some reason\n*** An error occurred in MPI_Init\n*** The MPI_Init() function "
+        "was called before MPI_INIT was invoked.",
+    ],
+)
+def test_mpi_init_failing_itself_stays_the_environment(log: str) -> None:
+    assert _read(log)[1:] == ("infra", "log.environment")
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "Operation not permitted",
+        "Enable multithreading to use std::thread: Operation not permitted",
+        "unique_lock::unlock: not locked: Operation not permitted",
+        "mutex lock failed: Operation not permitted",
+        "thread constructor failed: Operation not permitted",
+    ],
+)
+def test_eperm_from_the_c_plus_plus_runtime_s_threads_or_locks_is_an_abort_not_a_refused_file(what: str) -> None:
+    log = (
+        f"terminate called after throwing an instance of 'std::system_error'\n"
+        f"  what():  {what}\nAborted (core dumped)\n"
+    )
+    role, category, _, rule = _aborted(log)
+    assert (role, category) == ("primary", "crash"), rule
+    assert rule != "infra.permission"
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "open /dev/infiniband/uverbs0: Operation not permitted",
+        "filesystem error: cannot create directories: Operation not permitted [/mnt/ckpt/run-3]",
+        "failed to open /data/shard-00.bin: Permission denied",
+    ],
+)
+def test_a_path_or_device_refused_in_a_c_plus_plus_what_stays_a_permission(what: str) -> None:
+    log = (
+        f"terminate called after throwing an instance of 'std::runtime_error'\n"
+        f"  what():  {what}\nAborted (core dumped)\n"
+    )
+    assert _aborted(log)[1:] == ("infra", None, "infra.permission")
