@@ -390,21 +390,6 @@ def _entry(e: Any) -> FREntry | None:
     )
 
 
-def _keep(entries: Sequence[FREntry], limit: int) -> list[FREntry]:
-    """The most recent `limit` entries, each group's last one always among them; in recorded order."""
-    if len(entries) <= limit:
-        return list(entries)
-    last_of: dict[str, int] = {}
-    for i, e in enumerate(entries):
-        last_of[e.pg_id] = i
-    keep = set(sorted(last_of.values())[-limit:])
-    i = len(entries) - 1
-    while len(keep) < limit and i >= 0:
-        keep.add(i)
-        i -= 1
-    return [entries[i] for i in sorted(keep)]
-
-
 # What the summary keeps of a dump's root, and what it reads of one entry (the rest is dropped as read).
 _ROOT_KEYS = frozenset({"entries", "pg_status", "pg_config", "version"})
 
@@ -421,8 +406,8 @@ class _Read:
 class _Entries:
     """The entries of one dump, read one at a time: the newest `limit` kept, and each group's last one.
 
-    Holds at most 2 x `limit` entries and `_MAX_GROUPS` group names whatever the dump's size, and gives what
-    `_keep` would over the whole list (the last-of-group entries whose index is below `limit` newer groups'
+    Holds at most 2 x `limit` entries and `_MAX_GROUPS` group names whatever the dump's size, and keeps what
+    a choice over the whole list would (the last-of-group entries whose index is below `limit` newer groups'
     can never be kept: those indices only grow)."""
 
     def __init__(self, limit: int = 64) -> None:
@@ -459,6 +444,14 @@ class _Entries:
         if len(self.last_of) > self.limit:
             self.last_of.popitem(last=False)
         self.parsed += 1
+
+    @classmethod
+    def of(cls, entries: Sequence[FREntry], limit: int) -> list[FREntry]:
+        """What `kept` gives of entries already summarised."""
+        chosen = cls(limit)
+        for e in entries:
+            chosen.add(_Read(e))
+        return chosen.kept()
 
     def kept(self) -> list[FREntry]:
         """The most recent `limit` entries, each group's last one always among them; in recorded order."""
@@ -568,7 +561,7 @@ def _fit(summary: FRSummary) -> FRSummary:
         if len(cut.to_json()) <= SUMMARY_MAX_BYTES:
             return replace(cut, note="; ".join(p for p in (note, f"frames cut to {frames} per entry to fit") if p))
     while len(entries) > 1:
-        entries = _keep(entries, len(entries) // 2)
+        entries = _Entries.of(entries, len(entries) // 2)
         cut = replace(summary, entries=tuple(entries), truncated=True)
         if len(cut.to_json()) <= SUMMARY_MAX_BYTES:
             break
