@@ -88,7 +88,7 @@ _MAX_ALTERNATIVES = 10_000
 _MISS = object()
 
 
-# The memory RE2 may use to compile the set of every log rule (its default, 8 MiB, is the size of today's set).
+# The memory RE2 may use to compile the set of every log rule (its default, 8 MiB, is too small for that set).
 _LOG_SET_MEMORY = 64 << 20
 
 
