@@ -1683,3 +1683,25 @@ def test_a_registry_that_refused_or_was_unreachable_is_the_platform(text: str) -
 def test_the_ascend_driver_s_library_missing_is_the_node_s_driver() -> None:
     text = "ImportError: libascend_hal.so: cannot open shared object file: No such file or directory"
     assert _rule_of(f"import torch_npu\n{text}\n")[:2] == ("primary", "infra")
+
+
+def test_ray_s_exit_type_that_names_the_node_s_memory_is_host_memory_not_a_peer_s_death() -> None:
+    text = (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY"
+    )
+    assert _rule_of(f"epoch 2\n{text}\n")[:2] == ("primary", "host_oom")
+
+
+LOKY = (
+    "joblib.externals.loky.process_executor.TerminatedWorkerError: A worker process managed by the executor was "
+    "unexpectedly terminated. This could be caused by a segmentation fault while calling the function or by an "
+    "excessive memory usage causing the Operating System to kill the worker.\n\nThe exit codes of the workers are "
+)
+
+
+def test_loky_s_guess_is_read_by_the_status_it_lists() -> None:
+    assert _rule_of(f"fold 3\n{LOKY}{{SIGSEGV(-11)}}\n")[:2] == ("primary", "crash")
+    role, category, _, rule, cap = _rule_of(f"fold 3\n{LOKY}{{SIGTERM(-15), SIGTERM(-15)}}\n")
+    assert rule != "log.native-crash"
+    assert category != "crash" or cap < 0.9
