@@ -1588,8 +1588,11 @@ def test_hccl_s_root_that_waited_for_ranks_that_never_connected_is_an_echo() -> 
     ("text", "capped"),
     [
         # Winsock's EADDRINUSE: the same errno as "Address already in use"
-        ("OSError: [WinError 10048] Only one usage of each socket address (protocol/network address/port) is "
-         "normally permitted", False),
+        (
+            "OSError: [WinError 10048] Only one usage of each socket address (protocol/network address/port) is "
+            "normally permitted",
+            False,
+        ),
         ("RuntimeError: bind failed: WSAEADDRINUSE", False),
         # a runtime's own words that its port is taken: plain words, so below the threshold
         ("E0102 server.cc:77] Failed to start the server: port 8470 is already in use", True),
@@ -1606,17 +1609,25 @@ def test_a_port_taken_in_each_stack_s_words_is_the_node_s(text: str, capped: boo
     ("text", "capped"),
     [
         # MXNet's pooled storage manager after its retry; TensorFlow 1's words for XLA's status
-        ("MXNetError: [09:10:11] src/storage/./pooled_storage_manager.h:161: cudaMalloc retry failed: out of memory",
-         False),
+        (
+            "MXNetError: [09:10:11] src/storage/./pooled_storage_manager.h:161: cudaMalloc retry failed: out of memory",
+            False,
+        ),
         ("mxnet.base.MXNetError: src/storage/./pooled_storage_manager.h:151: hipMalloc failed: out of memory", False),
-        ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: Resource exhausted: Out of memory while "
-         "trying to allocate 8589934592 bytes.", False),
+        (
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Resource exhausted: Out of memory while "
+            "trying to allocate 8589934592 bytes.",
+            False,
+        ),
         # hipBLAS's and RCCL's words for the device allocation under them
         ("RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`", False),
         ("gpu-2:33:44 [3] enqueue.cc:90 RCCL WARN HIP failure 'out of memory'", False),
         # MindSpore's device memory pool
-        ("RuntimeError: Out of Memory!!! Request memory size: 4294967296B, Memory Statistic:\n"
-         "Device HBM memory size: 65536M", False),
+        (
+            "RuntimeError: Out of Memory!!! Request memory size: 4294967296B, Memory Statistic:\n"
+            "Device HBM memory size: 65536M",
+            False,
+        ),
         # the Ascend runtime's reason for a failed device allocation, its error code: below the threshold
         ("rtMalloc execute failed, reason=[driver error:out of memory]", True),
         ("RuntimeError: aclrtMalloc failed, error code ACL_ERROR_RT_MEMORY_ALLOCATION", True),
@@ -1640,8 +1651,9 @@ def test_a_device_s_memory_in_each_runtime_s_words_is_gpu_oom(text: str, capped:
         "unexpectedly terminated. This could be caused by a segmentation fault while calling the function or by an "
         "excessive memory usage causing the Operating System to kill the worker.\n\n"
         "The exit codes of the workers are {SIGKILL(-9), SIGKILL(-9)}",
-        "tensorflow.python.distribute.multi_process_runner.UnexpectedSubprocessExitError: Subprocess worker-1 "
-        "exited with exit code -9. See logs for details.",
+        # mpiexec (Hydra) on a rank that died of SIGKILL
+        "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+        "This typically refers to a problem with your application.",
     ],
 )
 def test_a_worker_killed_by_the_system_in_each_launcher_s_words_is_host_memory(text: str) -> None:
@@ -1702,6 +1714,16 @@ LOKY = (
 
 def test_loky_s_guess_is_read_by_the_status_it_lists() -> None:
     assert _rule_of(f"fold 3\n{LOKY}{{SIGSEGV(-11)}}\n")[:2] == ("primary", "crash")
-    role, category, _, rule, cap = _rule_of(f"fold 3\n{LOKY}{{SIGTERM(-15), SIGTERM(-15)}}\n")
+    _, category, _, rule, cap = _rule_of(f"fold 3\n{LOKY}{{SIGTERM(-15), SIGTERM(-15)}}\n")
     assert rule != "log.native-crash"
     assert category != "crash" or cap < 0.9
+
+
+def test_a_process_pool_s_worker_that_died_abruptly_is_host_memory_only_weakly() -> None:
+    text = (
+        "concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly while "
+        "the future was running or pending."
+    )
+    role, category, _, rule, cap = _rule_of(f"shard 9 of 40\n{text}\n")
+    assert (role, category) == ("primary", "host_oom"), rule
+    assert cap <= 0.7
