@@ -64,6 +64,20 @@ def test_the_nccl_heartbeat_monitor_is_a_hang_of_that_rank_not_a_lost_node() -> 
 
 
 @pytest.mark.parametrize(
+    "hccl",
+    ["NCCL", "HCCL"],
+)
+def test_the_monitor_ending_the_process_for_its_stuck_watchdog_is_a_hang_of_that_rank(hccl: str) -> None:
+    """The monitor's exit line alone, its reason the watchdog's hang (not a collective timeout: a peer's echo)."""
+    line = (
+        f"[rank4]:[F1127 06:49:58.002 ProcessGroup{hccl}.cpp:1557] [PG ID 0 PG GUID 0(default_pg) Rank 4] Terminating "
+        f"the process after attempting to dump debug info, due to ProcessGroup{hccl} watchdog hang."
+    )
+    v = decide(incident(line, exit_code=134))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "hang", True)
+
+
+@pytest.mark.parametrize(
     "line",
     [
         "2026-11-27 06:40:00,001\tWARNING worker.py:2049 -- The node with node id: 5be1 and address: 10.1.4.7 has "

@@ -151,6 +151,16 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
             "[90.1] amdgpu 0000:c1:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00301031",
             "hardware",
         ),
+        # the same interrupts in the forms other kernels print: the shader sequencer's through dev_* after the PCI
+        # address alone, a page fault with no retry word (gmc_v10_0 and later)
+        (
+            "[40.2] amdgpu 0000:0b:00.0: sq_intr: error, detail 0x00000000, type 2, sh 0, priv 1, wave_id 1, simd_id 3",
+            "hardware",
+        ),
+        (
+            "[41.7] amdgpu 0000:0b:00.0: amdgpu: [mmhub] page fault (src_id:0 ring:8 vmid:4 pasid:32770)",
+            "hardware",
+        ),
         # TensorFlow's hint after an allocation failed (XRT compiling for a TPU): the host's allocator prints it too
         (
             "\t [[{{node XRTCompile}}]]\nHint: If you want to see a list of allocated tensors when OOM happens, add "
