@@ -165,6 +165,9 @@ def test_a_scheduler_s_own_words_are_a_preemption_at_the_threshold(line: str) ->
         "RuntimeError: NCCL communicator failed: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
         "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: uncorrectable NVLink "
         "error detected during the execution",
+        # the same error by its enum's name, as a driver-API wrapper or XLA's runtime prints it
+        "RuntimeError: CUDA driver error: CUDA_ERROR_NVLINK_UNCORRECTABLE",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: failed to synchronize: cudaErrorNvlinkUncorrectable",
     ],
 )
 def test_a_device_named_inside_a_generic_exception_is_hardware_at_the_threshold(line: str) -> None:
