@@ -364,6 +364,12 @@ def test_a_provider_of_the_collectives_library_out_of_memory_is_the_interconnect
             "network",
         ),
         ("[W socket.cc:60] [gloo/transport/tcp/pair.cc:210] connect [10.2.0.8]:41000: Connection timed out", "network"),
+        # newer gloo's connect retried to its deadline, its last try timed out
+        (
+            "RuntimeError: [/src/third_party/gloo/gloo/transport/tcp/pair.cc:1012] timed out connecting: SO_ERROR: "
+            "Connection timed out, remote=[10.2.0.8]:41000",
+            "network",
+        ),
         # ProcessGroupGloo unable to form its mesh of pairs
         (
             "[E ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:144] no error",

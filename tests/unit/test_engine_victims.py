@@ -1037,7 +1037,14 @@ def test_an_actor_s_death_as_its_caller_sees_it_stays_the_peer_s_echo() -> None:
     assert (assess(member("v", 0, caller)).secondary) == "peer"
 
 
-@pytest.mark.parametrize("said", ["Connect timeout [10.4.0.7]:38211", "connect [10.4.0.7]:38211: Connection timed out"])
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Connect timeout [10.4.0.7]:38211",
+        "connect [10.4.0.7]:38211: Connection timed out",
+        "timed out connecting: SO_ERROR: Connection timed out, remote=[10.4.0.7]:38211",
+    ],
+)
 def test_gloo_s_connect_that_timed_out_leaves_a_root_failing_in_its_own_words_the_root(said: str) -> None:
     """A pair's connect that got no answer is a failure of the network's, below the threshold: beside a member that
     failed in its own words at the threshold, that member stays the root."""
