@@ -146,6 +146,9 @@ def test_a_segfault_summary_stays_at_the_threshold() -> None:
         "slurmstepd: error: *** STEP 40117.0 ON gpu-node-3 CANCELLED AT 2026-11-27T06:40:00 DUE TO TIME LIMIT ***",
         "    message: 1/4 workers are evicted\n    reason: MPIJobEvicted\n    type: Failed",
         "  Normal  PodEvicted  12s  vc-controller-manager  Start to execute action RestartJob",
+        # Karpenter's event for the spot interruption notice of the node's instance, by its reason alone
+        "  Warning  SpotInterrupted  90s  karpenter  node/ip-10-0-7-12.ec2.internal",
+        "Events: Warning SpotInterrupted node/ip-10-0-7-12 Instance i-0f3a is spot interrupted",
     ],
 )
 def test_a_scheduler_s_own_words_are_a_preemption_at_the_threshold(line: str) -> None:
