@@ -64,6 +64,20 @@ def test_the_nccl_heartbeat_monitor_is_a_hang_of_that_rank_not_a_lost_node() -> 
 
 
 @pytest.mark.parametrize(
+    "hccl",
+    ["NCCL", "HCCL"],
+)
+def test_the_monitor_ending_the_process_for_its_stuck_watchdog_is_a_hang_of_that_rank(hccl: str) -> None:
+    """The monitor's exit line alone, its reason the watchdog's hang (not a collective timeout: a peer's echo)."""
+    line = (
+        f"[rank4]:[F1127 06:49:58.002 ProcessGroup{hccl}.cpp:1557] [PG ID 0 PG GUID 0(default_pg) Rank 4] Terminating "
+        f"the process after attempting to dump debug info, due to ProcessGroup{hccl} watchdog hang."
+    )
+    v = decide(incident(line, exit_code=134))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "hang", True)
+
+
+@pytest.mark.parametrize(
     "line",
     [
         "2026-11-27 06:40:00,001\tWARNING worker.py:2049 -- The node with node id: 5be1 and address: 10.1.4.7 has "
@@ -132,6 +146,9 @@ def test_a_segfault_summary_stays_at_the_threshold() -> None:
         "slurmstepd: error: *** STEP 40117.0 ON gpu-node-3 CANCELLED AT 2026-11-27T06:40:00 DUE TO TIME LIMIT ***",
         "    message: 1/4 workers are evicted\n    reason: MPIJobEvicted\n    type: Failed",
         "  Normal  PodEvicted  12s  vc-controller-manager  Start to execute action RestartJob",
+        # Karpenter's event for the spot interruption notice of the node's instance, by its reason alone
+        "  Warning  SpotInterrupted  90s  karpenter  node/ip-10-0-7-12.ec2.internal",
+        "Events: Warning SpotInterrupted node/ip-10-0-7-12 Instance i-0f3a is spot interrupted",
     ],
 )
 def test_a_scheduler_s_own_words_are_a_preemption_at_the_threshold(line: str) -> None:
@@ -151,6 +168,9 @@ def test_a_scheduler_s_own_words_are_a_preemption_at_the_threshold(line: str) ->
         "RuntimeError: NCCL communicator failed: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
         "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: uncorrectable NVLink "
         "error detected during the execution",
+        # the same error by its enum's name, as a driver-API wrapper or XLA's runtime prints it
+        "RuntimeError: CUDA driver error: CUDA_ERROR_NVLINK_UNCORRECTABLE",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: failed to synchronize: cudaErrorNvlinkUncorrectable",
     ],
 )
 def test_a_device_named_inside_a_generic_exception_is_hardware_at_the_threshold(line: str) -> None:

@@ -102,6 +102,8 @@ def test_an_accelerator_s_memory_exhausted_in_its_stack_s_words_is_gpu_oom(text:
         "RuntimeError: ACL stream synchronize failed.\n        rtStreamSynchronize execute failed, reason=[link error]",
         # the amdgpu driver losing its device from the PCIe bus
         "amdgpu 0000:08:00.0: device lost from bus!\namdgpu 0000:08:00.0: SMU: bus error for message",
+        # HIP's name for an uncorrectable ECC error
+        "RuntimeError: HIP error: hipErrorECCNotCorrectable\nHIP kernel errors might be asynchronously reported",
     ],
 )
 def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -> None:
@@ -149,6 +151,23 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
         (
             "[90.1] amdgpu 0000:c1:00.0: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:3 pasid:32771)\n"
             "[90.1] amdgpu 0000:c1:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00301031",
+            "hardware",
+        ),
+        # the same interrupts in the forms other kernels print: the shader sequencer's through dev_* after the PCI
+        # address alone, a page fault with no retry word (gmc_v10_0 and later)
+        (
+            "[40.2] amdgpu 0000:0b:00.0: sq_intr: error, detail 0x00000000, type 2, sh 0, priv 1, wave_id 1, simd_id 3",
+            "hardware",
+        ),
+        (
+            "[41.7] amdgpu 0000:0b:00.0: amdgpu: [mmhub] page fault (src_id:0 ring:8 vmid:4 pasid:32770)",
+            "hardware",
+        ),
+        # amdgpu's RAS counts of uncorrectable errors in a block: cumulative, printed again by a health query
+        ("[300.1] amdgpu 0000:c1:00.0: amdgpu: 4 uncorrectable hardware errors detected in umc block", "hardware"),
+        (
+            "[300.1] amdgpu 0000:c1:00.0: {12} socket: 0, die: 2, 1 new uncorrectable hardware errors detected in "
+            "gfx block",
             "hardware",
         ),
         # TensorFlow's hint after an allocation failed (XRT compiling for a TPU): the host's allocator prints it too
@@ -203,6 +222,12 @@ def test_an_interconnect_s_retry_failing_is_the_network_but_a_peer_s_death_says_
     """HCCL giving up its retries of a collective on a link: the network, or a peer that went away (weak)."""
     f = assess(member("w-1", 1, TB + "RuntimeError: HCCL OP RETRY FAILED, [ERROR] ERR00100 PTA call acl api failed\n"))
     assert (f.role, f.category, f.rule.weak if f.rule else None) == ("primary", "network", True)
+
+
+def test_amdgpu_s_all_clear_of_its_error_counts_is_no_fault() -> None:
+    """The RAS count's all-clear spells the same words after "no"."""
+    log = "[300.1] amdgpu 0000:c1:00.0: amdgpu: no uncorrectable hardware errors detected in umc block"
+    assert assess(member("w-1", 1, log)).category != "hardware"
 
 
 def test_a_word_that_only_contains_the_letters_of_a_device_error_is_not_one() -> None:
@@ -354,6 +379,12 @@ def test_a_provider_of_the_collectives_library_out_of_memory_is_the_interconnect
             "network",
         ),
         ("[W socket.cc:60] [gloo/transport/tcp/pair.cc:210] connect [10.2.0.8]:41000: Connection timed out", "network"),
+        # newer gloo's connect retried to its deadline, its last try timed out
+        (
+            "RuntimeError: [/src/third_party/gloo/gloo/transport/tcp/pair.cc:1012] timed out connecting: SO_ERROR: "
+            "Connection timed out, remote=[10.2.0.8]:41000",
+            "network",
+        ),
         # ProcessGroupGloo unable to form its mesh of pairs
         (
             "[E ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:144] no error",

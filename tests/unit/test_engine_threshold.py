@@ -153,12 +153,42 @@ def test_the_family_s_own_sentence_still_reads_as_its_family(text: str, category
         ("scheduler: lost contact with the node gpu-7", "node_lost"),
         ("controller: gpu-7: node was removed from the pool", "node_lost"),
         ("node gpu-7 heartbeat timed out after 90s; removing it from the cluster", "node_lost"),
+        # Kubernetes deleting the pod from outside: its node object gone (a failed or a reclaimed machine), a NoExecute
+        # taint on its node (unreachable, or an operator's own)
+        ("  conditions:\n  - message: 'PodGC: node no longer exists'\n    reason: DeletionByPodGC", "node_lost"),
+        ("status:\n  conditions:\n  - reason: DeletionByTaintManager\n    type: DisruptionTarget", "node_lost"),
+        ('"message": "Taint manager: deleting due to NoExecute taint", "type": "DisruptionTarget"', "node_lost"),
+        # a managed training service stopping the job at its own run-time limit
+        ("2026-11-27 06:40:05 MaxRuntimeExceeded - Training job stopped at its maximum run time", "preemption"),
     ],
 )
 def test_plain_words_without_evidence_keep_their_family_below_the_threshold(text: str, category: str) -> None:
     got, confidence = _decided(text)
     assert got == category
     assert confidence < PERMANENT
+
+
+def test_a_device_s_taint_is_not_its_node_s() -> None:
+    """The device taint manager (DRA) deletes a pod for a taint on a device it uses, not on its node."""
+    assert _decided('  message: "Device Taint manager: deleting due to NoExecute taint"')[0] != "node_lost"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "slurmstepd: error: Exceeded job memory limit",
+        "slurmstepd: error: Job 40117 exceeded memory limit (41943040 > 40960000), being killed\n"
+        "slurmstepd: error: Exceeded job memory limit\n"
+        "slurmstepd: error: *** JOB 40117 ON gpu-node-3 CANCELLED AT 2026-11-27T06:40:00 ***",
+    ],
+)
+def test_slurm_killing_the_job_over_its_memory_limit_is_host_memory_at_the_threshold(text: str) -> None:
+    assert _decided(text) == ("host_oom", PERMANENT)
+
+
+def test_slurm_s_note_that_a_memory_limit_was_reached_at_some_point_is_no_kill() -> None:
+    """The step's end-of-run note: the cgroup's limit was reached once, which reclaiming page cache does too."""
+    assert _decided("slurmstepd: error: Exceeded step memory limit at some point.")[0] != "host_oom"
 
 
 def test_a_path_the_program_names_wrong_and_a_missing_mount_read_the_same_so_stay_below_the_threshold() -> None:

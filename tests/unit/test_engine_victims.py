@@ -643,6 +643,11 @@ def test_nccl_s_socket_progress_line_alone_names_no_network_fault() -> None:
         "rank and will start to dump the debug info. Last enqueued NCCL work: 77, last completed NCCL work: 77.",
         "[rank3]:[E1127 06:40:00.118 ProcessGroupNCCL.cpp:1630] [PG 0 Rank 3] ProcessGroupNCCL's watchdog detected a "
         "collective timeout and notified current rank. This is most likely caused by incorrect usages of collectives",
+        # the same exit reason in the process groups other accelerators' vendors derive from ProcessGroupNCCL
+        "RuntimeError: ProcessGroupXCCL's watchdog detected a collective timeout on some other rank and notified "
+        "current rank. This is most likely caused by incorrect usages of collectives, e.g., wrong sizes",
+        "RuntimeError: ProcessGroupHCCL's watchdog detected a dump signal from rank 5 and notified the current rank. "
+        "This is most likely caused by incorrect usages of collectives",
     ],
 )
 def test_a_rank_told_through_the_store_that_another_rank_timed_out_is_the_timeout_s_echo(victim: str) -> None:
@@ -1032,7 +1037,14 @@ def test_an_actor_s_death_as_its_caller_sees_it_stays_the_peer_s_echo() -> None:
     assert (assess(member("v", 0, caller)).secondary) == "peer"
 
 
-@pytest.mark.parametrize("said", ["Connect timeout [10.4.0.7]:38211", "connect [10.4.0.7]:38211: Connection timed out"])
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Connect timeout [10.4.0.7]:38211",
+        "connect [10.4.0.7]:38211: Connection timed out",
+        "timed out connecting: SO_ERROR: Connection timed out, remote=[10.4.0.7]:38211",
+    ],
+)
 def test_gloo_s_connect_that_timed_out_leaves_a_root_failing_in_its_own_words_the_root(said: str) -> None:
     """A pair's connect that got no answer is a failure of the network's, below the threshold: beside a member that
     failed in its own words at the threshold, that member stays the root."""
