@@ -1610,6 +1610,11 @@ def test_a_port_taken_in_each_stack_s_words_is_the_node_s(text: str, capped: boo
     assert _reading(f"starting\n{text}\n") == ("primary", "infra", capped)
 
 
+def test_a_server_that_took_another_port_is_no_failure_of_a_port() -> None:
+    log = "[I 10:00:00 NotebookApp] The port 8888 is already in use, trying another port.\nValueError: bad shard\n"
+    assert _rule_of(log)[3] != "log.server-bind"
+
+
 @pytest.mark.parametrize(
     ("text", "capped"),
     [
@@ -1715,6 +1720,11 @@ def test_loky_s_guess_is_read_by_the_status_it_lists() -> None:
     _, category, _, rule, cap = _rule_of(f"fold 3\n{LOKY}{{SIGTERM(-15), SIGTERM(-15)}}\n")
     assert rule != "log.native-crash"
     assert category != "crash" or cap < 0.9
+
+
+def test_a_dask_worker_restarted_for_memory_yields_to_the_program_s_own_error_after_it() -> None:
+    restart = "distributed.nanny.memory - WARNING - Worker tcp://10.0.0.9:35111 (pid=812) exceeded 95% memory budget."
+    assert _rule_of(f"{restart}\nepoch 3\nKeyError: 'label'\n")[:2] == ("primary", "user_code")
 
 
 def test_a_process_pool_s_worker_that_died_abruptly_is_host_memory_only_weakly() -> None:
