@@ -1532,3 +1532,206 @@ def test_a_path_or_device_refused_in_a_c_plus_plus_what_stays_a_permission(what:
         f"  what():  {what}\nAborted (core dumped)\n"
     )
     assert _aborted(log)[1:] == ("infra", None, "infra.permission")
+
+
+# --- one family's words across stacks: a connect or a bind, a device's memory, the system's kill, the image ----------
+
+
+def _rule_of(log: str) -> tuple[str, str | None, str | None, str, float]:
+    f = assess(_alone(log))
+    rule = f.rule
+    return f.role, f.category, f.secondary, rule.id if rule else "", rule.max_confidence if rule else 1.0
+
+
+def _reading(log: str) -> tuple[str, str | None, bool]:
+    """Role, category, and whether the rule that read it keeps its verdict below 0.9."""
+    role, category, _, _, cap = _rule_of(log)
+    return role, category, cap < 0.9
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # NCCL's and RCCL's socket layer: a connect to a peer's address that got no answer at all
+        "gpu-4:90:97 [2] misc/socket.cc:611 NCCL WARN socketPollConnect: Connect to 10.9.8.7<51234> returned "
+        "110(Connection timed out) errno 110(Connection timed out)",
+        "gpu-4:90:97 [2] misc/socket.cc:540 RCCL WARN Net : Connect to 10.9.8.7<51234> failed : Connection timed out",
+        "gpu-4:90:97 [0] NCCL INFO Call to connect returned Connection timed out, retrying",
+        # HCCL building its links (EI0006) and Open MPI's TCP transport, each waiting on a peer's address
+        "[ERROR] HCCL(811,python):2026-01-02-03:04:05.678.901 [hccl_socket_manager.cc:816] [812][Wait][LinkEstablish]"
+        "wait socket establish timeout, role[1] rank[5] timeout[120 s]",
+        "WARNING: Open MPI failed to TCP connect to a peer MPI process.  This should not happen.",
+    ],
+)
+def test_a_connect_to_a_peer_that_got_no_answer_is_the_network_below_the_threshold(text: str) -> None:
+    assert _reading(f"step 40 loss 2.2\n{text}\n") == ("primary", "network", True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "gpu-4:90:97 [1] misc/socket.cc:540 RCCL WARN Net : Connect to 10.9.8.7<51234> failed : Connection refused",
+        "gpu-4:90:97 [1] RCCL INFO Call to connect returned Connection refused, retrying",
+    ],
+)
+def test_rccl_s_refused_bootstrap_reads_as_nccl_s(text: str) -> None:
+    role, category, _, rule, cap = _rule_of(f"step 40 loss 2.2\n{text}\n")
+    assert (role, category, rule) == ("primary", "network", "log.nccl-bootstrap")
+    assert cap < 0.9
+
+
+def test_hccl_s_root_that_waited_for_ranks_that_never_connected_is_the_store_s_echo() -> None:
+    # (as c10d's store server "waiting for clients. 3/4 clients joined" is: the ranks that never came failed)
+    text = (
+        "[ERROR] HCCL(77,python):2026-01-02-03:04:05.1 [topoinfo_exchange_server.cc:113] [78][Get][Connection]"
+        "topo exchange server get socket timeout! timeout[600 s]"
+    )
+    assert _rule_of(f"step 0\n{text}\n")[:3] == ("secondary", None, "store")
+
+
+@pytest.mark.parametrize(
+    ("text", "capped"),
+    [
+        # Winsock's EADDRINUSE: the same errno as "Address already in use"
+        (
+            "OSError: [WinError 10048] Only one usage of each socket address (protocol/network address/port) is "
+            "normally permitted",
+            False,
+        ),
+        ("RuntimeError: bind failed: WSAEADDRINUSE", False),
+        # a runtime's own words that its port is taken: plain words, so below the threshold
+        ("E0102 server.cc:77] Failed to start the server: port 8470 is already in use", True),
+        ("RuntimeError: The requested port is already in use by another process", True),
+        # PaddlePaddle's store master and brpc's server, neither saying why they could not bind
+        ("InvalidArgumentError: Bind network on IP_ANY:6170 failedd.", True),
+        ("E0102 07:08:09.1 811 server.cpp:1077] Fail to listen 0.0.0.0:8500", True),
+    ],
+)
+def test_a_port_taken_in_each_stack_s_words_is_the_node_s(text: str, capped: bool) -> None:
+    assert _reading(f"starting\n{text}\n") == ("primary", "infra", capped)
+
+
+def test_a_server_that_took_another_port_is_no_failure_of_a_port() -> None:
+    log = "[I 10:00:00 NotebookApp] The port 8888 is already in use, trying another port.\nValueError: bad shard\n"
+    assert _rule_of(log)[3] != "log.server-bind"
+
+
+@pytest.mark.parametrize(
+    ("text", "capped"),
+    [
+        # MXNet's pooled storage manager after its retry; TensorFlow 1's words for XLA's status
+        (
+            "MXNetError: [09:10:11] src/storage/./pooled_storage_manager.h:161: cudaMalloc retry failed: out of memory",
+            False,
+        ),
+        ("mxnet.base.MXNetError: src/storage/./pooled_storage_manager.h:151: hipMalloc failed: out of memory", False),
+        (
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Resource exhausted: Out of memory while "
+            "trying to allocate 8589934592 bytes.",
+            False,
+        ),
+        # hipBLAS's and RCCL's words for the device allocation under them
+        ("RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`", False),
+        ("gpu-2:33:44 [3] enqueue.cc:90 RCCL WARN HIP failure 'out of memory'", False),
+        # MindSpore's device memory pool
+        (
+            "RuntimeError: Out of Memory!!! Request memory size: 4294967296B, Memory Statistic:\n"
+            "Device HBM memory size: 65536M",
+            False,
+        ),
+        # the Ascend runtime's reason for a failed device allocation, its error code: below the threshold
+        ("rtMalloc execute failed, reason=[driver error:out of memory]", True),
+        ("RuntimeError: aclrtMalloc failed, error code ACL_ERROR_RT_MEMORY_ALLOCATION", True),
+    ],
+)
+def test_a_device_s_memory_in_each_runtime_s_words_is_gpu_oom(text: str, capped: bool) -> None:
+    assert _reading(f"step 40 loss 2.2\n{text}\n") == ("primary", "gpu_oom", capped)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # slurmd's notice to the job, Dask's nanny's memory monitor, loky's report of the worker's exit status
+        "slurmstepd: error: Exceeded job memory limit",
+        "distributed.nanny.memory - WARNING - Worker tcp://10.0.0.9:35111 (pid=812) exceeded 90% memory budget. "
+        "Restarting...",
+        "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting",
+        "joblib.externals.loky.process_executor.TerminatedWorkerError: A worker process managed by the executor was "
+        "unexpectedly terminated. This could be caused by a segmentation fault while calling the function or by an "
+        "excessive memory usage causing the Operating System to kill the worker.\n\n"
+        "The exit codes of the workers are {SIGKILL(-9), SIGKILL(-9)}",
+    ],
+)
+def test_a_worker_killed_by_the_system_in_each_launcher_s_words_is_host_memory(text: str) -> None:
+    assert _rule_of(f"step 40 loss 2.2\n{text}\n")[:2] == ("primary", "host_oom")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Failed to pull image "team/trainer:v7": rpc error: code = NotFound desc = failed to pull and unpack image '
+        '"docker.io/team/trainer:v7": failed to resolve reference "docker.io/team/trainer:v7": '
+        "docker.io/team/trainer:v7: not found",
+        'Failed to pull image "team/trainer:v7": Error response from daemon: manifest for team/trainer:v7 not found: '
+        "manifest unknown: manifest unknown",
+        "Error response from daemon: pull access denied for team/trainer, repository does not exist or may require "
+        "'docker login': denied: requested access to the resource is denied",
+    ],
+)
+def test_an_image_the_registry_does_not_have_is_the_job_s_name_below_the_threshold(text: str) -> None:
+    assert _reading(f"{text}\n") == ("primary", "user_code", True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Failed to pull image "nvcr.io/team/trainer:v7": rpc error: code = Unknown desc = failed to authorize: '
+        "failed to fetch oauth token: unexpected status: 401 Unauthorized",
+        'Failed to pull image "trainer:v7": 429 Too Many Requests - Server message: toomanyrequests: You have '
+        "reached your pull rate limit.",
+        'Failed to pull image "r.example.com/trainer:v7": dial tcp: lookup r.example.com: i/o timeout',
+    ],
+)
+def test_a_registry_that_refused_or_was_unreachable_is_the_platform(text: str) -> None:
+    assert _rule_of(f"{text}\n")[:2] == ("primary", "infra")
+
+
+def test_the_ascend_driver_s_library_missing_is_the_node_s_driver() -> None:
+    text = "ImportError: libascend_hal.so: cannot open shared object file: No such file or directory"
+    assert _rule_of(f"import torch_npu\n{text}\n")[:2] == ("primary", "infra")
+
+
+def test_ray_s_exit_type_that_names_the_node_s_memory_is_host_memory_not_a_peer_s_death() -> None:
+    text = (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY"
+    )
+    assert _rule_of(f"epoch 2\n{text}\n")[:2] == ("primary", "host_oom")
+
+
+LOKY = (
+    "joblib.externals.loky.process_executor.TerminatedWorkerError: A worker process managed by the executor was "
+    "unexpectedly terminated. This could be caused by a segmentation fault while calling the function or by an "
+    "excessive memory usage causing the Operating System to kill the worker.\n\nThe exit codes of the workers are "
+)
+
+
+def test_loky_s_guess_is_read_by_the_status_it_lists() -> None:
+    assert _rule_of(f"fold 3\n{LOKY}{{SIGSEGV(-11)}}\n")[:2] == ("primary", "crash")
+    _, category, _, rule, cap = _rule_of(f"fold 3\n{LOKY}{{SIGTERM(-15), SIGTERM(-15)}}\n")
+    assert rule != "log.native-crash"
+    assert category != "crash" or cap < 0.9
+
+
+def test_a_dask_worker_restarted_for_memory_yields_to_the_program_s_own_error_after_it() -> None:
+    restart = "distributed.nanny.memory - WARNING - Worker tcp://10.0.0.9:35111 (pid=812) exceeded 95% memory budget."
+    assert _rule_of(f"{restart}\nepoch 3\nKeyError: 'label'\n")[:2] == ("primary", "user_code")
+
+
+def test_a_process_pool_s_worker_that_died_abruptly_is_host_memory_only_weakly() -> None:
+    text = (
+        "concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly while "
+        "the future was running or pending."
+    )
+    assert _reading(f"shard 9 of 40\n{text}\n") == ("primary", "host_oom", True)
+    assert _rule_of(f"shard 9 of 40\n{text}\n")[4] <= 0.7

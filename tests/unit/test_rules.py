@@ -396,7 +396,8 @@ def test_a_log_rule_must_be_linear_time_re2_syntax() -> None:
             "[default3]:RuntimeError: unable to mmap 1024 bytes from file </torch_1_2_3>: Cannot allocate memory",
             "infra",
         ),
-        ('ERROR: Failed to pull image "registry.local/train:v3": manifest unknown', "infra"),
+        # an image name the registry does not have is the job's (the labelling guide's image rows)
+        ('ERROR: Failed to pull image "registry.local/train:v3": manifest unknown', "user_code"),
         ('Warning  FailedMount  kubelet  MountVolume.SetUp failed for volume "data"', "infra"),
         ("Workers (tasks / actors) killed due to memory pressure (OOM), 0 workers crashed", "host_oom"),
         ("free(): invalid pointer", "crash"),
