@@ -60,6 +60,9 @@ FLOORS = {
     # scored once, blind, at 0af4eb8: 0.94 / 0.78 / 0.85 (n=144; docs/engine.md, "fresh12's one scoring"); a development
     # set since
     "fresh12": (0.91, 0.75, 0.82),
+    # scored once, blind, at 09d596f: 0.88 / 0.74 / 0.82 (n=186; docs/engine.md, "fresh13's one scoring"); a development
+    # set since
+    "fresh13": (0.85, 0.71, 0.79),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -97,7 +100,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 13))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 14))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
