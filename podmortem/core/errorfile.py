@@ -45,6 +45,10 @@ _METRIC_VALUE = re.compile(r"\s*[-+]?\d")
 # the op an error happened in, printed after the traceback), not an exception, unless the word is named like one
 # (KeyError: 'x').
 _LABEL_VALUE = re.compile(r"\s*'[^'\s]{1,200}'\s*$")
+# A word whose value is set in a column after it ("Name:           w-0", "Status:         Pending") is a field of a
+# report laid out for reading (kubectl describe, a key-value dump), not an exception: Python prints one space after the
+# type's colon, unless the word is named like one (TensorFlow's "InternalError:  Blas GEMM launch failed").
+_ALIGNED_FIELD = re.compile(r"[ \t]{2,}\S")
 _EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Failure", "Fault", "Abort", "Timeout")
 MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _FIELD = re.compile(rb'"(message|py_callstack|timestamp|errorCode)"\s*:\s*')
@@ -61,7 +65,9 @@ def exception_type_of(message: str) -> str:
     if name == last and not (last[:1].isupper() and any(c.islower() for c in last)):
         return ""
     if not last.endswith(_EXCEPTION_SUFFIXES) and (
-        _METRIC_VALUE.match(message, m.end()) or _LABEL_VALUE.match(message, m.end())
+        _METRIC_VALUE.match(message, m.end())
+        or _LABEL_VALUE.match(message, m.end())
+        or _ALIGNED_FIELD.match(message, m.end())
     ):
         return ""
     return name

@@ -418,3 +418,54 @@ def test_a_tpu_device_file_the_container_cannot_open_is_the_node_s(line: str) ->
     process): the node's state, whatever the traceback after it says."""
     tail = f'{line}\nTraceback (most recent call last):\n  File "/usr/lib/xla_multiprocessing.py", line 315\n'
     assert _beside_waiters(tail)[:3] == ("w-1", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # accelerate's launcher checking the port it hands its ranks before it starts them
+        "ConnectionError: Tried to launch distributed communication on port `29500`, but another process is "
+        "utilizing it. Please specify a different port (such as using the `--main_process_port` flag or specifying a "
+        "different `main_process_port` in your config file) and rerun your script.",
+        "ConnectionError: Tried to launch distributed communication on port `12355`, but another process is "
+        "utilizing it. To automatically use the next open port (on a single node), you can set this to `0`.",
+    ],
+)
+def test_a_launcher_s_own_word_that_its_port_is_taken_is_the_node_s(line: str) -> None:
+    """The launcher found another process listening on the port before starting any rank: what EADDRINUSE means, in
+    its own sentence, behind its traceback. The node's state (a leftover run, another job), retryable on a free port;
+    below the threshold, as a runtime's own words for a port are."""
+    tail = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/bin/accelerate", line 8, in <module>\n'
+        "    sys.exit(main())\n"
+        '  File "/opt/conda/lib/python3.11/site-packages/accelerate/utils/launch.py", line 190, in '
+        "prepare_multi_gpu_env\n"
+        "    raise ConnectionError(\n"
+        f"{line}\n"
+    )
+    pod, category, retryable, confidence = _beside_waiters(tail)
+    assert (pod, category, retryable) == ("w-1", "infra", True)
+    assert confidence < 0.9
+
+
+def test_a_report_s_aligned_fields_are_no_exceptions() -> None:
+    """kubectl describe (and any report laid out in columns) sets each field's value apart after its colon; Python
+    prints one space after an exception's type. The pod's own state in the report is what reads it."""
+    assert exception_type_of("Name:           j-worker-0") == ""
+    assert exception_type_of("Status:\t\tPending") == ""
+    assert exception_type_of("InternalError:  Blas GEMM launch failed") == "InternalError"
+    assert exception_type_of("Name: j-worker-0") == "Name"
+    log = (
+        "$ kubectl describe pod j-worker-0\n"
+        "Name:           j-worker-0\n"
+        "Namespace:      ml\n"
+        "Status:         Pending\n"
+        "Containers:\n"
+        "  trainer:\n"
+        "    State:          Waiting\n"
+        "      Reason:       ImagePullBackOff\n"
+    )
+    f = assess(member("w-0", 0, log))
+    assert (f.role, f.category, f.rule.id if f.rule else "") == ("primary", "infra", "log.kube-warnings")
+    assert f.rule is not None and f.rule.weak

@@ -1735,3 +1735,36 @@ def test_a_process_pool_s_worker_that_died_abruptly_is_host_memory_only_weakly()
     )
     assert _reading(f"shard 9 of 40\n{text}\n") == ("primary", "host_oom", True)
     assert _rule_of(f"shard 9 of 40\n{text}\n")[4] <= 0.7
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a spawned process unpickling its state, a DataLoader worker, a rank-prefixed line, a line glued to the one
+        # before it where the newline was lost
+        '  File "/usr/lib/python3.10/multiprocessing/spawn.py", line 126, in _main\n'
+        "    self = reduction.pickle.load(from_parent)\nMemoryError",
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/_utils/worker.py", line 308, in '
+        '_worker_loop\n    data = fetcher.fetch(index)\n  File "ds.py", line 40, in __getitem__\n'
+        "    return np.stack(frames)\nMemoryError",
+        '[rank3]:   File "prep.py", line 12, in load\n[rank3]:     rows = list(reader)\n[rank3]: MemoryError',
+        '  File "prep.py", line 12, in load\n    buf = bytearray(n)MemoryError',
+        # numpy's allocator in its own words
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 37.3 GiB for an array with shape (5000, 2000000)",
+    ],
+)
+def test_python_s_own_memory_error_in_a_worker_is_the_host_s_memory(text: str) -> None:
+    """Python's MemoryError with no message is the interpreter's malloc failing: the host's memory, in any process of
+    the job. Below the threshold for the bare type (a corrupt length asks for an absurd size in the same words)."""
+    role, category, _, _, _ = _rule_of(f"Traceback (most recent call last):\n{text}\n")
+    assert (role, category) == ("primary", "host_oom")
+
+
+def test_a_memory_error_that_names_a_device_is_the_device_s_and_a_raise_of_it_is_no_failure() -> None:
+    paddle = (
+        "MemoryError: \n\n---\nResourceExhaustedError:\n\n"
+        "Out of memory error on GPU 0. Cannot allocate 1.2GB memory on GPU 0"
+    )
+    assert _rule_of(f"Traceback (most recent call last):\n{paddle}\n")[:2] == ("primary", "gpu_oom")
+    source = '  File "pool.py", line 9, in grow\n    raise MemoryError\nValueError: bad shape\n'
+    assert _rule_of(source)[:2] == ("primary", "user_code")

@@ -484,3 +484,112 @@ def test_a_spawned_process_s_small_exit_code_stays_the_program_s_own() -> None:
     log = TB + "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1\n"
     v = _verdict(log)
     assert (v.pod, v.category) == ("w-1", "user_code")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # XLA's BFC allocator (JAX, TF) as a device allocation fails for good: the GPU's allocator names itself
+        "2031-01-02 03:04:05.678901: W external/xla/xla/tsl/framework/bfc_allocator.cc:501] Allocator (GPU_0_bfc) ran "
+        "out of memory trying to allocate 12.50GiB (rounded to 13421772800)requested by op \nIf the cause is memory "
+        "fragmentation maybe the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation."
+        "\nCurrent allocation summary follows.",
+        "W tensorflow/core/common_runtime/bfc_allocator.cc:479] Allocator (GPU_3_bfc) ran out of memory trying to "
+        "allocate 768.0KiB (rounded to 786432)requested by op Conv2D\nCurrent allocation summary follows.",
+        # XLA's client: executing a replica's program failed for want of memory, in TF1's and in newer status words
+        "E0102 03:04:05.600 7 local_client.cc:672] Execution of replica 1 failed: Resource exhausted: Failed to "
+        "allocate the program's temporary buffers",
+        "E0102 03:04:05.600 7 pjrt_stream_executor_client.cc:2985] Execution of replica 0 failed: RESOURCE_EXHAUSTED: "
+        "could not allocate 2147483648 bytes for the output",
+    ],
+)
+def test_a_device_s_memory_in_xla_s_allocator_s_log_words_is_gpu_oom_below_the_threshold(text: str) -> None:
+    """A GPU allocator's own words (its name says whose memory) and XLA's status for a replica that could not run for
+    want of memory, in logs with no exception line: the device's memory. Below the threshold: a warning line, and
+    XLA's CPU backend reports the host's memory in the same status."""
+    v = _verdict(text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "gpu_oom", False)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_the_bfc_allocator_s_retry_that_went_on_is_no_failure_of_the_device_s_memory() -> None:
+    """The same allocator's words with "The caller indicates that this is not a failure": it retried and went on, so
+    a later error of the program's own says why the process ended."""
+    text = (
+        "W tensorflow/core/common_runtime/bfc_allocator.cc:243] Allocator (GPU_0_bfc) ran out of memory trying to "
+        "allocate 2.19GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that "
+        "there could be performance gains if more memory were available.\n"
+        f"{TB}ValueError: labels must be integers\n"
+    )
+    f = assess(member("w-1", 1, text))
+    assert (f.role, f.category) == ("primary", "user_code")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # HCCL's EI0009 (CANN's error guide: the NPU's port, optics, addresses or switch link), in torch_npu's rank
+        # prefix and in the code's name
+        "[rank1]: EI0009: [PID: 812] 2031-01-02-03:04:05.678.901 Device 3 transport init error. Reason: The network "
+        "port is down.",
+        "RuntimeError: create link failed. EI0009 Communication_Error_Initialize_Transport: Device 1 transport init "
+        "error. Reason: [Create][DestLink]Create Dest error!",
+        # TensorPipe's InfiniBand layer (torch RPC) throwing an ibv_* call's errno
+        'RuntimeError: In operator() at tensorpipe/common/ibv.h:172 "": No such device',
+        'RuntimeError: In createQp at tensorpipe/transport/ibv/connection_impl.cc:88 "": Operation not supported',
+        # gloo's ibverbs transport failing one of its checks, raised and aborted on
+        "RuntimeError: [enforce fail at /src/third_party/gloo/gloo/transport/ibverbs/device.cc:128] rv != -1. "
+        "ibv_query_port: Invalid argument",
+        # NCCL's socket layer finding the connect refused on its recv, as a WARN and as torch's "Last error:"
+        "gpu-2:81:90 [1] misc/socket.cc:476 NCCL WARN Net : Call to recv from 10.1.1.2<5021> failed : Connection "
+        "refused",
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.19.3\nLast error:\n"
+        "Net : Call to recv from 10.0.0.7<43122> failed : Connection refused",
+    ],
+)
+def test_a_communicator_s_transport_failing_at_set_up_in_any_library_s_words_is_the_network(text: str) -> None:
+    """The links between the ranks could not be set up, in HCCL's, TensorPipe's, gloo's and NCCL's socket layer's
+    words: the interconnect, retryable once it is fixed. Below the threshold: the link's other end may be a peer that
+    failed (HCCL's own hint), and a refused connect is also a peer not listening yet."""
+    v = _verdict(text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "network", True)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_nccl_s_recv_from_a_peer_that_reset_its_socket_stays_the_peer_s_echo() -> None:
+    """Not a refusal: a peer that was there and closed its end (the labelling guide's peer row)."""
+    f = assess(
+        member("w-1", 1, "Last error:\nNet : Call to recv from 10.0.0.7<43122> failed : Connection reset by peer\n")
+    )
+    assert f.category != "network"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # TensorFlow's GCS file system and GCS's IAM refusal of a TPU's service account
+        "INFO:tensorflow:Error recorded from training_loop: Failed to get matching files on gs://b/ckpt/model.ckpt: "
+        'Permission denied: Error executing an HTTP request: HTTP response code 403 with body \'{\n "error": {',
+        "W0102 03:04:05.6 7 gcs_file_system.cc:1200] Error executing an HTTP request: HTTP response code 401 with body "
+        "'Unauthorized'",
+        "AccessDeniedException: 403 sa-77@proj.iam.gserviceaccount.com does not have storage.objects.get access to "
+        "the Google Cloud Storage object.",
+        '    "message": "service-1@cloud-tpu.iam.gserviceaccount.com does not have storage.buckets.get access to b."',
+        # S3 through botocore's words, printed by a copy tool rather than raised
+        "download failed: s3://b/ckpt/step_100.pt to ./step_100.pt An error occurred (403) when calling the "
+        "HeadObject operation: Forbidden",
+        "upload failed: ./model.bin to s3://b/model.bin An error occurred (AccessDenied) when calling the PutObject "
+        "operation: Access Denied",
+        # TensorFlow's PERMISSION_DENIED raised in Python, its cause on the next line
+        "tensorflow.python.framework.errors_impl.PermissionDeniedError: From /job:worker/replica:0/task:2:\n"
+        "/mnt/logs/run3; Permission denied\n\t [[{{node create_file_writer/CreateSummaryFileWriter}}]]",
+    ],
+)
+def test_an_object_store_or_a_file_system_refusing_the_job_s_identity_is_the_platform_s(text: str) -> None:
+    """The platform's identity for the pod (a service account, a role) refused by the store or file system the job
+    reads or writes: the labelling guide's remote-endpoint and permission rows, retryable once access is granted.
+    Below the threshold: the job's own config may name a bucket or path it was never meant to use."""
+    v = _verdict(text + "\n")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "infra", True)
+    assert v.confidence < PERMANENT_CONFIDENCE
