@@ -507,7 +507,8 @@ def test_a_refused_store_connection_is_what_a_healthy_start_prints_and_is_no_ech
 DETECTED_MISMATCH = [
     "w-2:812:900 [0] transport/net_ib.cc:1038 NCCL WARN NET/IB : req 0/1 tag 7 peer 10.0.0.4<41231> collective "
     "mismatch error, local size 4096 remote size 1024",
-    "w-2:812:900 [0] NCCL WARN NET/IB : collective mismatch error local size 8192 remote 2048 addr 7f00 rkey 1a seq 3/3",
+    "w-2:812:900 [0] NCCL WARN NET/IB : collective mismatch error local size 8192 remote 2048 addr 7f00 rkey 1a "
+    "seq 3/3",
     "FailedPreconditionError: Mismatched allreduce tensor shapes: One rank reduced a tensor of shape [10], but another "
     "rank sent a tensor of shape [12].",
     "RuntimeError: Mismatched data types: One rank had type float32, but another rank had type float16.",
@@ -516,7 +517,8 @@ DETECTED_MISMATCH = [
     "EI0005: The arguments for collective communication are inconsistent between ranks: tag [AllReduce_3], parameter "
     "[count], local [512], remote [256]",
     "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
-    "CollectiveFingerPrint(OpType=ALLREDUCE), but Rank 0 is running collective: CollectiveFingerPrint(OpType=BROADCAST).",
+    "CollectiveFingerPrint(OpType=ALLREDUCE), but Rank 0 is running collective: "
+    "CollectiveFingerPrint(OpType=BROADCAST).",
 ]
 # What the mismatched transfer did to the interconnect, printed beside it: an IB completion in error, MPI's OFI layer
 # failing a completion, a transport that could not be set up.
@@ -567,10 +569,15 @@ def test_hccl_s_consistency_check_under_torch_npu_s_error_is_the_program_not_the
 )
 def test_words_about_mismatches_that_no_checker_printed_are_not_a_detected_mismatch(words: str) -> None:
     f = assess(pod("w-2", 2, log=f"step 40\n{words}\n"), DEFAULT_RULES)
-    assert f.category != "user_code" or f.rule is None or f.rule.id not in {
-        "log.collective-mismatch",
-        "log.job-setup",
-    }
+    assert (
+        f.category != "user_code"
+        or f.rule is None
+        or f.rule.id
+        not in {
+            "log.collective-mismatch",
+            "log.job-setup",
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -590,7 +597,8 @@ def test_words_about_mismatches_that_no_checker_printed_are_not_a_detected_misma
 def test_a_launcher_s_ssh_that_two_families_can_explain_stays_below_certainty(line: str, category: str) -> None:
     f = assess(pod("launcher", 0, log=f"Launching on 2 hosts\n{line}\n"), DEFAULT_RULES)
     assert (f.role, f.category) == ("primary", category), f.rule
-    assert f.rule is not None and f.rule.max_confidence < 0.9, f.rule.id
+    assert f.rule is not None
+    assert f.rule.max_confidence < 0.9, f.rule.id
 
 
 @pytest.mark.parametrize(
@@ -621,7 +629,8 @@ def _frames(top: str) -> str:
         _frames("0x00007f13b2a0541d in syscall () from /lib64/libc.so.6"),
         _frames("0x000015551cd02434 in ?? () from /usr/lib64/libcuda.so.1"),
         # gdb attached to the live process, whatever its innermost frame
-        "Attaching to process 4411\n" + _frames("0x00007f4b56653000 in ncclProxyProgress () from /usr/lib/libnccl.so.2"),
+        "Attaching to process 4411\n"
+        + _frames("0x00007f4b56653000 in ncclProxyProgress () from /usr/lib/libnccl.so.2"),
     ],
 )
 def test_a_backtrace_of_a_live_waiting_process_is_the_stuck_rank(dump: str) -> None:
