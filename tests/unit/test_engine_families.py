@@ -500,3 +500,158 @@ def test_a_refused_store_connection_is_what_a_healthy_start_prints_and_is_no_ech
         DEFAULT_RULES,
     )
     assert f.secondary is None
+
+
+# A collective mismatch a checker detected, in several frameworks' words (Horovod's coordinator, TensorFlow's collective
+# parameter resolver, Ascend HCCL's consistency check, NCCL's IB transport in its two wordings, torch's checker).
+DETECTED_MISMATCH = [
+    "w-2:812:900 [0] transport/net_ib.cc:1038 NCCL WARN NET/IB : req 0/1 tag 7 peer 10.0.0.4<41231> collective "
+    "mismatch error, local size 4096 remote size 1024",
+    "w-2:812:900 [0] NCCL WARN NET/IB : collective mismatch error local size 8192 remote 2048 addr 7f00 rkey 1a "
+    "seq 3/3",
+    "FailedPreconditionError: Mismatched allreduce tensor shapes: One rank reduced a tensor of shape [10], but another "
+    "rank sent a tensor of shape [12].",
+    "RuntimeError: Mismatched data types: One rank had type float32, but another rank had type float16.",
+    "InvalidArgumentError: Shape mismatch in the collective instance 7. Op at device /job:worker/replica:0/task:1/"
+    "device:GPU:0 expected shape [64] but another member in the group expected shape [128].",
+    "EI0005: The arguments for collective communication are inconsistent between ranks: tag [AllReduce_3], parameter "
+    "[count], local [512], remote [256]",
+    "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+    "CollectiveFingerPrint(OpType=ALLREDUCE), but Rank 0 is running collective: "
+    "CollectiveFingerPrint(OpType=BROADCAST).",
+]
+# What the mismatched transfer did to the interconnect, printed beside it: an IB completion in error, MPI's OFI layer
+# failing a completion, a transport that could not be set up.
+INTERCONNECT_BESIDE = [
+    "w-2:812:901 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.4<41231> with error 12, opcode 0, len 0",
+    "Abort(1) on node 2: OFI poll failed (ofi_events.c:1077:MPIDI_OFI_handle_cq_error:Input/output error)",
+    "w-2:812:901 [0] transport/net.cc:870 NCCL WARN NET/IB : ibv_post_send failed with error Cannot allocate memory",
+]
+
+
+@pytest.mark.parametrize("beside", INTERCONNECT_BESIDE, ids=["ib-completion", "ofi", "ib-enomem"])
+@pytest.mark.parametrize("mismatch", DETECTED_MISMATCH)
+def test_a_detected_collective_mismatch_names_its_cause_over_the_interconnect_beside_it(
+    mismatch: str, beside: str
+) -> None:
+    for log in (f"step 40\n{mismatch}\n{beside}\n", f"step 40\n{beside}\n{mismatch}\n"):
+        f = assess(pod("w-2", 2, log=log), DEFAULT_RULES)
+        assert (f.role, f.category) == ("primary", "user_code"), (f.rule, log)
+
+
+@pytest.mark.parametrize("mismatch", DETECTED_MISMATCH[:-1])
+def test_a_mismatch_in_words_no_corpus_line_has_shown_yet_stays_below_certainty(mismatch: str) -> None:
+    # NCCL's IB check also fires on a NIC's relaxed ordering corrupting its FIFO; the others are unproven on the corpus
+    for f in (
+        assess(pod("w-2", 2, log=f"step 40\n{mismatch}\n"), DEFAULT_RULES),
+        assess(pod("w-2", 2, msg=mismatch), DEFAULT_RULES),
+    ):
+        assert f.category == "user_code" and f.rule is not None, f.rule
+        assert f.rule.max_confidence < 0.9, f.rule.id
+
+
+def test_hccl_s_consistency_check_under_torch_npu_s_error_is_the_program_not_the_link() -> None:
+    msg = (
+        "RuntimeError: HCCL function error: HcclAllReduce(...), error code is 5\nEI0005: The arguments for collective "
+        "communication are inconsistent between ranks: tag [AllReduce_3], parameter [dataType], local [1], remote [3]"
+    )
+    f = assess(pod("w-1", 1, msg=msg), DEFAULT_RULES)
+    assert (f.role, f.category) == ("primary", "user_code"), f.rule
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        # advice and comments that name the failure without a checker having found one
+        "hint: a collective mismatch error usually means ranks called different collectives",
+        "NCCL WARN NET/IB : Got completion from peer 10.0.0.4<41231> with error 12, opcode 0, len 0 (mismatched MTU?)",
+    ],
+)
+def test_words_about_mismatches_that_no_checker_printed_are_not_a_detected_mismatch(words: str) -> None:
+    f = assess(pod("w-2", 2, log=f"step 40\n{words}\n"), DEFAULT_RULES)
+    assert (
+        f.category != "user_code"
+        or f.rule is None
+        or f.rule.id
+        not in {
+            "log.collective-mismatch",
+            "log.job-setup",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        # the host answered and nothing listened: its sshd not up, another port, or a firewall's reject
+        ("ssh: connect to host worker-3 port 12345: Connection refused", "infra"),
+        ("ssh: connect to host 10.4.0.7 port 22: Connection refused", "infra"),
+        # nothing answered: the path, or a host that is down
+        ("ssh: connect to host worker-3 port 22: Connection timed out", "network"),
+        ("ssh: connect to host w3.cluster.local port 2222: Operation timed out", "network"),
+        # ssh's own status for any of its errors, its cause not shown
+        ("subprocess.CalledProcessError: Command 'ssh w-3 hostname' returned non-zero exit status 255.", "infra"),
+        ("pdsh@w-0: worker-3: ssh exited with exit code 255", "infra"),
+    ],
+)
+def test_a_launcher_s_ssh_that_two_families_can_explain_stays_below_certainty(line: str, category: str) -> None:
+    f = assess(pod("launcher", 0, log=f"Launching on 2 hosts\n{line}\n"), DEFAULT_RULES)
+    assert (f.role, f.category) == ("primary", category), f.rule
+    assert f.rule is not None
+    assert f.rule.max_confidence < 0.9, f.rule.id
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["worker-3: Permission denied (publickey,password).", "Host key verification failed."],
+)
+def test_a_host_refusing_the_launcher_s_key_is_its_access_set_up_at_the_threshold(line: str) -> None:
+    log = f"{line}\npdsh@w-0: worker-3: ssh exited with exit code 255\n"
+    f = assess(pod("launcher", 0, log=log), DEFAULT_RULES)
+    assert (f.role, f.category) == ("primary", "infra") and f.rule is not None and f.rule.max_confidence == 1.0
+
+
+def _frames(top: str) -> str:
+    return (
+        f"#0  {top}\n#1  0x00007f4b56654d7c in ?? () from /usr/lib/libnccl.so.2\n"
+        "#2  0x00007f4b5662f34b in ncclCommInitRank () from /usr/lib/libnccl.so.2\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "dump",
+    [
+        # the innermost frame waiting: a futex, a poll, a sleep, a lock, the syscall wrapper, the CUDA driver
+        _frames("0x00007f1e2d3c4b5a in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6"),
+        _frames("0x00007fd0b01abac1 in poll () from /lib64/libc.so.6"),
+        _frames("__GI___clock_nanosleep (clockid=0, flags=0, req=0x7ffd) at nanosleep.c:48"),
+        _frames("0x00007f05daa8fe8b in pthread_mutex_lock () from /lib64/libpthread.so.0"),
+        _frames("0x00007f13b2a0541d in syscall () from /lib64/libc.so.6"),
+        _frames("0x000015551cd02434 in ?? () from /usr/lib64/libcuda.so.1"),
+        # gdb attached to the live process, whatever its innermost frame
+        "Attaching to process 4411\n"
+        + _frames("0x00007f4b56653000 in ncclProxyProgress () from /usr/lib/libnccl.so.2"),
+    ],
+)
+def test_a_backtrace_of_a_live_waiting_process_is_the_stuck_rank(dump: str) -> None:
+    f = assess(pod("w-2", 2, log=dump), DEFAULT_RULES)
+    assert (f.role, f.category) == ("primary", "hang"), f.rule
+
+
+@pytest.mark.parametrize(
+    "top",
+    [
+        "__memset_avx2_erms () at ../sysdeps/x86_64/multiarch/memset-vec-unaligned-erms.S:151",
+        "0x00007f4b5665aa10 in __memcpy_avx_unaligned () from /lib64/libc.so.6",
+        "0x00007f4b56654d00 in ncclTopoCompute () from /usr/lib/libnccl.so.2",
+    ],
+)
+def test_a_backtrace_stopped_in_code_that_does_not_wait_is_no_stuck_rank(top: str) -> None:
+    for dump in (_frames(top), "(gdb) bt\n" + _frames(top)):
+        f = assess(pod("w-2", 2, log=dump), DEFAULT_RULES)
+        assert f.category == "crash" and f.rule is not None, f.rule
+        assert f.rule.max_confidence <= LOW_CONFIDENCE, f.rule.id
+    # the crash's own words decide it at once
+    signalled = "Program terminated with signal SIGSEGV, Segmentation fault.\n" + _frames(top)
+    f = assess(pod("w-2", 2, log=signalled), DEFAULT_RULES)
+    assert f.category == "crash" and f.rule is not None and f.rule.id != "log.stack-frames", f.rule

@@ -136,6 +136,8 @@ RULE_PRECISION_FLOOR = 0.99
 # fresh9 scored once, blind, at a804d2d: 84/141 = 0.60, all right, below it; fresh10 scored once, blind, at c64ecea:
 # 71/177 = 0.40, all right, provisional below its coverage after the rules written from its misses (84/177); fresh11
 # scored once, blind, at 59d3223: 50/141 = 0.35 (48 right), provisional below its coverage after the same (54/141)
+# fresh13 scored once, blind, at 09d596f: 52/186 = 0.28 (46 right), below its coverage after the rules written from
+# its wrong answers at the threshold (52/186, all right)
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -151,12 +153,13 @@ COVERAGE_FLOORS = {
     "fresh10": 0.44,
     "fresh11": 0.36,
     "fresh12": 0.42,
+    "fresh13": 0.27,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 13))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 14))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
