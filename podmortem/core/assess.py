@@ -77,8 +77,8 @@ PROGRAM_ERRORS = frozenset(
 # or lost a peer: this many lines at most.
 DETAIL_LINES = 8
 # ...not counting the native stack trace a runtime writes into the message itself, between its check and the words that
-# say why (torch_xla's XLA_CHECK and TensorFlow's status messages: "*** Begin stack trace ***", tsl::CurrentStackTrace()'s
-# frames, "*** End stack trace ***", then the check's own text): frames, not other detail.
+# say why (torch_xla's debug_macros.h: XLA_CHECK(c) is TF_CHECK(c) << "\n" << tsl::CurrentStackTrace(), whose frames sit
+# between "*** Begin stack trace ***" and "*** End stack trace ***", then the check's own text): frames, not detail.
 _NATIVE_STACK = re.compile(r"\*\*\* Begin stack trace \*\*\*.*?\*\*\* End stack trace \*\*\*", re.S)
 _RANK_PREFIX = re.compile(r"\[rank\d{1,6}\]:")
 # A line the process logged at error or fatal severity: glog's and absl's "E0510 20:48:44.272031  1 file.cc:83] ...",

@@ -1118,8 +1118,8 @@ def test_a_worker_telling_its_caller_that_it_just_restarted_is_the_peer_s_echo(v
     ],
 )
 def test_a_native_fatal_log_line_that_its_peer_went_away_is_the_peer_s_echo(fatal: str) -> None:
-    """glog's LOG(FATAL) aborts the process under "*** Check failure stack trace ***": the abort carries the fatal line's
-    words, and when they say the peer went away, the abort is that echo."""
+    """glog's LOG(FATAL) aborts the process under "*** Check failure stack trace ***": the abort carries the fatal
+    line's words, and when they say the peer went away, the abort is that echo."""
     victim = (
         f"{fatal}\n*** Check failure stack trace: ***\n"
         "    @     0x7f4dc82b827d  google::LogMessage::Fail()\n"
