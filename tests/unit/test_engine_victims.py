@@ -1170,3 +1170,34 @@ def test_a_check_whose_native_frames_come_before_its_words_carries_the_mesh_mast
         "Failed to connect to client mesh master: tpu-vm-0.internal:8477"
     )
     assert_echo_beside_any_root(victim, "store")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "2026-11-27 06:40:00.118200: I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting "
+        "for response from worker: /job:ps/replica:0/task:1\n"
+        "2026-11-27 06:40:10.118400: I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting "
+        "for response from worker: /job:ps/replica:0/task:1",
+        "E1127 06:40:00.118659 25384 grpc_client.cc:280] Send name:[fc_2.w_0@GRAD], ep:[10.4.0.7:6174], status:[-1] "
+        "meets grpc error:Deadline Exceeded",
+        "E1127 06:40:00.118659 25384 grpc_client.h:91] /ps.Service/PullSparse meets grpc error, error_code: 4, "
+        "error_message: Deadline Exceeded error_details:",
+    ],
+)
+def test_a_task_still_waiting_for_another_or_whose_call_to_its_server_ran_out_of_time_is_the_timeout_echo(
+    victim: str,
+) -> None:
+    assert_echo_beside_any_root(victim, "timeout")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "2026-11-27 06:40:00 10.4.0.7 [3] Terminated\n2026-11-27 06:40:00 10.4.0.8 [5] Terminated",
+        "gpu-b:91:140 [2] include/socket.h 398 NCCL WARN Call to write failed : Connection reset  by peer.",
+    ],
+)
+def test_a_worker_tag_before_the_shell_s_terminated_and_a_doubled_space_change_no_reading(victim: str) -> None:
+    kind = "teardown" if "Terminated" in victim else "peer"
+    assert_echo_beside_any_root(victim, kind)
