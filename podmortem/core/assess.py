@@ -76,6 +76,10 @@ PROGRAM_ERRORS = frozenset(
 # A carrier exception (any class but those) whose next lines, its own detail, say the call it reports timed out waiting
 # or lost a peer: this many lines at most.
 DETAIL_LINES = 8
+# ...not counting the native stack trace a runtime writes into the message itself, between its check and the words that
+# say why (torch_xla's debug_macros.h: XLA_CHECK(c) is TF_CHECK(c) << "\n" << tsl::CurrentStackTrace(), whose frames sit
+# between "*** Begin stack trace ***" and "*** End stack trace ***", then the check's own text): frames, not detail.
+_NATIVE_STACK = re.compile(r"\*\*\* Begin stack trace \*\*\*.*?\*\*\* End stack trace \*\*\*", re.S)
 _RANK_PREFIX = re.compile(r"\[rank\d{1,6}\]:")
 # A line the process logged at error or fatal severity: glog's and absl's "E0510 20:48:44.272031  1 file.cc:83] ...",
 # TensorFlow's "2023-05-25 11:10:57.934547: E tensorflow/...cc:103] ...", Python logging's "ERROR:name:..." and
@@ -294,7 +298,7 @@ def _carries_echo(text: str, exc: str, log: LogFacts) -> bool:
     echo = text.find(log.log_rule[1], at + len(exc)) if at >= 0 else -1
     if echo < 0:
         return False
-    between = text[at + len(exc) : echo]
+    between = _NATIVE_STACK.sub("", text[at + len(exc) : echo])
     if between.count("\n") > DETAIL_LINES or "Traceback (most recent call last)" in between:
         return False
     # ...printed by the same process: no line of another rank's ([rankN]: prefix) between, nor the echo itself

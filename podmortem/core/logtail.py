@@ -383,7 +383,10 @@ _CARRIED = re.compile(
     r"what\(\):\s+(\S[^\n]*)|Check failed: ([^\n]+)|^(?:\[rank\d+\]:\s?)?F\d{4} [^\]\n]{1,200}\] ([^\n]+)"
     r"|^[^\n]{0,120}\bE[\d ][^\]\n]{0,200}\] ([^\n]*\baborting\b[^\n]*)"
     # TensorFlow's own log format for a fatal line: "2023-05-25 11:10:57.934547: F tensorflow/...cc:103] TEXT"
-    r"|^[^\n]{0,40}\d\d:\d\d:\d\d\.\d{1,9}: F [^\]\n]{1,200}\] ([^\n]+)",
+    r"|^[^\n]{0,40}\d\d:\d\d:\d\d\.\d{1,9}: F [^\]\n]{1,200}\] ([^\n]+)"
+    # glog's fatal line behind a launcher's prefix (mpirun's --tag-output "[1,3]<stderr>:", its timestamp before it):
+    # the whole glog header (date, time to the microsecond, thread id, file:line) says what the line is
+    r"|(?:^|[\s:>])F\d{4} \d\d:\d\d:\d\d\.\d{6} +\d{1,10} [^\]\n]{1,200}\] ([^\n]+)",
     re.M,
 )
 # An abort a process raises on its way out, once it has failed or been told to stop: TensorFlow's gRPC server, which
@@ -395,6 +398,8 @@ _EXIT_ABORT = re.compile(r"Clean shutdown is not currently implemented|\bat inte
 # crash is that fault, whatever an exception said before it.
 _OWN_FAULT = re.compile(r"SIG(SEGV|ILL|FPE|BUS)\b|Segmentation fault|Illegal instruction|Floating point exception")
 ECHOES = ("timeout", "peer", "store", "teardown")
+# glog's fatal line (LOG(FATAL), before its "*** Check failure stack trace ***"), wherever a launcher's prefix put it
+_GLOG_FATAL = re.compile(r"(?:^|[\s:>])F\d{4} \d\d:\d\d:\d\d\.\d{6} ", re.M)
 # The line a crash rule read is the abort itself (not a fault named in words of its own, as a misaligned address is).
 _ABORT = re.compile(r"terminate|what\(\)|Check fail|abort|SIGABRT|signal:? ?6\b|Signal 6\b", re.I)
 
@@ -413,7 +418,13 @@ def _carried_reading(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
         before = _log_rule(text[: text.rfind("\n", 0, out.start()) + 1], rules)
         if before is not None and (before[0].secondary in ECHOES or before[0].category not in (None, "crash")):
             return before
-    if "what()" not in text and "Check failed" not in text and "aborting" not in text and ": F " not in text:
+    if (
+        "what()" not in text
+        and "Check failed" not in text
+        and "aborting" not in text
+        and ": F " not in text
+        and _GLOG_FATAL.search(text) is None
+    ):
         return None
     for m in _CARRIED.finditer(text):
         said = next(g for g in m.groups() if g is not None).strip()

@@ -1053,3 +1053,151 @@ def test_gloo_s_connect_that_timed_out_leaves_a_root_failing_in_its_own_words_th
     assert (f.role, f.category) == ("primary", "network")
     v = decide(cascade(DEVICE_OOM_ROOT, victim))
     assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+# --- a peer gone in the words of gRPC's transport, TensorFlow's graph manager, a native runtime's fatal log line and
+# absl's signal-safe log: echoes beside a root that failed in its own words, and beside one that said nothing --------
+
+
+def assert_echo_beside_any_root(victim: str, kind: str) -> None:
+    """The victim is the `kind` echo beside a root failing in its own words, and beside a root whose log says nothing
+    (its container only exited 1): two victims that end a second earlier leave it the root."""
+    assert_echo_beside_a_root(victim, kind)
+    v = decide(cascade("", victim))
+    assert v.pod == "llm-worker-1"
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # a Python client's streaming call, the server's end gone (gRPC's status details for the dropped stream)
+        "Traceback (most recent call last):\n"
+        '  File "/srv/fl/client.py", line 64, in run\n    reply = next(replies)\n'
+        "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated with:\n"
+        "\tstatus = StatusCode.UNKNOWN\n"
+        '\tdetails = "Stream removed"\n'
+        '\tdebug_error_string = "{"description":"Error received from peer ipv4:10.4.0.7:8080","grpc_status":2}"\n'
+        ">",
+        # ...a unary call that found it gone
+        "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with:\n"
+        "\tstatus = StatusCode.UNAVAILABLE\n"
+        '\tdetails = "Stream removed"\n'
+        ">",
+        # TensorFlow's runtime raising the status its call to a worker task ended with
+        "tensorflow.python.framework.errors_impl.UnavailableError: Stream removed\n"
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:2",
+    ],
+)
+def test_a_grpc_call_whose_stream_the_transport_removed_is_the_peer_s_echo(victim: str) -> None:
+    assert_echo_beside_any_root(victim, "peer")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "tensorflow.python.framework.errors_impl.AbortedError: Graph handle is not found: 7d2e51a09c1b44f2. "
+        "Possibly, this worker just restarted.",
+        "2026-11-27 06:40:00.118200: W tensorflow/core/distributed_runtime/master_session.cc:1801] Cleanup partition "
+        "error: ABORTED: Graph handle is not found: 0000a1b2c3d4e5f6. Possibly, this worker just restarted.",
+    ],
+)
+def test_a_worker_telling_its_caller_that_it_just_restarted_is_the_peer_s_echo(victim: str) -> None:
+    assert_echo_beside_any_root(victim, "peer")
+
+
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        # a parameter client refused by the server it names, with and without mpirun's --tag-output prefix
+        "F1127 06:40:00.118200  4411 socket_client.cc:395] connection refused by pserver, maybe pserver failed!",
+        "Fri Nov 27 06:40:00 2026[1,7]<stderr>:F1127 06:40:00.118200  4411 socket_client.cc:395] connection refused "
+        "by the parameter server at 10.4.0.7:7164",
+        # a runtime's RPC layer whose peer reset the connection
+        "[1,7]<stderr>:F1127 06:40:00.118200  4411 rpc_client.cc:212] send to trainer 3 failed: Connection reset by "
+        "peer",
+    ],
+)
+def test_a_native_fatal_log_line_that_its_peer_went_away_is_the_peer_s_echo(fatal: str) -> None:
+    """glog's LOG(FATAL) aborts the process under "*** Check failure stack trace ***": the abort carries the fatal
+    line's words, and when they say the peer went away, the abort is that echo."""
+    victim = (
+        f"{fatal}\n*** Check failure stack trace: ***\n"
+        "    @     0x7f4dc82b827d  google::LogMessage::Fail()\n"
+        "    @     0x7f4dc82bbd2c  google::LogMessage::SendToLog()\n"
+        "    @     0x7f4dc81153c1  rt::SocketClient::Connect()"
+    )
+    assert_echo_beside_any_root(victim, "peer")
+
+
+def test_a_native_fatal_log_line_naming_a_failure_of_its_own_stays_a_crash() -> None:
+    own = (
+        "F1127 06:40:00.118200  4411 tensor_shape.cc:88] reshape of [3, 4] into [5] changes the element count\n"
+        "*** Check failure stack trace: ***\n"
+        "    @     0x7f4dc82b827d  google::LogMessage::Fail()"
+    )
+    f = assess(member("v", 0, own))
+    assert (f.role, f.category) == ("primary", "crash")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "E1127 06:40:00.279713   10422 coredump_hook.cc:250] RAW: Remote crash gathering disabled for SIGTERM.",
+        "E1127 06:40:00.279713   10422 process_state.cc:784] RAW: Raising signal 15 with default behavior",
+    ],
+)
+def test_absl_s_signal_safe_log_naming_the_sigterm_it_handled_is_the_teardown(raw: str) -> None:
+    """What absl's failure-signal handler and its hooks write while they handle a signal is written in absl's raw log
+    (the one a signal handler may use): a raw line naming SIGTERM is the process being stopped, among its frames."""
+    victim = (
+        "2026-11-27 06:40:00 10.4.0.7 [3]     @     0x7f3396f38b4c       1072  rt::MeshClient::Rendezvous()\n"
+        f"2026-11-27 06:40:00 10.4.0.7 [3] {raw}\n"
+        "2026-11-27 06:40:00 10.4.0.8 [2]     @     0x7fc8d586e4eb         64  rt::MeshService::Stub::Rendezvous()"
+    )
+    assert_echo_beside_any_root(victim, "teardown")
+
+
+def test_a_check_whose_native_frames_come_before_its_words_carries_the_mesh_master_echo() -> None:
+    """torch_xla's checks write the native stack trace into the exception's message, between the check and the words
+    that say why: the frames are not other detail, so the words after them are the exception's own."""
+    frames = "".join(f"\tframe_{i}()\n" for i in range(14))
+    victim = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/train.py", line 91, in main\n    xm.rendezvous("init")\n'
+        "RuntimeError: tensorflow/compiler/xla/xla_client/mesh_service.cc:316 : Check failed: "
+        "impl_->channel->WaitForConnected( std::chrono::system_clock::now() + std::chrono::seconds(wait_seconds))\n"
+        f"*** Begin stack trace ***\n\ttensorflow::CurrentStackTrace()\n{frames}*** End stack trace ***\n"
+        "Failed to connect to client mesh master: tpu-vm-0.internal:8477"
+    )
+    assert_echo_beside_any_root(victim, "store")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "2026-11-27 06:40:00.118200: I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting "
+        "for response from worker: /job:ps/replica:0/task:1\n"
+        "2026-11-27 06:40:10.118400: I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting "
+        "for response from worker: /job:ps/replica:0/task:1",
+        "E1127 06:40:00.118659 25384 grpc_client.cc:280] Send name:[fc_2.w_0@GRAD], ep:[10.4.0.7:6174], status:[-1] "
+        "meets grpc error:Deadline Exceeded",
+        "E1127 06:40:00.118659 25384 grpc_client.h:91] /ps.Service/PullSparse meets grpc error, error_code: 4, "
+        "error_message: Deadline Exceeded error_details:",
+    ],
+)
+def test_a_task_still_waiting_for_another_or_whose_call_to_its_server_ran_out_of_time_is_the_timeout_echo(
+    victim: str,
+) -> None:
+    assert_echo_beside_any_root(victim, "timeout")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "2026-11-27 06:40:00 10.4.0.7 [3] Terminated\n2026-11-27 06:40:00 10.4.0.8 [5] Terminated",
+        "gpu-b:91:140 [2] include/socket.h 398 NCCL WARN Call to write failed : Connection reset  by peer.",
+    ],
+)
+def test_a_worker_tag_before_the_shell_s_terminated_and_a_doubled_space_change_no_reading(victim: str) -> None:
+    kind = "teardown" if "Terminated" in victim else "peer"
+    assert_echo_beside_any_root(victim, kind)
