@@ -339,7 +339,9 @@ def _pick(cands: Sequence[_Cand]) -> _Cand | None:
     weak = [c for c in cands if c.rule.is_primary]
     if weak:
         # among weak ones too, words of its own (NCCL's internal error) say more than the exit code any failure has
-        return min(weak, key=lambda c: c.rule.kind == "exit_code")
+        # (the pod's own output before the container's exit code; then the reading allowed more confidence: a launcher's
+        # exit code in the log before words that only say the pod failed, unread)
+        return min(weak, key=lambda c: (c.source == "termination", -c.rule.max_confidence, c.rule.kind == "exit_code"))
     for c in cands:
         if c.rule.secondary is not None:
             return c

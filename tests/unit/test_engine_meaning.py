@@ -1767,3 +1767,58 @@ def test_a_memory_error_that_names_a_device_is_the_device_s_and_a_raise_of_it_is
     assert _rule_of(f"Traceback (most recent call last):\n{paddle}\n")[:2] == ("primary", "gpu_oom")
     source = '  File "pool.py", line 9, in grow\n    raise MemoryError\nValueError: bad shape\n'
     assert _rule_of(source)[:2] == ("primary", "user_code")
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        # a traceback copied onto few lines: its exception line sits behind the last source line
+        'File "/srv/app/pipeline.py", line 88, in stage_forward     hidden = block(x.shape)      '
+        "AttributeError: 'NoneType' object has no attribute 'shape'",
+        'Traceback (most recent call last): File "/srv/app/train.py", line 12, in <module> main() '
+        "KeyError: 'optimizer'",
+        # a launcher's or controller's word that this pod's process exited non-zero
+        "The replica chief 0 exited with a non-zero status of 3. Termination reason: Error.",
+        "INFO[0042] Pod: ml.trainer-worker-1 exited with code 2  job=ml.trainer",
+    ],
+)
+def test_a_rank_that_ended_in_its_own_failure_did_not_hang(own: str) -> None:
+    """Ranks that waited for one whose log ends in a failure of its own: it failed, it did not hang — in words no rule
+    reads, so the program's (the guide's unknown exception), and said with no more than a guess's confidence."""
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert v.confidence <= 0.6
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        # a resource manager's word that the container's node was lost
+        ("2031-01-02 10:00:00 ERROR AppMaster:77 - Container released on a *lost* node", "node_lost"),
+        ("diagnostics: Container released on a lost node, exitStatus = -100", "node_lost"),
+        # a shared-memory segment that cannot be mapped: the pod's shared memory
+        ("(Unavailable) Memory map failed when create shared memory. (at mmap_allocator.cc:120)", "infra"),
+        ("DataLoader reader thread failed((Unavailable) Memory map failed when rebuild shared memory.", "infra"),
+    ],
+)
+def test_an_own_failure_whose_family_the_words_name_beside_ranks_that_waited(own: str, category: str) -> None:
+    """Its family, retryable (the environment's), below 0.9: other causes print the same words too."""
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", category, True)
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "quiet",
+    [
+        "epoch 3 step 1200 loss 0.412\nepoch 3 step 1210 loss 0.409",
+        # a warning is no failure, nor an exit code above 128 a word of its own
+        "/srv/app/train.py:40: UserWarning: the grad strides do not match the bucket view strides\nstep 1210",
+        # its own timer's stack dump of the live process: where it was stuck, no exception
+        "Timeout (0:30:00)!\nThread 0x00007f3a2b (most recent call first):\n"
+        '  File "/srv/app/train.py", line 40 in step',
+    ],
+)
+def test_a_rank_that_printed_no_failure_of_its_own_among_those_that_waited_stays_a_hang(quiet: str) -> None:
+    v = _three(WAITED.format(r=0), quiet, WAITED.format(r=2))
+    assert v.category == "hang"
