@@ -1224,7 +1224,8 @@ def test_a_task_still_waiting_for_another_or_whose_call_to_its_server_ran_out_of
         # a Spark task feeding a TensorFlow worker that took nothing from its queue for feed_timeout seconds
         '  File "/tmp/spark/tensorflowonspark/TFSparkNode.py", line 420, in _train\n'
         "    Exception: Timeout while feeding partition\n"
-        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:298)",
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException"
+        "(PythonRunner.scala:298)",
         # ...the same as the Spark driver reports the task it lost
         "26/11/27 06:40:00 WARN TaskSetManager: Lost task 1.0 in stage 2.0 (TID 9, 10.4.0.7, executor 2): "
         "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
