@@ -58,6 +58,9 @@ _AGENT_WRAPPERS = (
     "ActorDiedError",
     "WorkerCrashedError",
     "TrainingFailedError",
+    # Spark's executor and PySpark around the exception a task's Python worker raised (PythonRunner): the inner
+    # exception, when the tail holds it, is the one that names the failure
+    "PythonException",
 )
 # Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
 # Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",

@@ -1099,10 +1099,37 @@ def test_a_grpc_call_whose_stream_the_transport_removed_is_the_peer_s_echo(victi
         "Possibly, this worker just restarted.",
         "2026-11-27 06:40:00.118200: W tensorflow/core/distributed_runtime/master_session.cc:1801] Cleanup partition "
         "error: ABORTED: Graph handle is not found: 0000a1b2c3d4e5f6. Possibly, this worker just restarted.",
+        # ...the same status from a step run on the worker (GraphMgr::ExecuteAsync says it without the guess)
+        "tensorflow.python.framework.errors_impl.AbortedError: Graph handle is not found: 00000000000a3f1c",
+        "2026-11-27 06:40:00.118200: W tensorflow/core/distributed_runtime/master_session.cc:1525] RunStep failed: "
+        "Aborted: Graph handle is not found: 0000000000000042",
     ],
 )
 def test_a_worker_telling_its_caller_that_it_just_restarted_is_the_peer_s_echo(victim: str) -> None:
     assert_echo_beside_any_root(victim, "peer")
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        # Spark's executor wrapping the exception its Python worker raised; the tail ends before the inner one
+        "26/11/27 06:40:00 ERROR Executor: Exception in task 3.0 in stage 1.0 (TID 7)\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):",
+        # ...PySpark's own class for it, raised in the driver
+        "pyspark.errors.exceptions.captured.PythonException: \n"
+        "  An exception was thrown from the Python worker. Please see the stack trace below.\nTraceback (most recent "
+        "call last):",
+    ],
+)
+def test_a_wrapper_of_a_python_worker_s_exception_does_not_outrank_a_pod_s_own_failure(wrapper: str) -> None:
+    # The wrapper says a Python worker raised something, not what: beside a pod whose launcher reports its own worker
+    # failed, ending later, the wrapper's pods are not the root.
+    root = (
+        "ERROR 2026-11-27 06:40:01,420 launch_utils.py:545] ABORT!!! Out of all 3 trainers, the trainer process with "
+        "rank=[1] was aborted. Please check its log."
+    )
+    v = decide(cascade(root, wrapper))
+    assert v.pod == "llm-worker-1"
 
 
 @pytest.mark.parametrize(
@@ -1188,6 +1215,24 @@ def test_a_check_whose_native_frames_come_before_its_words_carries_the_mesh_mast
 def test_a_task_still_waiting_for_another_or_whose_call_to_its_server_ran_out_of_time_is_the_timeout_echo(
     victim: str,
 ) -> None:
+    assert_echo_beside_any_root(victim, "timeout")
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # a Spark task feeding a TensorFlow worker that took nothing from its queue for feed_timeout seconds
+        '  File "/tmp/spark/tensorflowonspark/TFSparkNode.py", line 420, in _train\n'
+        "    Exception: Timeout while feeding partition\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException"
+        "(PythonRunner.scala:298)",
+        # ...the same as the Spark driver reports the task it lost
+        "26/11/27 06:40:00 WARN TaskSetManager: Lost task 1.0 in stage 2.0 (TID 9, 10.4.0.7, executor 2): "
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        "Exception: Timeout while feeding partition",
+    ],
+)
+def test_a_feeder_whose_consumer_took_nothing_in_time_is_the_timeout_echo(victim: str) -> None:
     assert_echo_beside_any_root(victim, "timeout")
 
 
