@@ -346,9 +346,13 @@ def _glog_time(m: re.Match[str], near: float) -> float | None:
 # connection broken by ...", huggingface_hub's "'...' thrown while requesting HEAD https://...". It quotes the
 # endpoint's or the network's words (a name that does not resolve, a host unreachable) in runs that go on — the hub's
 # client falls back to its cache — so it is no failure of the pod; a request that finally fails raises, and the
-# exception says so.
+# exception says so. TensorFlow's and TSL's object store clients say the same of each retry (retrying_utils.cc: "The
+# operation failed and will be automatically retried in 1.2 seconds (attempt 1 out of 10), caused by: ..."), and "All
+# 10 retry attempts failed" once they give up.
 _RETRIED_REQUEST = re.compile(
-    r"^[^\n]*?(?:\bRetrying \(Retry\(total=|' thrown while requesting [A-Z]+ )[^\n]*\n?", re.M
+    r"^[^\n]*?(?:\bRetrying \(Retry\(total=|' thrown while requesting [A-Z]+ |\bwill be automatically retried in )"
+    r"[^\n]*\n?",
+    re.M,
 )
 
 
@@ -360,7 +364,7 @@ _C10D_DEBUG = re.compile(r"^[^\n]*\[c10d - debug\][^\n]*\n?", re.M)
 
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """The first log rule (rule order is precedence) matching the tail, and the line it matched."""
-    if "Retrying (Retry(" in text or "thrown while requesting" in text:
+    if "Retrying (Retry(" in text or "thrown while requesting" in text or "automatically retried in" in text:
         text = _RETRIED_REQUEST.sub("", text)
     if "[c10d - debug]" in text:
         text = _C10D_DEBUG.sub("", text)

@@ -1822,3 +1822,174 @@ def test_an_own_failure_whose_family_the_words_name_beside_ranks_that_waited(own
 def test_a_rank_that_printed_no_failure_of_its_own_among_those_that_waited_stays_a_hang(quiet: str) -> None:
     v = _three(WAITED.format(r=0), quiet, WAITED.format(r=2))
     assert v.category == "hang"
+
+
+# --- a kill, a native fault's handler, no device, an endpoint's 5xx: each family in other stacks' words ---------------
+
+
+def _killed_status(log: str) -> tuple[str, str | None, str, float]:
+    """How a member whose container ended with exit code 137 and this tail is read: role, category, rule, its cap."""
+    f = assess(_alone(log, exit_code=137))
+    rule = f.rule
+    return f.role, f.category, rule.id if rule else "", rule.max_confidence if rule else 1.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # YARN's node manager for any container whose process ended with status 137 (SIGKILL), whoever sent it
+        "Diagnostics: Container killed on request. Exit code is 137\nContainer exited with a non-zero exit code 137.\n"
+        "Killed by external signal",
+        "Container exited with a non-zero exit code 137. Error file: prelaunch.err.",
+        # a JVM runner around a Python process (TensorFlow on Flink), under its own exception
+        "ERROR CommonMLRunner - Got exception during python running\n"
+        "org.example.ml.MLException: worker:1 python process exited with code 137\n"
+        "  at org.example.ml.ProcessRunner.runProcess(ProcessRunner.java:99)",
+        # Spark's executor on Kubernetes, a training operator's pod report, Mesos' command executor, kubectl describe
+        "The executor with id 4 exited with exit code 137(SIGKILL, possible container OOM).",
+        "Pod: ml.trainer-worker-1 exited with code 137",
+        "Command exited with status 137 (pid: 4242)",
+        "    Last State:     Terminated\n      Reason:       Error\n      Exit Code:    137",
+    ],
+)
+def test_a_process_s_bare_kill_status_in_a_resource_manager_s_words_is_host_memory_below_the_threshold(
+    text: str,
+) -> None:
+    """The labelling guide: a bare 137 (SIGKILL) is the OOM killer, the commonest kill of a worker; a stop from outside
+    past its grace period prints the same status, so it stays below 0.9."""
+    for read in (_killed_status(f"epoch 2 step 300\n{text}\n"), _rule_of(f"epoch 2 step 300\n{text}\n")):
+        assert read[:2] == ("primary", "host_oom")
+        assert read[-1] < 0.9
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Container [pid=4242,containerID=container_1_0001_01_000002] is running beyond physical memory limits. "
+        "Current usage: 4.1 GB of 4 GB physical memory used; 6.2 GB of 8.4 GB virtual memory used. Killing container.",
+        "Container [pid=4242,containerID=container_1_0001_01_000002] is running 212992B beyond the 'PHYSICAL' memory "
+        "limit. Current usage: 2.0 GB of 2 GB physical memory used; Killing container.",
+        "Container [pid=77,containerID=container_9_0002_01_000005] is running beyond virtual memory limits. Current "
+        "usage: 1.0 GB of 2 GB physical memory used; 4.4 GB of 4.2 GB virtual memory used. Killing container.",
+        "ExecutorLostFailure (executor 3 exited caused by one of the running tasks) Reason: Container killed by YARN "
+        "for exceeding physical memory limits. 9.1 GB of 9 GB physical memory used.",
+    ],
+)
+def test_a_resource_manager_that_names_the_memory_limit_it_killed_for_is_host_memory(text: str) -> None:
+    assert _rule_of(f"epoch 2 step 300\n{text}\n")[:2] == ("primary", "host_oom")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Diagnostics: Container killed on request. Exit code is 143\nContainer exited with a non-zero exit code 143.",
+        "worker:0 python process exited with code 1",
+        "Pod: ml.trainer-worker-1 exited with code 1370",
+    ],
+)
+def test_another_status_in_the_same_words_is_no_kill(text: str) -> None:
+    assert _rule_of(f"epoch 2 step 300\n{text}\n")[1] != "host_oom"
+
+
+TF_HANDLER = (
+    "*** BEGIN MANGLED STACK TRACE ***\n"
+    "/opt/venv/lib/python3.9/site-packages/tensorflow/python/../libtensorflow_framework.so.2(+0x1a2b3c)[0x7f1a2b3c4d5e]\n"
+    "/lib/x86_64-linux-gnu/libc.so.6(+0x42520)[0x7f00aa0b1520]\n*** END MANGLED STACK TRACE ***\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # TensorFlow's (TSL's) stack trace handler, with the signal's number and without it
+        f"*** Received signal 11 ***\n{TF_HANDLER}",
+        TF_HANDLER,
+        # glog's failure signal handler, its header and first frame only
+        '*** Aborted at 1700000000 (unix time) try "date -d @1700000000" if you are using GNU date ***\n'
+        "PC: @                0x0 (unknown)\n    @     0x7f1234567890 (unknown)",
+        # Open MPI's signal handler: its frames and closing line, the banner cut off; its code for a segfault's address
+        "[node7:05439] [19] /opt/venv/lib/python3.8/site-packages/horovod/tensorflow/mpi_lib.so(+0x3917e)"
+        "[0x7f61a9e0817e]\n[node7:05439] [20] /lib/x86_64-linux-gnu/libpthread.so.0(+0x76ba)[0x7f6234ac76ba]\n"
+        "[node7:05439] *** End of error message ***",
+        "[node7:05439] Signal code: Address not mapped (1)\n[node7:05439] Failing at address: 0x10",
+    ],
+)
+def test_a_native_fault_in_a_crash_handler_s_words_is_a_crash(text: str) -> None:
+    assert _rule_of(f"step 120 loss 0.41\n{text}\n")[:2] == ("primary", "crash")
+
+
+def test_a_handler_s_segfault_after_an_exception_is_the_crash_not_the_exception() -> None:
+    log = (
+        'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n'
+        "tensorflow.python.framework.errors_impl.InternalError: stream did not block host until done\n"
+        f"*** Received signal 11 ***\n{TF_HANDLER}"
+    )
+    assert _rule_of(log)[:2] == ("primary", "crash")
+
+
+def test_glog_s_header_over_a_sigterm_s_frames_stays_the_teardown() -> None:
+    """glog's handler prints the same header for a SIGTERM another process sent: the stop, not a fault."""
+    log = (
+        '*** Aborted at 1700000000 (unix time) try "date -d @1700000000" if you are using GNU date ***\n'
+        "PC: @     0x7f3cb215f70d __poll\n"
+        "*** SIGTERM (@0x3f400004fc2) received by PID 4242 (TID 0x7f3cb2844700) from PID 4240; stack trace: ***\n"
+        "    @     0x7f3cb243f390 (unknown)\n"
+    )
+    assert _rule_of(log)[:3] == ("secondary", None, "teardown")
+
+
+def test_a_handler_that_names_no_signal_stays_below_the_threshold() -> None:
+    """Its handlers print the same frames for SIGABRT and SIGBUS (TensorFlow's, glog's, Open MPI's by default)."""
+    assert _rule_of(f"step 120\n{TF_HANDLER}")[4] < 0.9
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # XLA finding no device it can use on the platform (TensorFlow's statusor aborting on it, JAX raising it)
+        "F tensorflow/stream_executor/lib/statusor.cc:34] Attempting to fetch value instead of handling error "
+        "Internal: no supported devices found for platform CUDA\nFatal Python error: Aborted",
+        "RuntimeError: Unable to initialize backend 'cuda': INTERNAL: no supported devices found for platform CUDA",
+        # ROCm's words for cudaErrorNoDevice, the device count call's status by number, the driver's init
+        "RuntimeError: HIP error: no ROCm-capable device is detected\nAborted (core dumped)",
+        "hipErrorNoDevice\nAborted (core dumped)",
+        "E0101 12:00:00.000000 1 gpu_init.cc:88] cudaGetDeviceCount failed with error 100\nAborted (core dumped)",
+        "2024-03-01 10:00:00.000: E tensorflow/compiler/xla/stream_executor/cuda/cuda_driver.cc:268] failed call to "
+        "cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected\n*** SIGABRT received at time=1700000000",
+    ],
+)
+def test_no_usable_device_in_each_runtime_s_words_is_the_node_s_ahead_of_the_abort_it_causes(text: str) -> None:
+    assert _aborted(f"init\n{text}\n")[:2] == ("primary", "infra")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # TensorFlow's (TSL's) object store client after its retries, a checkpoint's upload and a read
+        "INFO:tensorflow:An error was raised. This may be due to a preemption in a connected worker or parameter "
+        "server. The current session will be closed and a new session will be created.\nError: From "
+        "/job:worker/replica:0/task:1:\nAll 10 retry attempts failed. The last failure: Unavailable: Error executing "
+        "an HTTP request: HTTP response code 503\n when resuming upload gs://bucket/run/model.ckpt-600_temp/",
+        "tensorflow.python.framework.errors_impl.UnavailableError: Error executing an HTTP request: HTTP response code "
+        "500 with body 'Internal Error' when reading gs://bucket/data/shard-00012",
+        # S3 through botocore: its throttling and its internal error, as the client logs them
+        "ERROR upload failed: An error occurred (SlowDown) when calling the PutObject operation (reached max retries: "
+        "4): Please reduce your request rate.",
+        "An error occurred (InternalError) when calling the GetObject operation (reached max retries: 4): We "
+        "encountered an internal error. Please try again.",
+        # Google's JSON API naming a 5xx
+        '{"error": {"code": 503, "message": "Backend Error", "errors": [{"reason": "backendError"}]}}',
+    ],
+)
+def test_an_object_store_s_server_error_on_a_read_or_a_checkpoint_is_the_platform(text: str) -> None:
+    role, category, _, _, cap = _rule_of(f"saving checkpoint at step 600\n{text}\n")
+    assert (role, category) == ("primary", "infra")
+    assert cap < 0.9
+
+
+def test_a_request_the_client_is_still_retrying_is_no_failure_of_the_store() -> None:
+    retry = (
+        "The operation failed and will be automatically retried in 1.2 seconds (attempt 1 out of 10), caused by: "
+        "Unavailable: Error executing an HTTP request: HTTP response code 503"
+    )
+    assert _rule_of(f"{retry}\nstep 700 loss 0.3\n")[1] != "infra"
