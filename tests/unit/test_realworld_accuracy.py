@@ -62,10 +62,13 @@ FLOORS = {
     "fresh12": (0.91, 0.75, 0.82),
     # scored once, blind, at 09d596f: 0.88 / 0.74 / 0.82 (n=186; docs/engine.md, "fresh13's one scoring"); a development
     # set since; its root 0.99 once its victims' words were read by what they mean (the root floor below that)
-    "fresh13": (0.96, 0.71, 0.79),
+    "fresh13": (0.96, 0.92, 0.95),
     # scored once, blind, at d65140e: 0.92 / 0.84 / 0.92 (n=180; docs/engine.md, "fresh14's one scoring"); a development
+    # set since: provisional floors below its figures after the rules written from its misses (0.99 / 1.00 / 1.00)
+    "fresh14": (0.96, 0.96, 0.96),
+    # scored once, blind, at d4b7230: 0.93 / 0.83 / 0.87 (n=177; docs/engine.md, "fresh15's one scoring"); a development
     # set since
-    "fresh14": (0.89, 0.81, 0.89),
+    "fresh15": (0.90, 0.80, 0.84),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -103,7 +106,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 15))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 16))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -141,7 +144,7 @@ RULE_PRECISION_FLOOR = 0.99
 # scored once, blind, at 59d3223: 50/141 = 0.35 (48 right), provisional below its coverage after the same (54/141)
 # fresh13 scored once, blind, at 09d596f: 52/186 = 0.28 (46 right), below its coverage after the rules written from
 # its wrong answers at the threshold (52/186, all right); fresh14 scored once, blind, at d65140e: 89/180 = 0.49, all
-# right, below it
+# right, then 114/180 after the rules written from its misses, below that
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -158,7 +161,7 @@ COVERAGE_FLOORS = {
     "fresh11": 0.36,
     "fresh12": 0.42,
     "fresh13": 0.27,
-    "fresh14": 0.46,
+    "fresh14": 0.60,
 }
 
 
