@@ -61,7 +61,7 @@ FLOORS = {
     # set since
     "fresh12": (0.91, 0.75, 0.82),
     # scored once, blind, at 09d596f: 0.88 / 0.74 / 0.82 (n=186; docs/engine.md, "fresh13's one scoring"); a development
-    # set since; its root 0.99 once its victims' words were read by what they mean (the root floor below that)
+    # set since: floors below its figures after the rules written from its misses (0.99 / 0.95 / 0.98)
     "fresh13": (0.96, 0.92, 0.95),
     # scored once, blind, at d65140e: 0.92 / 0.84 / 0.92 (n=180; docs/engine.md, "fresh14's one scoring"); a development
     # set since: provisional floors below its figures after the rules written from its misses (0.99 / 1.00 / 1.00)
