@@ -2089,3 +2089,12 @@ def test_open_mpi_s_handler_naming_a_fault_address_is_a_native_crash(frame: str)
 def test_a_script_s_padded_report_of_a_dumped_core_is_the_crash(status: str, capped: bool) -> None:
     log = f"I0310 step 100 done\n./run_tpu.sh: line 12: 40411 {status} python3 -m trainer.main --config=c.gin\n"
     assert _reading(log) == ("primary", "crash", capped)
+
+
+def test_a_spark_executor_lost_for_its_memory_is_no_lost_node() -> None:
+    log = (
+        "WARN TaskSetManager: Lost task 1.0 in stage 2.0 (TID 9, host-3): ExecutorLostFailure (executor 3 exited "
+        "caused by one of the running tasks) Reason: Container killed by YARN for exceeding memory limits. 10.4 GB "
+        "of 10 GB physical memory used.\nERROR TaskSetManager: Task 1 in stage 2.0 failed 4 times; aborting job\n"
+    )
+    assert _reading(log)[1] == "host_oom"
