@@ -1993,3 +1993,108 @@ def test_a_request_the_client_is_still_retrying_is_no_failure_of_the_store() -> 
         "Unavailable: Error executing an HTTP request: HTTP response code 503"
     )
     assert _rule_of(f"{retry}\nstep 700 loss 0.3\n")[1] != "infra"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # torch.save's zip writer finding its file shorter than what it wrote, at the end and in a record
+        'Traceback (most recent call last):\n  File "save.py", line 9, in <module>\n    torch.save(state, path)\n'
+        "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 2048000 vs 2047936",
+        "[rank3]: torch.save(model.state_dict(), out)\n[rank3]: RuntimeError: [enforce fail at "
+        "inline_container.cc:419] . unexpected pos 64 vs 0",
+        # h5py's write refused under a Keras checkpoint
+        'Traceback (most recent call last):\n  File "fit.py", line 88, in on_epoch_end\n    model.save(p)\n'
+        "OSError: Can't write data (file write failed: time = Mon Jun  1 10:00:00 2026, filename = 'm.h5', "
+        "file descriptor = 5)",
+    ],
+)
+def test_a_checkpoint_write_the_serializer_could_not_finish_is_the_storage(text: str) -> None:
+    assert _reading(text + "\n") == ("primary", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[ERROR] task runner: HTTPConnectionPool(host='10.0.3.7', port=9380): Read timed out. (read timeout=30.0)\n"
+        "socket.timeout: timed out",
+        "WARN report to the coordinator failed: HTTPConnectionPool(host='coord-0', port=8080): Read timed out. "
+        "(read timeout=10)\nTimeoutError: timed out",
+        "error: ConnectTimeoutError(<urllib3.connection.HTTPConnection object at 0x7f1>, 'Connection to 10.2.0.9 "
+        "timed out. (connect timeout=5)')\nTimeoutError: timed out",
+    ],
+)
+def test_an_http_call_to_an_endpoint_timing_out_is_the_endpoint(text: str) -> None:
+    assert _reading(text + "\n") == ("primary", "infra", True)
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        ('srun: error: Munge encode failed: Failed to access "/var/run/munge/munge.socket.2": No such file', "infra"),
+        (
+            "slurmd: error: Munge decode failed: Invalid credential\nsrun: error: Invalid authentication credential",
+            "infra",
+        ),
+        (
+            "srun: error: Task launch for StepId=7.0 failed on node gpu-12: Socket timed out on send/recv operation\n"
+            "srun: error: Application launch failed: Socket timed out on send/recv operation",
+            "network",
+        ),
+        (
+            "srun: error: Task launch for StepId=3.1 failed on node a-4: Zero Bytes were transmitted or received",
+            "network",
+        ),
+    ],
+)
+def test_slurm_s_own_launch_plumbing_failing_is_its_service_or_its_network(text: str, category: str) -> None:
+    assert _reading(text + "\n") == ("primary", category, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "WARN HeartbeatReceiver: Removing executor 4 with no recent heartbeats: 180220 ms exceeds timeout 120000 ms",
+        "ERROR TaskSchedulerImpl: Lost executor 2 on 10.0.0.8: Executor heartbeat timed out after 131001 ms",
+    ],
+)
+def test_a_spark_executor_whose_heartbeats_stopped_is_a_lost_node(text: str) -> None:
+    assert _reading(text + "\nERROR TaskSetManager: Task 1 in stage 2.0 failed 4 times; aborting job\n") == (
+        "primary",
+        "node_lost",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "/usr/local/Ascend/latest/lib64/libhcom_graph_adaptor.so(+0x1a2b)[0xffff552c55b4]",
+        "/opt/venv/lib/python3.10/site-packages/mylib/_ext.so(_Z3runv+0x10)[0x7f00aa10]",
+    ],
+)
+def test_open_mpi_s_handler_naming_a_fault_address_is_a_native_crash(frame: str) -> None:
+    log = "[node-3:4242] Failing at address: 0x18\n[node-3:4242] [ 0] linux-vdso.so.1(+0x7c0)[0xffff97f657c0]\n"
+    assert _reading(log + f"[node-3:4242] [ 1] {frame}\n") == ("primary", "crash", True)
+
+
+@pytest.mark.parametrize(
+    ("status", "capped"),
+    [
+        ("Aborted                 (core dumped)", True),
+        ("Segmentation fault      (core dumped)", False),
+        ("Illegal instruction     (core dumped)", False),
+    ],
+)
+def test_a_script_s_padded_report_of_a_dumped_core_is_the_crash(status: str, capped: bool) -> None:
+    log = f"I0310 step 100 done\n./run_tpu.sh: line 12: 40411 {status} python3 -m trainer.main --config=c.gin\n"
+    assert _reading(log) == ("primary", "crash", capped)
+
+
+def test_a_spark_executor_lost_for_its_memory_is_no_lost_node() -> None:
+    log = (
+        "WARN TaskSetManager: Lost task 1.0 in stage 2.0 (TID 9, host-3): ExecutorLostFailure (executor 3 exited "
+        "caused by one of the running tasks) Reason: Container killed by YARN for exceeding memory limits. 10.4 GB "
+        "of 10 GB physical memory used.\nERROR TaskSetManager: Task 1 in stage 2.0 failed 4 times; aborting job\n"
+    )
+    assert _reading(log)[1] == "host_oom"
