@@ -2098,3 +2098,117 @@ def test_a_spark_executor_lost_for_its_memory_is_no_lost_node() -> None:
         "of 10 GB physical memory used.\nERROR TaskSetManager: Task 1 in stage 2.0 failed 4 times; aborting job\n"
     )
     assert _reading(log)[1] == "host_oom"
+
+
+# A victim in words no rule reads, which exited a second before the pod that failed: known only by its exit code.
+UNREAD_VICTIM = "2031-01-02 10:00:00 - TaskRunner - ERROR - [site=b, run=7]: task_check failed: PEER_UNREACHABLE"
+
+
+def _root_after_unread_victims(own: str) -> Verdict:
+    """Pod 1 fails in `own`; pods 0 and 2 end a second earlier in words no rule reads (the earliest by the clock)."""
+    members = (
+        member("llm-worker-0", 0, UNREAD_VICTIM, finished=T0 - 1),
+        member("llm-worker-1", 1, own, finished=T0),
+        member("llm-worker-2", 2, UNREAD_VICTIM, finished=T0 - 1),
+    )
+    return decide(Incident(JobRef("ml", "llm"), 3, members))
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        # bind() refused an address this host does not have (EADDRNOTAVAIL): NCCL's syscall check, old and new spacing
+        (
+            "gpu-7:41:41 [0] misc/socket.cc:379 NCCL WARN Call to bind failed : Cannot assign requested address",
+            "network",
+        ),
+        (
+            "gpu-7:41:41 [0] NCCL WARN Call to bind failed: Cannot assign requested address\n"
+            "gpu-7:41:41 [0] NCCL INFO bootstrap.cc:176 -> 2",
+            "network",
+        ),
+        ("OSError: bind(): [Errno 99] Cannot assign requested address", "network"),
+        # srun unable to launch the step's tasks: its messages to the nodes' daemons timed out, then the step aborted
+        (
+            "srun: error: Task launch for StepId=7.0 failed on node gpu-a-12: Socket timed out on send/recv operation\n"
+            "srun: error: Application launch failed: Socket timed out on send/recv operation\n"
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+            "network",
+        ),
+        # a JVM trainer's own program error: Spark's lost task, the JVM's uncaught report, a cause line
+        (
+            "WARN TaskSetManager: Lost task 3.0 in stage 2.0 (TID 41) (10.1.2.3 executor 2): "
+            "java.lang.NullPointerException\n\tat org.example.train.Sharder.split(Sharder.scala:40)",
+            "user_code",
+        ),
+        (
+            'Exception in thread "main" java.lang.IllegalArgumentException: batch size must be positive\n'
+            "\tat org.example.Trainer.fit(Trainer.java:88)",
+            "user_code",
+        ),
+        (
+            "org.apache.spark.SparkException: Job aborted due to stage failure\n"
+            "Caused by: java.lang.ClassCastException: class A cannot be cast to class B",
+            "user_code",
+        ),
+    ],
+)
+def test_a_root_whose_failure_words_are_read_beats_victims_known_only_by_their_exit(own: str, category: str) -> None:
+    """The pod that failed says what failed; the victims beside it ended earlier in words nobody reads, so only their
+    exit code speaks for them. The root's own reading, not the earliest unread exit, names the pod — below 0.9, as none
+    of these words is checked against corpus lines at that level."""
+    v = _root_after_unread_victims(own)
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        # YARN's application master on a task's container exiting non-zero (Hadoop's Shell), no error of its own
+        (
+            "INFO ApplicationMaster: Task 2 exited with status 1 Diagnostics:Exception from container-launch.\n"
+            "Exit code: 1\nStack trace: ExitCodeException exitCode=1: \n"
+            "\tat org.apache.hadoop.util.Shell.runCommand(Shell.java:582)",
+            "user_code",
+        ),
+        (
+            "Stack trace: ExitCodeException exitCode=2: \n\tat org.apache.hadoop.util.Shell.run(Shell.java:479)",
+            "user_code",
+        ),
+        # MS-MPI's mpiexec summary of the ranks' ends
+        ("[0] on trainer-host\ntrain.exe ended prematurely and may have crashed. exit code 3", "user_code"),
+        ("[2-5] on trainer-host\ntrain.exe ended prematurely and may have crashed. exit code -1", "user_code"),
+        # a runtime's error status for the process's own request: its graph or state is invalid
+        (
+            "Exception in device=TPU:2: Failed precondition: From /job:tpu_worker/replica:0/task:0:\n"
+            "  (0) Failed precondition: operand type mismatch in node XRTCompile",
+            "user_code",
+        ),
+        ("jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION: buffer was donated and deleted", "user_code"),
+        # a shell's job report of its child's SIGABRT, its status padded to a column
+        ("./run.sh: line 12:  4242 Aborted                 (core dumped) python3 -m trainer.main --steps=10", "crash"),
+        ("bash: line 1:   77 Segmentation fault      (core dumped) python train.py", "crash"),
+    ],
+)
+def test_a_launcher_or_runtime_report_of_an_own_failure_is_no_hang(own: str, category: str) -> None:
+    """Ranks that waited for one whose log ends in its launcher's report that it exited non-zero, a runtime's error
+    status of its own, or the shell's word of its abort: it failed, it did not hang."""
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert not v.rule.startswith("engine.hang")
+
+
+@pytest.mark.parametrize(
+    "quiet",
+    [
+        # nothing of its own (the hang stays a hang)
+        "step 4100 loss 2.31\nstep 4200 loss 2.29",
+        # its launcher saying it exited 0, and a status that is not an error
+        "INFO ApplicationMaster: Task 1 exited with status 0",
+        "train.exe ended prematurely and may have crashed. exit code 0",
+    ],
+)
+def test_a_pod_with_no_failure_of_its_own_beside_ranks_that_waited_is_still_the_hang(quiet: str) -> None:
+    v = _three(WAITED.format(r=0), quiet, WAITED.format(r=2))
+    assert v.rule.startswith("engine.hang")
