@@ -1993,3 +1993,222 @@ def test_a_request_the_client_is_still_retrying_is_no_failure_of_the_store() -> 
         "Unavailable: Error executing an HTTP request: HTTP response code 503"
     )
     assert _rule_of(f"{retry}\nstep 700 loss 0.3\n")[1] != "infra"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # torch.save's zip writer finding its file shorter than what it wrote, at the end and in a record
+        'Traceback (most recent call last):\n  File "save.py", line 9, in <module>\n    torch.save(state, path)\n'
+        "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 2048000 vs 2047936",
+        "[rank3]: torch.save(model.state_dict(), out)\n[rank3]: RuntimeError: [enforce fail at "
+        "inline_container.cc:419] . unexpected pos 64 vs 0",
+        # h5py's write refused under a Keras checkpoint
+        'Traceback (most recent call last):\n  File "fit.py", line 88, in on_epoch_end\n    model.save(p)\n'
+        "OSError: Can't write data (file write failed: time = Mon Jun  1 10:00:00 2026, filename = 'm.h5', "
+        "file descriptor = 5)",
+    ],
+)
+def test_a_checkpoint_write_the_serializer_could_not_finish_is_the_storage(text: str) -> None:
+    assert _reading(text + "\n") == ("primary", "infra", True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[ERROR] task runner: HTTPConnectionPool(host='10.0.3.7', port=9380): Read timed out. (read timeout=30.0)\n"
+        "socket.timeout: timed out",
+        "WARN report to the coordinator failed: HTTPConnectionPool(host='coord-0', port=8080): Read timed out. "
+        "(read timeout=10)\nTimeoutError: timed out",
+        "error: ConnectTimeoutError(<urllib3.connection.HTTPConnection object at 0x7f1>, 'Connection to 10.2.0.9 "
+        "timed out. (connect timeout=5)')\nTimeoutError: timed out",
+    ],
+)
+def test_an_http_call_to_an_endpoint_timing_out_is_the_endpoint(text: str) -> None:
+    assert _reading(text + "\n") == ("primary", "infra", True)
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        ('srun: error: Munge encode failed: Failed to access "/var/run/munge/munge.socket.2": No such file', "infra"),
+        (
+            "slurmd: error: Munge decode failed: Invalid credential\nsrun: error: Invalid authentication credential",
+            "infra",
+        ),
+        (
+            "srun: error: Task launch for StepId=7.0 failed on node gpu-12: Socket timed out on send/recv operation\n"
+            "srun: error: Application launch failed: Socket timed out on send/recv operation",
+            "network",
+        ),
+        (
+            "srun: error: Task launch for StepId=3.1 failed on node a-4: Zero Bytes were transmitted or received",
+            "network",
+        ),
+    ],
+)
+def test_slurm_s_own_launch_plumbing_failing_is_its_service_or_its_network(text: str, category: str) -> None:
+    assert _reading(text + "\n") == ("primary", category, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "WARN HeartbeatReceiver: Removing executor 4 with no recent heartbeats: 180220 ms exceeds timeout 120000 ms",
+        "ERROR TaskSchedulerImpl: Lost executor 2 on 10.0.0.8: Executor heartbeat timed out after 131001 ms",
+    ],
+)
+def test_a_spark_executor_whose_heartbeats_stopped_is_a_lost_node(text: str) -> None:
+    assert _reading(text + "\nERROR TaskSetManager: Task 1 in stage 2.0 failed 4 times; aborting job\n") == (
+        "primary",
+        "node_lost",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "/usr/local/Ascend/latest/lib64/libhcom_graph_adaptor.so(+0x1a2b)[0xffff552c55b4]",
+        "/opt/venv/lib/python3.10/site-packages/mylib/_ext.so(_Z3runv+0x10)[0x7f00aa10]",
+    ],
+)
+def test_open_mpi_s_handler_naming_a_fault_address_is_a_native_crash(frame: str) -> None:
+    log = "[node-3:4242] Failing at address: 0x18\n[node-3:4242] [ 0] linux-vdso.so.1(+0x7c0)[0xffff97f657c0]\n"
+    assert _reading(log + f"[node-3:4242] [ 1] {frame}\n") == ("primary", "crash", True)
+
+
+@pytest.mark.parametrize(
+    ("status", "capped"),
+    [
+        ("Aborted                 (core dumped)", True),
+        ("Segmentation fault      (core dumped)", False),
+        ("Illegal instruction     (core dumped)", False),
+    ],
+)
+def test_a_script_s_padded_report_of_a_dumped_core_is_the_crash(status: str, capped: bool) -> None:
+    log = f"I0310 step 100 done\n./run_tpu.sh: line 12: 40411 {status} python3 -m trainer.main --config=c.gin\n"
+    assert _reading(log) == ("primary", "crash", capped)
+
+
+def test_a_spark_executor_lost_for_its_memory_is_no_lost_node() -> None:
+    log = (
+        "WARN TaskSetManager: Lost task 1.0 in stage 2.0 (TID 9, host-3): ExecutorLostFailure (executor 3 exited "
+        "caused by one of the running tasks) Reason: Container killed by YARN for exceeding memory limits. 10.4 GB "
+        "of 10 GB physical memory used.\nERROR TaskSetManager: Task 1 in stage 2.0 failed 4 times; aborting job\n"
+    )
+    assert _reading(log)[1] == "host_oom"
+
+
+# A victim in words no rule reads, which exited a second before the pod that failed: known only by its exit code.
+UNREAD_VICTIM = "2031-01-02 10:00:00 - TaskRunner - ERROR - [site=b, run=7]: task_check failed: PEER_UNREACHABLE"
+
+
+def _root_after_unread_victims(own: str) -> Verdict:
+    """Pod 1 fails in `own`; pods 0 and 2 end a second earlier in words no rule reads (the earliest by the clock)."""
+    members = (
+        member("llm-worker-0", 0, UNREAD_VICTIM, finished=T0 - 1),
+        member("llm-worker-1", 1, own, finished=T0),
+        member("llm-worker-2", 2, UNREAD_VICTIM, finished=T0 - 1),
+    )
+    return decide(Incident(JobRef("ml", "llm"), 3, members))
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        # bind() refused an address this host does not have (EADDRNOTAVAIL): NCCL's syscall check, old and new spacing
+        (
+            "gpu-7:41:41 [0] misc/socket.cc:379 NCCL WARN Call to bind failed : Cannot assign requested address",
+            "network",
+        ),
+        (
+            "gpu-7:41:41 [0] NCCL WARN Call to bind failed: Cannot assign requested address\n"
+            "gpu-7:41:41 [0] NCCL INFO bootstrap.cc:176 -> 2",
+            "network",
+        ),
+        ("OSError: bind(): [Errno 99] Cannot assign requested address", "network"),
+        # srun unable to launch the step's tasks: its messages to the nodes' daemons timed out, then the step aborted
+        (
+            "srun: error: Task launch for StepId=7.0 failed on node gpu-a-12: Socket timed out on send/recv operation\n"
+            "srun: error: Application launch failed: Socket timed out on send/recv operation\n"
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+            "network",
+        ),
+        # a JVM trainer's own program error: Spark's lost task, the JVM's uncaught report, a cause line
+        (
+            "WARN TaskSetManager: Lost task 3.0 in stage 2.0 (TID 41) (10.1.2.3 executor 2): "
+            "java.lang.NullPointerException\n\tat org.example.train.Sharder.split(Sharder.scala:40)",
+            "user_code",
+        ),
+        (
+            'Exception in thread "main" java.lang.IllegalArgumentException: batch size must be positive\n'
+            "\tat org.example.Trainer.fit(Trainer.java:88)",
+            "user_code",
+        ),
+        (
+            "org.apache.spark.SparkException: Job aborted due to stage failure\n"
+            "Caused by: java.lang.ClassCastException: class A cannot be cast to class B",
+            "user_code",
+        ),
+    ],
+)
+def test_a_root_whose_failure_words_are_read_beats_victims_known_only_by_their_exit(own: str, category: str) -> None:
+    """The pod that failed says what failed; the victims beside it ended earlier in words nobody reads, so only their
+    exit code speaks for them. The root's own reading, not the earliest unread exit, names the pod — below 0.9, as none
+    of these words is checked against corpus lines at that level."""
+    v = _root_after_unread_victims(own)
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    ("own", "category"),
+    [
+        # YARN's application master on a task's container exiting non-zero (Hadoop's Shell), no error of its own
+        (
+            "INFO ApplicationMaster: Task 2 exited with status 1 Diagnostics:Exception from container-launch.\n"
+            "Exit code: 1\nStack trace: ExitCodeException exitCode=1: \n"
+            "\tat org.apache.hadoop.util.Shell.runCommand(Shell.java:582)",
+            "user_code",
+        ),
+        (
+            "Stack trace: ExitCodeException exitCode=2: \n\tat org.apache.hadoop.util.Shell.run(Shell.java:479)",
+            "user_code",
+        ),
+        # MS-MPI's mpiexec summary of the ranks' ends
+        ("[0] on trainer-host\ntrain.exe ended prematurely and may have crashed. exit code 3", "user_code"),
+        ("[2-5] on trainer-host\ntrain.exe ended prematurely and may have crashed. exit code -1", "user_code"),
+        # a runtime's error status for the process's own request: its graph or state is invalid
+        (
+            "Exception in device=TPU:2: Failed precondition: From /job:tpu_worker/replica:0/task:0:\n"
+            "  (0) Failed precondition: operand type mismatch in node XRTCompile",
+            "user_code",
+        ),
+        ("jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION: buffer was donated and deleted", "user_code"),
+        # a shell's job report of its child's SIGABRT, its status padded to a column
+        ("./run.sh: line 12:  4242 Aborted                 (core dumped) python3 -m trainer.main --steps=10", "crash"),
+        ("bash: line 1:   77 Segmentation fault      (core dumped) python train.py", "crash"),
+    ],
+)
+def test_a_launcher_or_runtime_report_of_an_own_failure_is_no_hang(own: str, category: str) -> None:
+    """Ranks that waited for one whose log ends in its launcher's report that it exited non-zero, a runtime's error
+    status of its own, or the shell's word of its abort: it failed, it did not hang."""
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert not v.rule.startswith("engine.hang")
+
+
+@pytest.mark.parametrize(
+    "quiet",
+    [
+        # nothing of its own (the hang stays a hang)
+        "step 4100 loss 2.31\nstep 4200 loss 2.29",
+        # its launcher saying it exited 0, and a status that is not an error
+        "INFO ApplicationMaster: Task 1 exited with status 0",
+        "train.exe ended prematurely and may have crashed. exit code 0",
+    ],
+)
+def test_a_pod_with_no_failure_of_its_own_beside_ranks_that_waited_is_still_the_hang(quiet: str) -> None:
+    v = _three(WAITED.format(r=0), quiet, WAITED.format(r=2))
+    assert v.rule.startswith("engine.hang")
