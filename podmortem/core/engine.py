@@ -225,16 +225,31 @@ def _cause_named_first(ordered: list[Finding], named: Counter[str]) -> list[Find
     return ordered
 
 
+# A DataLoader re-raises its worker's exception under "Caught <class> in DataLoader worker process N", the worker's own
+# traceback after it, whose last line is then the rank's last: an AssertionError there is a check in the data path that
+# failed (a reader's length check on a short read of remote data as often as the dataset code's own), not why — the
+# reading `dataloader.carried` gives the header, below the PermanentFailure threshold.
+_WORKER_FAILED_CHECK = re.compile(r"Caught AssertionError in DataLoader worker process")
+
+
+def _failed_check_in_worker(root: Finding) -> bool:
+    return root.exception_type.rsplit(".", 1)[-1] == "AssertionError" and bool(
+        _WORKER_FAILED_CHECK.search(root.text) or _WORKER_FAILED_CHECK.search(log_text(root.member))
+    )
+
+
 def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
     """The worker raised a program error of its own — in its error file, or as the traceback in its own log (torch's
     summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own in words of their own (a
     peer's NCCL error its death explains is its echo: `_explained_by`), and
-    every other member's failure is a known echo: the case a retry cannot fix, said plainly."""
+    every other member's failure is a known echo: the case a retry cannot fix, said plainly. Not an AssertionError a
+    DataLoader re-raised from its worker (`_failed_check_in_worker`)."""
     return (
         others_echo
         and all(_only_exited(f) or _explained_by(f, root) for f in ordered[1:])
         and root.source in ("error file", "log")
         and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
+        and not _failed_check_in_worker(root)
     )
 
 

@@ -201,6 +201,60 @@ def test_a_carrier_exception_in_the_log_stays_below_the_threshold() -> None:
     assert v.confidence < PERMANENT
 
 
+def dataloader_traceback(cls: str, detail: str) -> str:
+    """A DataLoader re-raising its worker's exception in the training process, then torch's summary."""
+    return (
+        '[rank4]: Traceback (most recent call last):\n[rank4]:   File "/app/train.py", line 140, in <module>\n'
+        "[rank4]:     for batch in loader:\n"
+        f"[rank4]: {cls}: Caught {cls} in DataLoader worker process 3.\n"
+        "[rank4]: Original Traceback (most recent call last):\n"
+        '[rank4]:   File "/app/data/shards.py", line 57, in __getitem__\n'
+        f"[rank4]: {cls}: {detail}\n" + summary(1)
+    )
+
+
+# The worker's class is the whole story only when it is the program's own dataset code's (a key, index, type or value
+# error); an AssertionError is a check that failed, not why, and an OSError or a connection's error is what the storage
+# or the network did under the worker.
+@pytest.mark.parametrize(
+    ("cls", "detail"),
+    [
+        ("AssertionError", "expected 1048576 bytes from range request, got 524288"),
+        ("AssertionError", ""),
+        ("RuntimeError", "shard reader returned 0 bytes"),
+    ],
+)
+def test_a_dataloader_worker_s_check_or_carrier_stays_below_the_threshold(cls: str, detail: str) -> None:
+    v = decide(incident(dataloader_traceback(cls, detail)))
+    assert v.pod == "llm-worker-1"
+    assert v.confidence < PERMANENT
+
+
+@pytest.mark.parametrize(
+    ("cls", "detail"),
+    [("KeyError", "'caption'"), ("IndexError", "list index out of range"), ("TypeError", "'NoneType' is not iterable")],
+)
+def test_a_dataloader_worker_s_program_error_reaches_the_threshold(cls: str, detail: str) -> None:
+    v = decide(incident(dataloader_traceback(cls, detail)))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert v.confidence >= PERMANENT
+
+
+@pytest.mark.parametrize(
+    ("header", "rule", "cap"),
+    [
+        ("KeyError: Caught KeyError in DataLoader worker process 0.", "dataloader.exception", 1.0),
+        ("ValueError: Caught ValueError in DataLoader worker process 7.", "dataloader.exception", 1.0),
+        ("AssertionError: Caught AssertionError in DataLoader worker process 23.", "dataloader.carried", 0.85),
+        ("OSError: Caught OSError in DataLoader worker process 1.", "dataloader.carried", 0.85),
+        ("RuntimeError: Caught RuntimeError in DataLoader worker process 2.", "dataloader.carried", 0.85),
+    ],
+)
+def test_the_dataloader_s_header_is_read_by_its_worker_s_class(header: str, rule: str, cap: float) -> None:
+    r = DEFAULT_RULES.classify_message(header, header.split(":", 1)[0])
+    assert r is not None and (r.id, r.category, r.max_confidence) == (rule, "user_code", cap)
+
+
 def test_a_bare_exitcode_1_with_no_traceback_stays_below_the_threshold() -> None:
     v = decide(incident(summary(1)))
     assert (v.pod, v.category) == ("llm-worker-1", "user_code")

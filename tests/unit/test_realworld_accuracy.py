@@ -144,7 +144,8 @@ RULE_PRECISION_FLOOR = 0.99
 # scored once, blind, at 59d3223: 50/141 = 0.35 (48 right), provisional below its coverage after the same (54/141)
 # fresh13 scored once, blind, at 09d596f: 52/186 = 0.28 (46 right), below its coverage after the rules written from
 # its wrong answers at the threshold (52/186, all right); fresh14 scored once, blind, at d65140e: 89/180 = 0.49, all
-# right, then 114/180 after the rules written from its misses, below that
+# right, then 114/180 after the rules written from its misses, below that; fresh15 scored once, blind, at d4b7230:
+# 87/177 = 0.49 (84 right), then 84/177 = 0.47, all right, once its three wrong answers at the threshold were capped
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -162,12 +163,13 @@ COVERAGE_FLOORS = {
     "fresh12": 0.42,
     "fresh13": 0.27,
     "fresh14": 0.60,
+    "fresh15": 0.47,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 15))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 16))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
