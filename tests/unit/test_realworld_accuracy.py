@@ -67,8 +67,11 @@ FLOORS = {
     # set since: provisional floors below its figures after the rules written from its misses (0.99 / 1.00 / 1.00)
     "fresh14": (0.96, 0.96, 0.96),
     # scored once, blind, at d4b7230: 0.93 / 0.83 / 0.87 (n=177; docs/engine.md, "fresh15's one scoring"); a development
+    # set since: floors below its figures after the rules written from its misses (0.99 / 0.98 / 0.98)
+    "fresh15": (0.96, 0.95, 0.95),
+    # scored once, blind, at 6504f67: 0.82 / 0.66 / 0.80 (n=138; docs/engine.md, "fresh16's one scoring"); a development
     # set since
-    "fresh15": (0.90, 0.80, 0.84),
+    "fresh16": (0.79, 0.63, 0.77),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -106,7 +109,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 16))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 17))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
