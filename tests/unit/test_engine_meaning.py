@@ -2214,6 +2214,91 @@ def test_a_pod_with_no_failure_of_its_own_beside_ranks_that_waited_is_still_the_
     assert v.rule.startswith("engine.hang")
 
 
+# --- Round 18a (engine21a): NCCL's result codes in other wrappers' words, the plugin a Last error names, and the
+# victims' words that beat NCCL's own weak result on fresh16.
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch's older wrapper (torch/csrc/cuda/nccl.cpp) prints the result's number before NCCL's string for it:
+        # 3 is ncclInternalError in nccl.h
+        "RuntimeError: NCCL Error 3: internal error - please report this issue to the NCCL developers",
+        "RuntimeError: NCCL Error 3: internal error",
+    ],
+)
+def test_nccl_s_internal_error_under_its_result_number_is_a_crash_not_the_network(line: str) -> None:
+    f = assess(_alone(f"step 12 loss 1.7\n{line}\n"))
+    assert (f.role, f.category) == ("primary", "crash")
+
+
+@pytest.mark.parametrize(
+    "last_error",
+    [
+        # aws-ofi-nccl's libfabric calls failing (fi_av_insert, fi_cq_readerr, fi_mr_enable): NCCL returns its
+        # internal error for the plugin's failure, and the Last error names the interconnect
+        "NET/OFI Unable to insert remote address into address vector for device 3. RC: -22",
+        "NET/OFI Unable to read from fi_cq_readerr. RC: -11. Error: Resource temporarily unavailable",
+    ],
+)
+def test_nccl_s_internal_error_whose_last_error_is_its_ofi_plugin_is_the_network(last_error: str) -> None:
+    tail = (
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2100, internal error - "
+        "please report this issue to the NCCL developers, NCCL version 2.21.5\n[rank3]: ncclInternalError: Internal "
+        f"check failed.\n[rank3]: Last error:\n[rank3]: {last_error}\n"
+    )
+    f = assess(_alone(tail))
+    assert (f.role, f.category) == ("primary", "network")
+
+
+@pytest.mark.parametrize(
+    ("victim", "secondary"),
+    [
+        # gRPC's HTTP/2 transport: the other end reset the call's stream (RST_STREAM, HTTP/2's INTERNAL_ERROR code)
+        (
+            'Traceback (most recent call last):\n  File "client.py", line 40, in run\ngrpc._channel._Rendezvous: '
+            '<_Rendezvous of RPC that terminated with:\n\tstatus = StatusCode.INTERNAL\n\tdetails = "Received '
+            'RST_STREAM with error code 2"\n>',
+            "peer",
+        ),
+        # TensorFlow's master unable to reach a task of the cluster as the session is created
+        (
+            "2019-03-02 10:00:01.5: E tensorflow/core/distributed_runtime/master.cc:269] Master init: Unavailable: "
+            "OS Error\nTraceback (most recent call last):\ntensorflow.python.framework.errors_impl.UnavailableError: "
+            "OS Error",
+            "peer",
+        ),
+        # PaddlePaddle's signal handler, in its older words, for the SIGTERM the launcher sent
+        (
+            "----------------------\nError Message Summary:\n----------------------\nFatalError: A serious error "
+            "(Termination signal) is detected by the operating system. (at /paddle/fluid/platform/init.cc:290)\n",
+            "teardown",
+        ),
+    ],
+)
+def test_a_victim_s_words_do_not_beat_nccl_s_own_system_or_internal_error(victim: str, secondary: str) -> None:
+    """NCCL's unhandled system error and its internal error are weak (a dying peer causes the first): a member that
+    says only that its peer reset its stream, that a task was unreachable, or that it was sent SIGTERM is an echo, and
+    the rank that printed NCCL's result stays the root."""
+    f = assess(_alone(victim))
+    assert (f.role, f.secondary) == ("secondary", secondary)
+    for own, category in (
+        (
+            "RuntimeError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version "
+            "2.7.8\nncclSystemError: System call (socket, malloc, munmap, etc) failed.\n",
+            "network",
+        ),
+        (
+            "DistBackendError: NCCL error in: /src/c10d/ProcessGroupNCCL.cpp:1275, internal error, NCCL version "
+            "2.14.3\nncclInternalError: Internal check failed.\nLast error:\nFailed to find reverse path from remNode "
+            "0/b1000 nlinks 2 to node 0/2a000\n",
+            "crash",
+        ),
+    ):
+        v = _three(victim, own, victim)
+        assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
 def _one(log: str) -> Verdict:
     """The verdict on a job of one pod whose log tail is `log`."""
     return decide(Incident(JobRef("ml", "llm"), 1, (member("llm-worker-0", 0, log),)))
