@@ -2297,3 +2297,87 @@ def test_a_victim_s_words_do_not_beat_nccl_s_own_system_or_internal_error(victim
     ):
         v = _three(victim, own, victim)
         assert (v.pod, v.category) == ("llm-worker-1", category)
+
+
+def _one(log: str) -> Verdict:
+    """The verdict on a job of one pod whose log tail is `log`."""
+    return decide(Incident(JobRef("ml", "llm"), 1, (member("llm-worker-0", 0, log),)))
+
+
+BAD_ALLOC = "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # tcmalloc's report of a refused request of 8 EiB and 1 EiB (its %p prints "(nil)" or "0x0"), then the abort
+        "tcmalloc: large alloc 9223372036854775808 bytes == (nil) @  0x7f01 0x7f02\n" + BAD_ALLOC + "Aborted",
+        "tcmalloc: large alloc 1152921504606846976 bytes == 0x0 @ 0x41 0x42\n" + BAD_ALLOC,
+        # torch's CPU allocators naming a size no host has, as a log line
+        "[E alloc_cpu.cpp:75] DefaultCPUAllocator: not enough memory: you tried to allocate 72057594037927936 bytes.",
+        "$ Torch: not enough memory: you tried to allocate 17179869184GB. Buy new RAM!",
+    ],
+)
+def test_an_allocation_larger_than_any_host_is_the_program_s_bug_not_memory_pressure(log: str) -> None:
+    v = _one(log)
+    assert v.category == "crash"
+    assert v.confidence < 0.9
+
+
+def test_a_refused_allocation_of_a_size_a_host_can_have_is_still_the_host_s_memory() -> None:
+    """64 GiB refused on a smaller host: memory pressure, read as before."""
+    v = _one("tcmalloc: large alloc 68719476736 bytes == (nil) @  0x7f01 0x7f02\n" + BAD_ALLOC)
+    assert v.category == "host_oom"
+
+
+@pytest.mark.parametrize(
+    ("log", "category"),
+    [
+        # TH's CPU allocator (torch7's THGeneral.c) as an op's RuntimeError, and as a bare line; reallocating alike
+        (
+            "RuntimeError: $ Torch: not enough memory: you tried to allocate 12GB. Buy new RAM! "
+            "at src/TH/THGeneral.c:201",
+            "host_oom",
+        ),
+        ("$ Torch: not enough memory: you tried to reallocate 3GB. Buy new RAM!", "host_oom"),
+        # a shell's "Killed" on the run's last line, with the emphasis of the issue it was pasted into
+        ("epoch 3 step 120 loss 0.41\n**Killed**", "host_oom"),
+        ("epoch 3 step 120 loss 0.41\n__Killed__\n", "host_oom"),
+        # MXNet's pooled storage refusing a buffer: CUDA's words after it on a GPU context, bare in older releases
+        (
+            "mxnet.base.MXNetError: [10:00:01] src/storage/./pooled_storage_manager.h:212: "
+            "Memory allocation failed out of memory",
+            "gpu_oom",
+        ),
+        (
+            "[10:00:01] src/storage/./pooled_storage_manager.h:79: Memory allocation failed.\n"
+            'Traceback (most recent call last):\n  File "fit.py", line 9, in <module>',
+            "gpu_oom",
+        ),
+        # ... and strerror's words after it on a CPU context: the host's
+        (
+            "mxnet.base.MXNetError: [10:00:01] src/storage/./pooled_storage_manager.h:212: Memory allocation failed "
+            "Cannot allocate memory",
+            "host_oom",
+        ),
+        # SkyPilot's managed job ended by the platform: no capacity anywhere, its controller failing
+        ("I 03-02 10:00:00 utils.py:300] Logs finished for job 7 (status: FAILED_NO_RESOURCE).", "infra"),
+        ("Managed job 7 finished with status FAILED_CONTROLLER", "infra"),
+        (
+            "sky.exceptions.ResourcesUnavailableError: Failed to provision all possible launchable resources. "
+            "Relax the task's resource requirements: 2x A100:8",
+            "infra",
+        ),
+        # a run's own monitor finding its workers silent
+        (
+            "[2024-01-02 10:00:00,000][4242] No heartbeat for components: RolloutWorker_w3 (312 seconds), "
+            "RolloutWorker_w5 (309 seconds)",
+            "hang",
+        ),
+        ("[2024-01-02 10:00:00,001][4242] Stopping training due to lack of heartbeats from <class 'Learner'>", "hang"),
+    ],
+)
+def test_a_failure_s_family_in_an_allocator_s_a_scheduler_s_or_a_monitor_s_words(log: str, category: str) -> None:
+    v = _one(log)
+    assert v.category == category
+    assert v.confidence < 0.9 or category == "host_oom"
