@@ -70,8 +70,8 @@ FLOORS = {
     # set since: floors below its figures after the rules written from its misses (0.99 / 0.98 / 0.98)
     "fresh15": (0.96, 0.95, 0.95),
     # scored once, blind, at 6504f67: 0.82 / 0.66 / 0.80 (n=138; docs/engine.md, "fresh16's one scoring"); a development
-    # set since
-    "fresh16": (0.79, 0.63, 0.77),
+    # set since: floors below its figures after the rules written from its misses (1.00 / 0.96 / 0.97)
+    "fresh16": (0.96, 0.92, 0.93),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -148,7 +148,9 @@ RULE_PRECISION_FLOOR = 0.99
 # fresh13 scored once, blind, at 09d596f: 52/186 = 0.28 (46 right), below its coverage after the rules written from
 # its wrong answers at the threshold (52/186, all right); fresh14 scored once, blind, at d65140e: 89/180 = 0.49, all
 # right, then 114/180 after the rules written from its misses, below that; fresh15 scored once, blind, at d4b7230:
-# 87/177 = 0.49 (84 right), then 84/177 = 0.47, all right, once its three wrong answers at the threshold were capped
+# 87/177 = 0.49 (84 right), then 84/177 = 0.47, all right, once its three wrong answers at the threshold were capped;
+# fresh16 scored once, blind, at 6504f67: 40/138 = 0.29 (39 right), then 60/138 = 0.43, all right, after the rules
+# written from its misses
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -167,12 +169,13 @@ COVERAGE_FLOORS = {
     "fresh13": 0.27,
     "fresh14": 0.60,
     "fresh15": 0.47,
+    "fresh16": 0.40,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 16))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 17))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
