@@ -76,9 +76,9 @@ CONF_PRIMARY_WEAK_MESSAGE = 0.8
 # missing it: then the missing-member penalty applies). Retryable, so it never writes PermanentFailure; calibrated
 # like the others (docs/engine.md, "Which verdicts may reach 0.9").
 CONF_STUCK_ALONE = 0.9
-# ...is any Python exception, its category read from its class. At first sight (each blind split scored at the commit
-# that measured it, fresh10..fresh16) such verdicts were right 50 times in 126 (docs/engine.md, "Round 18, part c"):
-# 0.55, "likely", with a runner-up.
+# ...is any Python exception, its category read from its class: set from how often such verdicts were right at first
+# sight, on blind splits scored at the commit each measured (docs/engine.md, "Round 18, part c"), so below
+# LOW_CONFIDENCE: "likely", with a runner-up.
 CONF_PRIMARY_GENERIC = 0.55
 # However many victims name its pod, a carrier class stays below the PermanentFailure threshold.
 CONF_GENERIC_NAMED_CEILING = 0.85
