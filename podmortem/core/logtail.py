@@ -382,6 +382,10 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     return lr, line
 
 
+# glog's fatal line (LOG(FATAL), before its "*** Check failure stack trace ***"): its header's date and time to the
+# microsecond, after a line's start or a launcher's prefix
+_GLOG_FATAL_HEAD = r"(?:^|[\s:>])F\d{4} \d\d:\d\d:\d\d\.\d{6} "
+
 # An abort that carries a message: a C++ exception's what() as std::terminate prints it ("terminate called after
 # throwing an instance of 'X'" then "what():  TEXT", Ray's "Unhandled exception: X. what(): TEXT"), glog's and absl's
 # "Check failed: TEXT" and fatal (F) lines, and an error line saying the process is aborting (Horovod's store's
@@ -393,7 +397,7 @@ _CARRIED = re.compile(
     r"|^[^\n]{0,40}\d\d:\d\d:\d\d\.\d{1,9}: F [^\]\n]{1,200}\] ([^\n]+)"
     # glog's fatal line behind a launcher's prefix (mpirun's --tag-output "[1,3]<stderr>:", its timestamp before it):
     # the whole glog header (date, time to the microsecond, thread id, file:line) says what the line is
-    r"|(?:^|[\s:>])F\d{4} \d\d:\d\d:\d\d\.\d{6} +\d{1,10} [^\]\n]{1,200}\] ([^\n]+)",
+    r"|" + _GLOG_FATAL_HEAD + r" *\d{1,10} [^\]\n]{1,200}\] ([^\n]+)",
     re.M,
 )
 # An abort a process raises on its way out, once it has failed or been told to stop: TensorFlow's gRPC server, which
@@ -405,8 +409,8 @@ _EXIT_ABORT = re.compile(r"Clean shutdown is not currently implemented|\bat inte
 # crash is that fault, whatever an exception said before it.
 _OWN_FAULT = re.compile(r"SIG(SEGV|ILL|FPE|BUS)\b|Segmentation fault|Illegal instruction|Floating point exception")
 ECHOES = ("timeout", "peer", "store", "teardown")
-# glog's fatal line (LOG(FATAL), before its "*** Check failure stack trace ***"), wherever a launcher's prefix put it
-_GLOG_FATAL = re.compile(r"(?:^|[\s:>])F\d{4} \d\d:\d\d:\d\d\.\d{6} ", re.M)
+# a glog fatal line anywhere in a tail (_GLOG_FATAL_HEAD)
+_GLOG_FATAL = re.compile(_GLOG_FATAL_HEAD, re.M)
 # The line a crash rule read is the abort itself (not a fault named in words of its own, as a misaligned address is).
 _ABORT = re.compile(r"terminate|what\(\)|Check fail|abort|SIGABRT|signal:? ?6\b|Signal 6\b", re.I)
 
