@@ -1,11 +1,13 @@
 """How long the engine takes to decide a large incident (it must stay linear in the members).
 
-    python -m bench.engine_speed [--members 10000] [--repeat 3]
+    python -m bench.engine_speed [--members 10000] [--repeat 3] [--unknown-words]
 
 Builds one synthetic incident: one root (a Python exception) and N-1 victims with realistic variety —
 gloo "Connection closed by peer" naming distinct addresses and ports, collective timeouts, SIGTERM
 teardowns with distinct pids, each with a short log tail in torch's format — and prints the best of
-`--repeat` wall-clock times of `engine.decide`.
+`--repeat` wall-clock times of `engine.decide`. With `--unknown-words`, the victims' messages are in words no rule
+knows (a made-up stack's exception naming the lost worker): each reads as a failure of its own until the word model
+takes it for an echo, and the engine decides twice (podmortem.core.engine, "words no rule knows") — its worst case.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ def _log(rank: int, message: str) -> str:
     )
 
 
-def build(n: int) -> Incident:
+UNKNOWN_WORDS = (
+    "meshrt.errors.MeshError: waiting for worker 0 failed: it is unavailable, the session was terminated remotely"
+)
+
+
+def build(n: int, unknown_words: bool = False) -> Incident:
     members: list[Member] = []
     for i in range(n):
         ip = f"10.{i // 62500}.{(i // 250) % 250}.{i % 250 + 1}"
@@ -54,6 +61,8 @@ def build(n: int) -> Incident:
             ts, code = T0 + 1, 1
         else:
             msg, ts, code = f"SignalException: Process {40000 + i} got signal: 15", T0 + 3, 1
+        if unknown_words and i:
+            msg = UNKNOWN_WORDS
         members.append(
             Member(
                 pod=f"job-worker-{i}",
@@ -62,7 +71,7 @@ def build(n: int) -> Incident:
                 node=f"node-{i}",
                 error=ErrorRecord(message=msg, exception_type=exception_type_of(msg), timestamp=ts),
                 termination=Termination(exit_code=code, reason="Error", finished_at=float(ts + 1)),
-                log_tail=_log(i, msg),
+                log_tail=f"[rank{i}]: {msg}" if unknown_words and i else _log(i, msg),
             )
         )
     return Incident(job=JobRef("ns", "job", "PyTorchJob"), world_size=n, members=tuple(members))
@@ -72,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--members", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--unknown-words", action="store_true", help="victims in words no rule knows")
     ns = ap.parse_args(argv)
-    incident = build(ns.members)
+    incident = build(ns.members, ns.unknown_words)
     best = float("inf")
     verdict = None
     for _ in range(ns.repeat):

@@ -49,7 +49,8 @@ from podmortem.core.categories import ADVICE, RETRYABLE, Category
 from podmortem.core.errorfile import exception_type_of
 from podmortem.core.logtail import watchdog_position
 from podmortem.core.model import LOW_CONFIDENCE, HangFinding, Incident, Member, Secondary, Verdict
-from podmortem.core.rules import DEFAULT_RULES, RuleSet
+from podmortem.core.rules import DEFAULT_RULES, Rule, RuleSet
+from podmortem.core.wordmodel import MODEL as WORDS
 
 # A device fault (ECC, Xid, a lost GPU) is reported at the next synchronisation with the device, so its report can
 # come this long after the fault made a peer's collective fail; a generic exception (its words unknown to the rules,
@@ -111,6 +112,18 @@ CONF_EARLIEST_ECHO = 0.15  # only echoes from everyone: the earliest echo
 CONF_NO_FAILURE_PENDING = 0.5  # nothing failed, but some members have not reported
 CONF_MISSING_PENALTY = 0.1  # decided while members of the job had not reported
 CONF_MIN = 0.05
+# Words no rule knows (podmortem.core.wordmodel): a member whose failure only a reading of last resort found is taken
+# for a victim when its words are a victim's by this many log odds more than another failed member's; a root whose
+# category only such a reading gave takes the category its words are of by this margin over the next. Set on the
+# blind splits replayed at the commit that first saw each (docs/engine.md, "Words no rule knows").
+WORDS_ECHO_MARGIN = 4.0
+WORDS_CATEGORY_MARGIN = 2.0
+WORDS_PEER = Rule(
+    id="words.peer",
+    kind="message",
+    secondary="peer",
+    why="its words are a victim's (a lost peer, a connection that broke) more than another failed member's",
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -758,6 +771,63 @@ def hang_line(hang: HangFinding) -> str:
     return text
 
 
+def _read_by_words(f: Finding) -> bool:
+    """A failure of its own that only a reading of last resort found: a carrier exception (`_names_no_cause`), or a
+    weak reading of a message (NCCL's generic system error, a glog fatal line), not a bare exit code."""
+    r = f.rule
+    if f.role != "primary" or r is None:
+        return False
+    if r.generic:
+        return _names_no_cause(f)
+    return r.weak and f.source != "termination" and r.kind != "exit_code"
+
+
+def _echoes_in_words(findings: list[Finding]) -> list[Finding]:
+    """Members read as failures of their own only by a reading of last resort, whose words are a victim's: each
+    becomes an echo (`WORDS_PEER`) when its words are a victim's by `WORDS_ECHO_MARGIN` more than another failed
+    member's. A victim in a stack no rule knows otherwise reads as a failure of its own and, a second earlier, out-times
+    the member it lost — often one that died without words of its own, or in words no rule knows either."""
+    primaries = [f for f in findings if f.role == "primary"]
+    if len(primaries) < 2 or not any(_read_by_words(f) for f in primaries):
+        return findings
+    scores = [WORDS.victim_score(log_text(f.member)) for f in primaries]
+    low = sorted(range(len(scores)), key=scores.__getitem__)[:2]
+    echoes: dict[int, Finding] = {}
+    for i, (f, s) in enumerate(zip(primaries, scores, strict=True)):
+        other = low[1] if i == low[0] else low[0]
+        if _read_by_words(f) and s > 0 and s - scores[other] > WORDS_ECHO_MARGIN:
+            echoes[id(f)] = dataclasses.replace(
+                f,
+                role="secondary",
+                rule=WORDS_PEER,
+                evidence=(
+                    f"{f.member.pod}: its words are a victim's ({s:+.1f} log odds, {s - scores[other]:.1f} more than "
+                    f"{primaries[other].member.pod}'s): an echo [{WORDS_PEER.id}]",
+                    *f.evidence,
+                ),
+            )
+    return [echoes.get(id(f), f) for f in findings] if echoes else findings
+
+
+def _category_in_words(root: _Root) -> _Root:
+    """A root whose category only a reading of last resort gave (a bare exit code, a carrier exception), below the
+    PermanentFailure threshold, takes the category its words are of, when they say it by `WORDS_CATEGORY_MARGIN`."""
+    f = root.finding
+    last_resort = root.rule_id == "exit.nonzero" or (f.rule is not None and f.rule.generic and _names_no_cause(f))
+    if f.role != "primary" or not last_resort or root.confidence >= CONF_PRIMARY:
+        return root
+    guess, margin = WORDS.category_guess(log_text(f.member))
+    if guess is None or margin <= WORDS_CATEGORY_MARGIN or guess == root.category:
+        return root
+    return dataclasses.replace(
+        root,
+        category=guess,
+        retryable=RETRYABLE[guess],
+        rule_id="words.category",
+        evidence=(*root.evidence, f"its words are those of {guess} failures ({margin:.1f} log odds over the next)"),
+    )
+
+
 def _own_failures(failed: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
     """The primaries among failed members: (strong, weak). Weak ones are believed only without a strong one."""
     strong = [f for f in failed if f.role == "primary" and not f.weak]
@@ -769,6 +839,15 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     """The root cause of an incident (pure; see the module docstring)."""
     ruleset = rules or DEFAULT_RULES
     findings = [assess(m, ruleset) for m in incident.members]
+    echoes = _echoes_in_words(findings)
+    if echoes is findings:
+        return _decide(incident, ruleset, findings)
+    # Words no rule knows may say who is an echo, never make a verdict surer than the rules alone would: the verdict
+    # says no more than the one decided without them.
+    return _decide(incident, ruleset, echoes, ceiling=_decide(incident, ruleset, findings).confidence)
+
+
+def _decide(incident: Incident, ruleset: RuleSet, findings: list[Finding], ceiling: float = 1.0) -> Verdict:
     failed = [f for f in findings if f.failed]
     stalled = _hang_evidence(findings) if not failed else None
     if not failed and (stalled is None or not stalled.stuck_pods):
@@ -851,6 +930,7 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
         root = _choose_echo(failed, findings, named)
     hang = stalled if not failed else (_hang_evidence(findings) if root is None or not strong else None)
     root, hang = _decided_by_captures(hang, root, findings, incident)
+    root = _category_in_words(root)
 
     r = root.finding
     if stops and r.role == "primary" and r.time is not None and r.time > min(stops) + TIE_SECONDS:
@@ -876,7 +956,9 @@ def decide(incident: Incident, rules: RuleSet | None = None) -> Verdict:
     if r.role == "primary":
         exc_type = r.exception_type or (exception_type_of(r.text) if r.source in ("error file", "log") else "")
     missing = max(incident.world_size - len(incident.members), 0)
-    confidence = root.confidence if missing <= 0 else max(CONF_MIN, root.confidence - CONF_MISSING_PENALTY)
+    confidence = min(
+        ceiling, root.confidence if missing <= 0 else max(CONF_MIN, root.confidence - CONF_MISSING_PENALTY)
+    )
     if confidence < LOW_CONFIDENCE and root.runner_up is None:
         root = dataclasses.replace(root, runner_up=_next_suspect(findings, r, named))
     return Verdict(
