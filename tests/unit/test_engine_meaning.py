@@ -1412,6 +1412,7 @@ def test_a_device_s_memory_in_an_older_torch_s_or_gaudi_s_words_is_gpu_oom(line:
     assert (f.role, f.category) == ("primary", "gpu_oom")
     assert f.rule is not None and f.rule.max_confidence < 0.9
 
+
 @pytest.mark.parametrize(
     "line",
     [
