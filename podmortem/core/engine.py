@@ -482,7 +482,9 @@ def _choose_reported(
     owner = _rank_owners(findings, assume_node_ranks=False).get(report.rank) if report.rank is not None else None
     host = report.host
     found = hosts.by_name.get(owner or "") or hosts.find(host)
-    if found is None and placed_only:
+    if found is None and placed_only and (report.rank is not None or host):
+        # (a report that names no process — Open MPI's "1 process returned a non-zero exit code" — places none: the
+        # launcher's log, which carries every process's output, is where its death shows)
         return None
     root = found or rep
     rule = rep.report_rule

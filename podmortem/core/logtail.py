@@ -62,13 +62,17 @@ _AGENT_WRAPPERS = (
     # exception, when the tail holds it, is the one that names the failure
     "PythonException",
 )
-# Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
+# Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), horovodrun's own runners
+# ([2]<stderr>:, after time.asctime()'s time with --prefix-output-with-timestamp: horovod/runner/common/util/
+# safe_shell_exec.py's prefix_connection), srun --label (10: ),
 # Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",
 # "10.0.0.7: " — lower case with a digit, so that no exception type is taken for a host), TorchX
 # ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "), a bare stream tag ("[stderr]"). The
 # rank prefix [rankN]: is read separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
-    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\[std(?:out|err)\]|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"^(?:\[default\d+\]:"
+    r"|(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[\d+(?:,\d+)?\]<std(?:out|err)>:"
+    r"|\[std(?:out|err)\]|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
     r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
     r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )
@@ -175,6 +179,8 @@ class LauncherReport:
     # the launcher lost the daemon of the process's node (Open MPI's ORTE/PRRTE), or a parameter server its heartbeats:
     # the member went away, not a death the process reported
     node_lost: bool = False
+    # a non-zero exit code the report does not give (Open MPI's "1 process returned a non-zero exit code")
+    nonzero: bool = False
 
 
 def launcher_report(text: str) -> LauncherReport | None:
@@ -207,7 +213,7 @@ def launcher_report(text: str) -> LauncherReport | None:
             sig, code = (code - 128 if code > 128 else code), None
         return LauncherReport(_line_at(text, m.start()), rank, m.group(2), sig, code)
     if m := _OMPI_NONZERO.search(text):
-        return LauncherReport(_line_at(text, m.start()))
+        return LauncherReport(_line_at(text, m.start()), nonzero=True)
     return _lost_node(text)
 
 
