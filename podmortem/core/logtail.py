@@ -131,9 +131,12 @@ _OMPI_NOTICED = re.compile(
     r"noticed that process rank (\d{1,7}) with PID \S{1,20} on node ([\w.-]{1,253}) exited(?:\s{1,20}on\s{1,20}signal"
     r" (\d{1,2}))?"
 )
+# ORTE names the process "[[29973,1],0]" (its job family and job, then its rank); PRRTE (Open MPI 5's prterun) by its
+# job's namespace, then its rank: "[prterun-node1-4711@1,0]" (src/util/name_fns.c, prte_util_print_name_args), and
+# breaks the line after "status," (schizo/prte/help-prun.txt, [prun:non-zero-exit]).
 _OMPI_FIRST = re.compile(
-    r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}\[\[\d{1,10},\d{1,10}\],"
-    r"(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
+    r"processes exited with non-zero status,\s{1,20}thus causing[\s\S]{0,300}?Process name:\s{0,20}"
+    r"\[(?:\[\d{1,10},\d{1,10}\]|[\w.@-]{1,200}),(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
 )
 # Horovod's launcher (horovodrun over gloo, elastic or not) in the same words, naming the process by its host and slot
 # ("Process name: worker-1[0]"); a process it ran through a shell and that was killed reports 128 + the signal.

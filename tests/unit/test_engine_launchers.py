@@ -516,6 +516,33 @@ def test_open_mpi_s_daemons_that_did_not_start_say_why_in_their_own_words(tail: 
     assert confidence < 0.9
 
 
+def test_horovod_s_hosts_without_an_interface_in_common_is_the_network() -> None:
+    """horovodrun has each host probe the next one's interfaces before the job starts; none reached by all: the path
+    between the hosts (or the interfaces given), whatever exception type carries it."""
+    tail = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/bin/horovodrun", line 8, in <module>\n'
+        "Exception: Unable to find a set of common task-to-task communication interfaces: "
+        "[(0, {'ib0': [('192.168.7.2', 41234)]}), (1, {'eth0': [('10.1.0.9', 40111)]})]\n"
+    )
+    pod, category, retryable, confidence = _beside_waiters(tail)
+    assert (pod, category, retryable) == ("w-1", "network", True)
+    assert confidence < 0.9
+
+
+@pytest.mark.parametrize("name", ["[[29973,1],2]", "[prterun-gpu-a-77@1,2]", "[prterun-gpu-a-77,2]"])
+def test_open_mpi_s_first_non_zero_exit_names_its_rank_in_either_runtime_s_words(name: str) -> None:
+    """mpirun names the first process that exited non-zero: ORTE by its job family, job and rank, PRRTE (Open MPI 5)
+    by its job's namespace and rank. Either way the member that hosts that rank is the one that failed."""
+    report = (
+        "prterun detected that one or more processes exited with non-zero status,\nthus causing the job to be "
+        f"terminated. The first process to do so was:\n\n   Process name: {name}\n   Exit code:    3\n"
+    )
+    hosting = "[rank2]: epoch 3 step 120 loss 0.71\n"
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, WATCHDOG), member("w-2", 2, hosting)))
+    assert (v.pod, v.category, v.retryable) == ("w-2", "user_code", False)
+
+
 def test_open_mpi_s_report_of_an_unnamed_non_zero_exit_is_a_process_s_own_failure() -> None:
     """mpirun's "1 process returned a non-zero exit code" names neither the process nor its code: a process of the
     job ended non-zero, as much as a bare exit code says (the program's, weakly) — not a hang among the peers that
