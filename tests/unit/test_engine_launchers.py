@@ -499,6 +499,8 @@ OOB_UNCONNECTED = (
         (ORTE_NO_DAEMON.format("zsh: command not found: orted"), "user_code"),
         (ORTE_NO_DAEMON.format("bash: /opt/openmpi-4.1/bin/orted: No such file or directory"), "user_code"),
         (ORTE_NO_DAEMON.format("bash: prted: command not found"), "user_code"),
+        # MPICH's Hydra starts its proxy by the absolute path of its own install
+        ("bash: /opt/mpich-4.1/bin/hydra_pmi_proxy: No such file or directory\n", "user_code"),
         # its out-of-band channel (ORTE's, PRRTE's) tried every address the peer published and none connected: the
         # path between the hosts, a firewall most often (a host that is down reads the same)
         (
