@@ -118,6 +118,9 @@ CONF_MIN = 0.05
 # blind splits replayed at the commit that first saw each (docs/engine.md, "Words no rule knows").
 WORDS_ECHO_MARGIN = 4.0
 WORDS_CATEGORY_MARGIN = 2.0
+# ...and says it at this confidence: how often such verdicts were right (pod and category) at first sight on the
+# blind splits, smoothed like the others (docs/engine.md, "fresh17's one scoring").
+CONF_WORDS_CATEGORY = 0.4
 WORDS_PEER = Rule(
     id="words.peer",
     kind="message",
@@ -826,6 +829,7 @@ def _category_in_words(root: _Root) -> _Root:
         category=guess,
         retryable=RETRYABLE[guess],
         rule_id="words.category",
+        confidence=min(root.confidence, CONF_WORDS_CATEGORY),
         evidence=(*root.evidence, f"its words are those of {guess} failures ({margin:.1f} log odds over the next)"),
     )
 

@@ -1414,6 +1414,22 @@ def test_a_device_s_memory_in_an_older_torch_s_or_gaudi_s_words_is_gpu_oom(line:
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: Malloc for kernel output failed, Memory isn't enough, node:Default/network-Net/MatMul-op31",
+        "RuntimeError: Malloc for kernel output failed, node:Gradients/Default/Conv2D-op7",
+        "RuntimeError: Allocate memory failed, alloc size 4294967296B",
+    ],
+)
+def test_mindspore_s_kernel_runner_unable_to_allocate_is_the_device_s_memory(line: str) -> None:
+    """MindSpore allocates an operator's outputs and inputs from its device context's pool (an Ascend or GPU card's):
+    gpu_oom, not the program's RuntimeError. Below 0.9: on a CPU device context the same words are the host's."""
+    f = assess(_alone(f'Traceback (most recent call last):\n  File "train.py", line 88, in step\n{line}\n'))
+    assert (f.role, f.category) == ("primary", "gpu_oom")
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+@pytest.mark.parametrize(
     ("line", "category"),
     [
         # the parameter server unable to bind its node's port: the node's state (a port taken), as address-in-use is
@@ -1430,6 +1446,24 @@ def test_a_device_s_memory_in_an_older_torch_s_or_gaudi_s_words_is_gpu_oom(line:
 def test_a_parameter_server_that_cannot_bind_or_find_an_address_is_the_node_s(line: str, category: str) -> None:
     f = assess(_alone(f"step 0\n{line}\n"))
     assert (f.role, f.category) == ("primary", category)
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # dmlc-core's CHECK in a parameter server's own code, as its logger prints it inside ps-lite's and alone
+        "[10:00:02] 3rdparty/ps-lite/include/dmlc/logging.h:276: [10:00:02] byteps/server/server.cc:97: Check failed: "
+        "stored->tensor initialised before the first push",
+        "[10:00:02] src/kvstore/kvstore_dist_server.h:210: Check failed: merged.array.shape() == recved.shape()",
+        "[10:00:02] src/operator/tensor/./matrix_op-inl.h:731: Check failed: b < len (9 vs. 8) slicing past the end",
+    ],
+)
+def test_a_native_check_in_dmlc_s_words_is_the_process_aborting_itself(line: str) -> None:
+    """dmlc-core's logger (MXNet, ps-lite, BytePS) prints its fatal CHECK as "[time] file:line: Check failed: ...",
+    not glog's "file:line] ...": the same abort on a broken invariant, below 0.9 as glog's is."""
+    f = assess(_alone(f"step 40\n{line}\n\nStack trace returned 9 entries:\n[bt] (0) c_lib.so(+0x2268c)\n"))
+    assert (f.role, f.category, f.rule.id if f.rule else "") == ("primary", "crash", "log.check-failed")
     assert f.rule is not None and f.rule.max_confidence < 0.9
 
 
@@ -1486,15 +1520,36 @@ def test_an_mpi_call_before_mpi_init_is_the_program_s_order_not_the_host_s_mpi(l
     "log",
     [
         # MPI_Init itself failing, in a newer Open MPI's words and in an older one's (which names MPI_Init as called
-        # "before MPI_INIT"): the host's MPI set-up
+        # "before MPI_INIT"), the fatal handler's lines with nothing that says why
         "*** An error occurred in MPI_Init_thread\n*** on a NULL communicator\n[h-1:31] Local abort before MPI_INIT "
         "completed completed successfully",
         "It looks like MPI_INIT failed for some reason\n*** An error occurred in MPI_Init\n*** The MPI_Init() function "
         "was called before MPI_INIT was invoked.",
+        "*** An error occurred in MPI_Init_thread\n*** on a NULL communicator\n*** MPI_ERRORS_ARE_FATAL (processes in "
+        "this communicator will now abort,\n***    and potentially your MPI job)",
     ],
 )
-def test_mpi_init_failing_itself_stays_the_environment(log: str) -> None:
-    assert _read(log)[1:] == ("infra", "log.environment")
+def test_mpi_init_failing_is_most_likely_the_host_s_mpi_but_never_at_the_permanent_threshold(log: str) -> None:
+    """MPI_Init returning an error does not say why: the runtime that could not start on the host, or the program's own
+    call (a second MPI_Init, a thread level MPI does not define). The host's set-up, not at 0.9."""
+    assert _read(log)[1:] == ("infra", "log.mpi-init-failed")
+    assert decide(Incident(JobRef("ml", "job"), 1, (_alone(log),))).confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # Open MPI's help text for a process that initialises MPI twice (its lines wrapped as printed, or joined), then
+        # the failed MPI_Init's fatal handler
+        "Open MPI has detected that this process has attempted to initialize\nMPI (via MPI_INIT or MPI_INIT_THREAD) "
+        "more than once.  This is\nerroneous.\n*** An error occurred in MPI_Init_thread\n*** on a NULL communicator",
+        "Open MPI has detected that this process has attempted to initialize MPI (via MPI_INIT or MPI_INIT_THREAD) "
+        "more than once.",
+    ],
+)
+def test_a_second_mpi_init_in_one_process_is_the_program_s_not_the_host_s_mpi(log: str) -> None:
+    assert _read(log) == ("primary", "user_code", "log.mpi-before-init")
+    assert decide(Incident(JobRef("ml", "job"), 1, (_alone(log),))).confidence < 0.9
 
 
 @pytest.mark.parametrize(
@@ -2239,6 +2294,10 @@ def test_nccl_s_internal_error_under_its_result_number_is_a_crash_not_the_networ
         # internal error for the plugin's failure, and the Last error names the interconnect
         "NET/OFI Unable to insert remote address into address vector for device 3. RC: -22",
         "NET/OFI Unable to read from fi_cq_readerr. RC: -11. Error: Resource temporarily unavailable",
+        # ...and its registration of a buffer with the NIC (the net plugin's regMr) failing
+        "NET/OFI Unable to register memory (type = 2) for device 1. RC: -22, Error: Invalid argument",
+        "NET/OFI Could not register memory on data rail 3 with flag 0",
+        "NET/OFI Failed call to reg_mr: -5",
     ],
 )
 def test_nccl_s_internal_error_whose_last_error_is_its_ofi_plugin_is_the_network(last_error: str) -> None:
@@ -2249,6 +2308,17 @@ def test_nccl_s_internal_error_whose_last_error_is_its_ofi_plugin_is_the_network
     )
     f = assess(_alone(tail))
     assert (f.role, f.category) == ("primary", "network")
+
+
+def test_a_collectives_library_whose_net_plugin_could_not_register_its_buffers_is_the_network() -> None:
+    """The Neuron collectives call the EFA plugin's regMr for each channel's buffer; its failure, in the caller's words,
+    is the interconnect's (below 0.9: a buffer the node's set-up cannot expose fails the same way)."""
+    log = (
+        "2025-Mar-02 10:00:01.100200 4411:4470 ERROR   ENC:ncclNetRegMr       failed neuronNetRegMr request to NCCL\n"
+        "2025-Mar-02 10:00:01.100300 4411:4470 ERROR   ENC:configure_net_connector [rank 3, channel 1] failed to "
+        "register channel buffer, addr: 0x7f2200000000, len: 4194304\n"
+    )
+    assert _reading(log) == ("primary", "network", True)
 
 
 @pytest.mark.parametrize(

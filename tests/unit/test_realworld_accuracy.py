@@ -153,7 +153,8 @@ RULE_PRECISION_FLOOR = 0.99
 # right, then 114/180 after the rules written from its misses, below that; fresh15 scored once, blind, at d4b7230:
 # 87/177 = 0.49 (84 right), then 84/177 = 0.47, all right, once its three wrong answers at the threshold were capped;
 # fresh16 scored once, blind, at 6504f67: 40/138 = 0.29 (39 right), then 60/138 = 0.43, all right, after the rules
-# written from its misses
+# written from its misses; fresh17 scored once, blind, at 39d8ac7: 99/171 = 0.58 (96 right), then 96/171 = 0.56, all
+# right, once its three wrong answers at the threshold (MPI_Init's fatal handler read as the environment) were capped
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -173,12 +174,13 @@ COVERAGE_FLOORS = {
     "fresh14": 0.60,
     "fresh15": 0.47,
     "fresh16": 0.40,
+    "fresh17": 0.53,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 17))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 18))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)

@@ -96,7 +96,8 @@ def test_a_program_error_of_the_worker_s_own_is_never_taken_for_an_echo() -> Non
 def test_a_root_only_a_carrier_exception_read_takes_the_category_its_words_say() -> None:
     v = decide(cascade(ALLOCATOR, GLOO_PEER))
     assert (v.pod, v.category, v.retryable, v.rule) == ("llm-worker-1", "gpu_oom", False, "words.category")
-    assert v.confidence < PERMANENT
+    assert v.confidence == engine.CONF_WORDS_CATEGORY < PERMANENT  # "likely", with a runner-up
+    assert v.runner_up_pod is not None
     assert any("its words are those of gpu_oom failures" in e for e in v.evidence)
 
 
