@@ -432,6 +432,9 @@ def _report_rule(report: LauncherReport | None, rules: RuleSet) -> Rule | None:
         rule = rules.classify_signal(report.signal)
     elif report.exit_code is not None:
         rule = rules.classify_exit_code(report.exit_code)
+    elif report.nonzero:
+        # an exit code it does not give: what any non-zero exit without a meaning of its own reads as (as 1 does)
+        rule = rules.classify_exit_code(1)
     return rule if rule is not None and rule.is_primary else None
 
 

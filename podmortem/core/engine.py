@@ -477,7 +477,7 @@ def _choose_reported(
     as the report's host (its name, node or address), else the member whose log carries the report (the launcher runs
     beside it, or it is the one pod); the category the report's signal or exit code names. With `placed_only` (a member
     that carries no report exited non-zero without words: it may be the process the report names), None unless a member
-    is named."""
+    is named — or the report names no process at all, which no member can be placed as."""
     rep = min(reports, key=_waited_first)
     report = rep.report
     assert report is not None
@@ -485,7 +485,9 @@ def _choose_reported(
     owner = _rank_owners(findings, assume_node_ranks=False).get(report.rank) if report.rank is not None else None
     host = report.host
     found = hosts.by_name.get(owner or "") or hosts.find(host)
-    if found is None and placed_only:
+    # A report that names no process (Open MPI's "1 process returned a non-zero exit code") places it on no other
+    # member: the launcher's log, which carries every process's output, is where that death shows.
+    if found is None and placed_only and (report.rank is not None or host):
         return None
     root = found or rep
     rule = rep.report_rule

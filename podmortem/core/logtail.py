@@ -78,7 +78,9 @@ _AGENT_WRAPPERS = (
     # exception, when the tail holds it, is the one that names the failure
     "PythonException",
 )
-# Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), srun --label (10: ),
+# Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), horovodrun's own runners
+# ([2]<stderr>:, after time.asctime()'s time with --prefix-output-with-timestamp: horovod/runner/common/util/
+# safe_shell_exec.py's prefix_connection), srun --label (10: ),
 # Ray ((RayTrainWorker pid=7315, ip=...); a task SkyPilot starts is named by its node and rank, "(head, rank=0,
 # pid=4773)", "(worker1, rank=1, pid=88, ip=...)": sky/backends/task_codegen.py, RayCodeGen._add_ray_task), pdsh
 # under DeepSpeed's multi-node runner (the host: "gpu004: ", "10.0.0.7: " — lower case with a digit, so that no
@@ -86,8 +88,9 @@ _AGENT_WRAPPERS = (
 # ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "), a bare stream tag ("[stderr]"). The
 # rank prefix [rankN]: is read separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
-    r"^(?:\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\[std(?:out|err)\]"
-    r"|\((?:[\w.-]+(?:, rank=\d+,)? )?pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"^(?:\[default\d+\]:"
+    r"|(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[\d+(?:,\d+)?\]<std(?:out|err)>:"
+    r"|\[std(?:out|err)\]|\((?:[\w.-]+(?:, rank=\d+,)? )?pid=\d+[^)]{0,80}\)|\d{1,5}:"
     r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
     r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )
@@ -146,9 +149,12 @@ _OMPI_NOTICED = re.compile(
     r"noticed that process rank (\d{1,7}) with PID \S{1,20} on node ([\w.-]{1,253}) exited(?:\s{1,20}on\s{1,20}signal"
     r" (\d{1,2}))?"
 )
+# ORTE names the process "[[29973,1],0]" (its job family and job, then its rank); PRRTE (Open MPI 5's prterun) by its
+# job's namespace, then its rank: "[prterun-node1-4711@1,0]" (src/util/name_fns.c, prte_util_print_name_args), and
+# breaks the line after "status," (schizo/prte/help-prun.txt, [prun:non-zero-exit]).
 _OMPI_FIRST = re.compile(
-    r"processes exited with non-zero status, thus causing[\s\S]{0,300}?Process name:\s{0,20}\[\[\d{1,10},\d{1,10}\],"
-    r"(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
+    r"processes exited with non-zero status,\s{1,20}thus causing[\s\S]{0,300}?Process name:\s{0,20}"
+    r"\[(?:\[\d{1,10},\d{1,10}\]|[\w.@-]{1,200}),(\d{1,7})\]\s{0,20}Exit code:\s{0,20}(\d{1,3})"
 )
 # Horovod's launcher (horovodrun over gloo, elastic or not) in the same words, naming the process by its host and slot
 # ("Process name: worker-1[0]"); a process it ran through a shell and that was killed reports 128 + the signal.
@@ -194,6 +200,8 @@ class LauncherReport:
     # the launcher lost the daemon of the process's node (Open MPI's ORTE/PRRTE), or a parameter server its heartbeats:
     # the member went away, not a death the process reported
     node_lost: bool = False
+    # a non-zero exit code the report does not give (Open MPI's "1 process returned a non-zero exit code")
+    nonzero: bool = False
 
 
 def launcher_report(text: str) -> LauncherReport | None:
@@ -226,7 +234,7 @@ def launcher_report(text: str) -> LauncherReport | None:
             sig, code = (code - 128 if code > 128 else code), None
         return LauncherReport(_line_at(text, m.start()), rank, m.group(2), sig, code)
     if m := _OMPI_NONZERO.search(text):
-        return LauncherReport(_line_at(text, m.start()))
+        return LauncherReport(_line_at(text, m.start()), nonzero=True)
     return _lost_node(text)
 
 

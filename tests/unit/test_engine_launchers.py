@@ -469,3 +469,110 @@ def test_a_report_s_aligned_fields_are_no_exceptions() -> None:
     f = assess(member("w-0", 0, log))
     assert (f.role, f.category, f.rule.id if f.rule else "") == ("primary", "infra", "log.kube-warnings")
     assert f.rule is not None and f.rule.weak
+
+
+ORTE_NO_DAEMON = (
+    '[w-0:00412] Warning: could not find environment variable "LD_PRELOAD"\n{}\n'
+    "--------------------------------------------------------------------------\n"
+    "ORTE was unable to reliably start one or more daemons.\n"
+    "This usually is caused by:\n"
+)
+OOB_UNCONNECTED = (
+    "------------------------------------------------------------\n"
+    "{}\n"
+    "  Local host:    node-a7\n"
+    "  Remote host:   node-b3\n"
+    "This is usually caused by a firewall on the remote host. Please\n"
+    "check that any firewall (e.g., iptables) has been disabled and\n"
+    "try again.\n"
+    "------------------------------------------------------------\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "category"),
+    [
+        # mpirun starts its daemon on each other host through ssh; that host's shell not finding it: the MPI
+        # installation is not on the PATH a non-interactive shell sees (the image or the job's environment)
+        (ORTE_NO_DAEMON.format("bash: orted: command not found"), "user_code"),
+        (ORTE_NO_DAEMON.format("sh: 1: orted: not found"), "user_code"),
+        (ORTE_NO_DAEMON.format("zsh: command not found: orted"), "user_code"),
+        (ORTE_NO_DAEMON.format("bash: /opt/openmpi-4.1/bin/orted: No such file or directory"), "user_code"),
+        (ORTE_NO_DAEMON.format("bash: prted: command not found"), "user_code"),
+        # MPICH's Hydra starts its proxy by the absolute path of its own install
+        ("bash: /opt/mpich-4.1/bin/hydra_pmi_proxy: No such file or directory\n", "user_code"),
+        # its out-of-band channel (ORTE's, PRRTE's) tried every address the peer published and none connected: the
+        # path between the hosts, a firewall most often (a host that is down reads the same)
+        (
+            OOB_UNCONNECTED.format("A process or daemon was unable to complete a TCP connection\nto another process:"),
+            "network",
+        ),
+        (OOB_UNCONNECTED.format("A daemon was unable to complete a TCP connection\nto another daemon:"), "network"),
+    ],
+)
+def test_open_mpi_s_daemons_that_did_not_start_say_why_in_their_own_words(tail: str, category: str) -> None:
+    """Open MPI's banner that its daemons did not start lists several causes; the word before it (the remote shell's,
+    the out-of-band channel's) says which. Never certain, and retryable as the family is."""
+    pod, got, retryable, confidence = _beside_waiters(tail)
+    assert (pod, got, retryable) == ("w-1", category, category == "network")
+    assert confidence < 0.9
+
+
+def test_horovod_s_hosts_without_an_interface_in_common_is_the_network() -> None:
+    """horovodrun has each host probe the next one's interfaces before the job starts; none reached by all: the path
+    between the hosts (or the interfaces given), whatever exception type carries it."""
+    tail = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/bin/horovodrun", line 8, in <module>\n'
+        "Exception: Unable to find a set of common task-to-task communication interfaces: "
+        "[(0, {'ib0': [('192.168.7.2', 41234)]}), (1, {'eth0': [('10.1.0.9', 40111)]})]\n"
+    )
+    pod, category, retryable, confidence = _beside_waiters(tail)
+    assert (pod, category, retryable) == ("w-1", "network", True)
+    assert confidence < 0.9
+
+
+@pytest.mark.parametrize("name", ["[[29973,1],2]", "[prterun-gpu-a-77@1,2]", "[prterun-gpu-a-77,2]"])
+def test_open_mpi_s_first_non_zero_exit_names_its_rank_in_either_runtime_s_words(name: str) -> None:
+    """mpirun names the first process that exited non-zero: ORTE by its job family, job and rank, PRRTE (Open MPI 5)
+    by its job's namespace and rank. Either way the member that hosts that rank is the one that failed."""
+    report = (
+        "prterun detected that one or more processes exited with non-zero status,\nthus causing the job to be "
+        f"terminated. The first process to do so was:\n\n   Process name: {name}\n   Exit code:    3\n"
+    )
+    hosting = "[rank2]: epoch 3 step 120 loss 0.71\n"
+    v = decide(_incident(member("w-0", 0, report), member("w-1", 1, WATCHDOG), member("w-2", 2, hosting)))
+    assert (v.pod, v.category, v.retryable) == ("w-2", "user_code", False)
+
+
+def test_open_mpi_s_report_of_an_unnamed_non_zero_exit_is_a_process_s_own_failure() -> None:
+    """mpirun's "1 process returned a non-zero exit code" names neither the process nor its code: a process of the
+    job ended non-zero, as much as a bare exit code says (the program's, weakly) — not a hang among the peers that
+    waited, even beside a member that exited without words. Its log carries the processes' own output."""
+    report = (
+        "step 12 done\n"
+        "--------------------------------------------------------------------------\n"
+        "Primary job  terminated normally, but 1 process returned\n"
+        "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+        "--------------------------------------------------------------------------\n"
+    )
+    v = decide(_incident(member("w-0", 0, WATCHDOG), member("w-1", 1, report), member("w-2", 2, "")))
+    assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
+    assert v.confidence < LOW_CONFIDENCE
+
+
+@pytest.mark.parametrize("stamp", ["", "Mon Jul  3 09:14:07 2023"])
+def test_horovod_s_rank_tag_on_each_line_hides_no_exception(stamp: str) -> None:
+    """horovodrun's own runners tag each line a process prints with its rank and stream ("[2]<stderr>:"), after the
+    time with --prefix-output-with-timestamp: the traceback under the tags is the process's own."""
+    lines = [
+        "[2]<stdout>:epoch 1",
+        "[2]<stderr>:Traceback (most recent call last):",
+        '[2]<stderr>:  File "/work/train.py", line 40, in <module>',
+        "[2]<stderr>:    lookup[name]",
+        "[2]<stderr>:KeyError: 'resnet18'",
+    ]
+    tail = "".join(f"{stamp}{line}\n" for line in lines) + "Process 2 exit with status code 1.\n"
+    pod, category, retryable, _ = _beside_waiters(tail)
+    assert (pod, category, retryable) == ("w-1", "user_code", False)
+    assert assess(member("w-1", 1, tail)).exception_type == "KeyError"
