@@ -97,6 +97,8 @@ _ERROR_LINE = re.compile(
 # ...so a crash read from the exit status alone stays below the PermanentFailure threshold there (the capped readings'
 # value, docs/engine.md "Which verdicts may reach 0.9").
 CRASH_STATUS_BESIDE_ERROR_CAP = 0.85
+# An exception known only from the `raise` statement a cut-off traceback ends at (LogFacts.raised_at_cut).
+RAISED_AT_CUT_CAP = 0.85
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,14 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         # error: ..., error code is N" and the runtime's reason printed under it).
         if r is not None and not (r.generic and (log.stopped_first or _carries_echo(text, exc, log))):
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
+    elif log.summary_exitcode is None and log.raised_at_cut:
+        # A traceback cut off after its last frame's `raise` statement: that statement names what the process died of,
+        # unless the exception was caught and another one chained to it in the lines cut off — below the threshold.
+        exc = log.raised_at_cut
+        r = rules.classify_message(exc, exception_type_of(exc))
+        if r is not None:
+            r = dataclasses.replace(r, max_confidence=min(r.max_confidence, RAISED_AT_CUT_CAP))
+            out.append(_Cand("log", r, exc, exception_type_of(exc)))
     if log.log_rule is not None:
         # The launcher stopping the other workers after one of this pod's own exited non-zero is the
         # consequence of that exit (named above), not a teardown from outside.

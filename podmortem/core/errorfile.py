@@ -38,6 +38,7 @@ MAX_TRACEBACK_CHARS = 16384
 
 # Python prints "Type: message", never a space before the colon ("Net : Connection closed" is NCCL's).
 _EXC_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*):")
+_BARE_TYPE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*[a-z]\w*)\s*$")
 # A word followed by a number or a progress bar is a training metric ("Epoch: 3", "Steps:  0%|"), not an exception,
 # unless the word is named like one (KeyError: 0).
 _METRIC_VALUE = re.compile(r"\s*[-+]?\d")
@@ -55,9 +56,14 @@ _FIELD = re.compile(rb'"(message|py_callstack|timestamp|errorCode)"\s*:\s*')
 
 
 def exception_type_of(message: str) -> str:
-    """'ValueError: x' -> 'ValueError'; 'torch.OutOfMemoryError: ...' -> 'torch.OutOfMemoryError'."""
+    """'ValueError: x' -> 'ValueError'; 'torch.OutOfMemoryError: ...' -> 'torch.OutOfMemoryError'; a name alone,
+    named like an exception ('AssertionError', 'pkg.EmptySplitError'), is Python's line for an exception with no
+    message (traceback.format_exception_only prints the name only when str(exc) is empty)."""
     m = _EXC_TYPE.match(message)
     if not m:
+        bare = _BARE_TYPE.match(message)
+        if bare and bare.group(1).rsplit(".", 1)[-1].endswith(_EXCEPTION_SUFFIXES):
+            return bare.group(1)
         return ""
     name = m.group(1)
     # A bare word before ':' that is not exception-like ("Process 12 got signal: 15") is no type.

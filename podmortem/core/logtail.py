@@ -26,6 +26,22 @@ _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)
 _SUMMARY_ENTRY = re.compile(r"^\[\d+\]:$")
 _SUMMARY_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
+# A traceback's frame line ('  File "x.py", line 3, in f'): the exception line comes at most a few lines after the
+# last frame (its source line, and Python 3.11's caret line, between), so a name alone there is the exception with no
+# message.
+_FRAME = re.compile(r'^\s*File "[^"\n]{1,500}", line \d+')
+FRAME_TO_EXCEPTION = 3
+# A frame's source line that raises an exception by its class: 'raise RuntimeError("... twice!")' (the arguments as
+# written, up to the call's closing parenthesis at the end of the line, or nothing for a class raised bare).
+_RAISE = re.compile(r"^\s*raise ((?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?:\((.*?)\)?)?\s*(?:from \w+\s*)?$")
+# An exception's class as str(type(e)) prints it, the way a framework logs one it catches and re-raises: OneFlow's
+# nn.Graph logs "build graph got error: " + sys_exc_error_msg(), which is str(exc_info[0]) + " " + str(exc_info[1])
+# (python/oneflow/nn/graph/util.py) — "<class 'oneflow._oneflow_internal.exception.CheckFailedException'> ...".
+_CLASS_REPR = re.compile(r"<class '((?:[A-Za-z_]\w*\.)*[A-Z]\w*)'>")
+# ...read as the process's failure where the words before it report an error (TensorFlow's Coordinator: "Error reported
+# to Coordinator: %s, %s" with type(ex), tensorflow/python/training/coordinator.py), not where a class is only named
+# ("retrying after <class 'ConnectionResetError'>").
+_REPORTS_ERROR = re.compile(r"(?i)error|fail|exception")
 # torchelastic's error handler printing an error file as JSON: its "message" field is the error file's message, the
 # exception line of the process that failed ("RuntimeError: Permission denied"), as a JSON string.
 _ERROR_JSON_MESSAGE = re.compile(r'^\s*"message": ("(?:[^"\\]|\\.)*")\s*,?\s*$')
@@ -65,14 +81,16 @@ _AGENT_WRAPPERS = (
 # Line prefixes launchers add: torchrun --tee ([default0]:), mpirun ([1,0]<stderr>:), horovodrun's own runners
 # ([2]<stderr>:, after time.asctime()'s time with --prefix-output-with-timestamp: horovod/runner/common/util/
 # safe_shell_exec.py's prefix_connection), srun --label (10: ),
-# Ray ((RayTrainWorker pid=7315, ip=...)), pdsh under DeepSpeed's multi-node runner (the host: "gpu004: ",
-# "10.0.0.7: " — lower case with a digit, so that no exception type is taken for a host), TorchX
+# Ray ((RayTrainWorker pid=7315, ip=...); a task SkyPilot starts is named by its node and rank, "(head, rank=0,
+# pid=4773)", "(worker1, rank=1, pid=88, ip=...)": sky/backends/task_codegen.py, RayCodeGen._add_ray_task), pdsh
+# under DeepSpeed's multi-node runner (the host: "gpu004: ", "10.0.0.7: " — lower case with a digit, so that no
+# exception type is taken for a host), TorchX
 # ("trainer/0 [1]:"), Determined ("[2024-02-27T21:35:32.106313Z] fa88a9df || "), a bare stream tag ("[stderr]"). The
 # rank prefix [rankN]: is read separately (it names the rank).
 _LAUNCHER_PREFIX = re.compile(
     r"^(?:\[default\d+\]:"
     r"|(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[\d+(?:,\d+)?\]<std(?:out|err)>:"
-    r"|\[std(?:out|err)\]|\(\w+ pid=\d+[^)]{0,80}\)|\d{1,5}:"
+    r"|\[std(?:out|err)\]|\((?:[\w.-]+(?:, rank=\d+,)? )?pid=\d+[^)]{0,80}\)|\d{1,5}:"
     r"|(?=[a-z0-9.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: (?=\S)|[\w-]{1,40}/\d{1,5} \[\d{1,5}\]:"
     r"|\[\d{4}-\d\d-\d\dT[\d:.]{1,20}Z?\] [0-9a-f]{6,16} \|\| )\s?"
 )
@@ -296,6 +314,8 @@ class LogFacts:
     exceptions: dict[int, str] = field(default_factory=dict)  # global rank -> its last exception line
     exception_order: tuple[int, ...] = ()  # ranks in the order their exceptions appear
     loose_exceptions: tuple[str, ...] = ()  # exception lines with no rank prefix (not the agent's wrapper)
+    # The tail ends at a traceback's `raise` statement, its exception line cut off: "Type: arguments as written".
+    raised_at_cut: str = ""
     ranks_seen: frozenset[int] = frozenset()
     log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
     agent_exitcode: int | None = None  # the first worker exit code the agent logged (negative: a signal)
@@ -527,6 +547,21 @@ def _entry(fields: dict[str, list[str]]) -> tuple[int | None, int | None, str]:
     return rank, code, exc_line
 
 
+def _class_said(line: str) -> str:
+    """An exception named by its class in `line` ("... got error: <class 'pkg.CheckFailedException'> detail"), in
+    Python's own form "pkg.CheckFailedException: detail" (the words around it when nothing follows); "" when the class
+    named is not named like an exception."""
+    m = _CLASS_REPR.search(line)
+    if (
+        m is None
+        or not exception_type_of(m.group(1))
+        or m.group(1).endswith(_AGENT_WRAPPERS)
+        or not _REPORTS_ERROR.search(line, 0, m.start())
+    ):
+        return ""
+    return f"{m.group(1)}: {line[m.end() :].strip() or line[: m.start()].strip()}"
+
+
 def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, full: bool = True) -> LogFacts:
     """Facts from a log tail. `near` (any time of the pod) places glog lines, which carry no year, in
     time; None skips them. `full=False` only applies the `log` rules (the cheap part)."""
@@ -543,6 +578,9 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     others: list[dict[str, list[str]]] = []  # entries of the summary's "Failures:" section
     in_summary = in_failures = False
     current = ""
+    n = 0
+    frame_at = -FRAME_TO_EXCEPTION - 1  # the line number of the last traceback frame
+    raised: tuple[int, str] | None = None  # the last frame's `raise` statement: its line number and the exception
     for raw in text.splitlines():
         line = _LAUNCHER_PREFIX.sub("", raw.rstrip(), count=1)
         if not line:
@@ -574,13 +612,30 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
                 summary["traceback"].append(line)
             continue
         head = line[:1]
+        rm = _RANK_LINE.match(line) if head == "[" else None
+        body = rm.group(2) if rm else line
+        n += 1
+        after_frame = n - frame_at <= FRAME_TO_EXCEPTION
+        if _FRAME.match(body):
+            frame_at = n
+        elif after_frame and "raise " in body and (rs := _RAISE.match(body)) and exception_type_of(rs.group(1)):
+            cls, args = rs.group(1), rs.group(2) or ""
+            raised = None if cls.endswith(_AGENT_WRAPPERS) else (n, f"{cls}: {args}".rstrip(": "))
+        if "<class '" in body and (said := _class_said(body)):
+            if rm:
+                r = int(rm.group(1))
+                if r not in exceptions:
+                    order.append(r)
+                exceptions[r] = said
+            else:
+                loose.append(said)
+            continue
         if head == "[":
-            rm = _RANK_LINE.match(line)
             if rm:
                 content = rm.group(2)
                 if (
                     content[:1] not in (" ", "\t", "[")
-                    and ": " in content
+                    and (": " in content or (after_frame and ":" not in content))
                     and not content.startswith("Traceback")
                     and exception_type_of(content)
                 ):
@@ -613,10 +668,11 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         if "Root Cause (first observed failure)" in line:
             summary, in_summary, current = {}, True, ""
             continue
-        if ": " in line and not line.startswith("Traceback"):
+        if (": " in line or (after_frame and ":" not in line)) and not line.startswith("Traceback"):
             etype = exception_type_of(line)
             if etype and not etype.endswith(_AGENT_WRAPPERS):
                 loose.append(line)
+    raised_at_cut = raised[1] if raised is not None and raised[0] == n else ""
     other_failures = tuple(_entry(o) for o in others)
     agent_code = _agent_exit(text)
     desync = collective_desync(text)
@@ -637,6 +693,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         exceptions=exceptions,
         exception_order=tuple(order),
         loose_exceptions=tuple(loose),
+        raised_at_cut=raised_at_cut,
         ranks_seen=frozenset(ranks),
         log_rule=log_rule,
         other_failures=other_failures,
@@ -669,6 +726,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         exceptions=exceptions,
         exception_order=tuple(order),
         loose_exceptions=tuple(loose),
+        raised_at_cut=raised_at_cut,
         ranks_seen=frozenset(ranks),
         log_rule=log_rule,
         other_failures=other_failures,

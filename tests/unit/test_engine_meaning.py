@@ -2262,6 +2262,11 @@ def test_a_launcher_or_runtime_report_of_an_own_failure_is_no_hang(own: str, cat
         # its launcher saying it exited 0, and a status that is not an error
         "INFO ApplicationMaster: Task 1 exited with status 0",
         "train.exe ended prematurely and may have crashed. exit code 0",
+        # an exception's class name that no traceback raised: alone with no frame above it, listed in a config dump,
+        # named where no error is reported (a client retrying)
+        "step 1200 loss 0.41\nRuntimeError\nstep 1210 loss 0.40",
+        "optimizer: <class 'torch.optim.adamw.AdamW'>\nstep 1210 loss 0.40",
+        "step 1200 loss 0.41\nhttp client retrying (attempt 2 of 5) after <class 'ConnectionResetError'>",
     ],
 )
 def test_a_pod_with_no_failure_of_its_own_beside_ranks_that_waited_is_still_the_hang(quiet: str) -> None:
@@ -2451,3 +2456,106 @@ def test_a_failure_s_family_in_an_allocator_s_a_scheduler_s_or_a_monitor_s_words
     v = _one(log)
     assert v.category == category
     assert v.confidence < 0.9 or category == "host_oom"
+
+
+# --- a traceback's last words in the forms Python and the frameworks print them ------------------------------------
+
+FRAMES = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/data.py", line 40, in __init__\n'
+    "    assert len(self.samples) >= self.batch_size\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("own", "exception_type"),
+    [
+        # an exception with no message: Python prints its name alone under the frames (an `assert` without text)
+        (FRAMES + "AssertionError", "AssertionError"),
+        # a class of the program's own, printed with its module
+        (FRAMES + "datasets.builder.EmptySplitError", "datasets.builder.EmptySplitError"),
+        # copied with the indentation lost
+        (
+            'File "/srv/app/data.py", line 40, in __init__\nassert len(self.samples) >= 2\nAssertionError',
+            "AssertionError",
+        ),
+        # each line behind torch's rank prefix, or behind a Ray task's ("(name pid=N)"; SkyPilot names its task by
+        # node and rank: "(head, rank=0, pid=N)", "(worker1, rank=1, pid=N, ip=…)")
+        ("".join(f"[rank1]:{line}\n" for line in (FRAMES + "AssertionError").splitlines()), "AssertionError"),
+        (
+            "".join(f"(head, rank=1, pid=4242) {line}\n" for line in (FRAMES + "AssertionError").splitlines()),
+            "AssertionError",
+        ),
+        (
+            "".join(
+                f"(worker1, rank=1, pid=77, ip=10.0.0.2) {line}\n" for line in (FRAMES + "AssertionError").splitlines()
+            ),
+            "AssertionError",
+        ),
+        # the class as str(type(e)) prints it, the way a framework logs an exception it then re-raises
+        (
+            "[ERROR](GRAPH:Train) build graph got error: <class 'flowlib._internal.exception.CheckFailedException'> \n"
+            '  File "/src/core/op_interpreter.cpp", line 95, in Apply\n    internal_->Apply(op_expr, inputs)',
+            "flowlib._internal.exception.CheckFailedException",
+        ),
+        ("2031-01-02 10:00:00 ERROR step failed: <class 'ValueError'> shapes (3,) and (4,) not aligned", "ValueError"),
+    ],
+)
+def test_an_exception_in_python_s_other_forms_is_the_rank_s_own_failure(own: str, exception_type: str) -> None:
+    """A rank whose log ends in an exception named in a form other than "Type: message" failed on its own; the ranks
+    that waited for it timed out: the program's, not a hang."""
+    f = assess(_alone(own))
+    assert (f.role, f.category, f.exception_type) == ("primary", "user_code", exception_type)
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+
+
+def test_a_bare_interrupt_under_a_traceback_is_a_stop_not_the_program_s_failure() -> None:
+    """KeyboardInterrupt has no message: its name alone under the frames is the SIGINT a launcher sends at teardown."""
+    f = assess(
+        _alone(FRAMES.replace("assert len(self.samples) >= self.batch_size", "time.sleep(1)") + "KeyboardInterrupt")
+    )
+    assert (f.category, f.secondary) == (None, "teardown")
+
+
+@pytest.mark.parametrize(
+    ("tail", "category", "capped"),
+    [
+        # cut off after the last frame's source line: the `raise` there names the exception the rank died of, below
+        # the threshold (the lines cut off may chain another exception to it)
+        ('    raise RuntimeError("the default process group was initialised " "twice")', "user_code", True),
+        ("    raise ValueError", "user_code", True),
+        ('    raise errors.ShardError(f"shard {i} is empty") from exc', "user_code", True),
+        # not cut: the exception line after the statement says more
+        (
+            "    raise RuntimeError(msg)\n"
+            "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)",
+            "gpu_oom",
+            False,
+        ),
+    ],
+)
+def test_a_traceback_s_raise_statement_names_the_exception_its_cut_off_line_would(
+    tail: str, category: str, capped: bool
+) -> None:
+    own = 'Traceback (most recent call last):\n  File "/srv/app/train.py", line 12, in setup\n' + tail
+    assert _read(own)[:2] == ("primary", category)
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", category, False)
+    assert (v.confidence < 0.9) == capped
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        # a launcher's wrapper around the worker's exit: it says no more than that exit
+        '  File "/usr/lib/python3.10/subprocess.py", line 369, in check_call\n'
+        "    raise CalledProcessError(retcode, cmd)",
+        '  File "/usr/lib/python3/torch/distributed/launcher/api.py", line 245, in launch_agent\n'
+        "    raise ChildFailedError(",
+        "2031-01-02 10:00:00 ERROR task failed: <class 'ray.exceptions.RayTaskError'> see the worker's log",
+    ],
+)
+def test_a_launcher_s_wrapper_named_in_another_form_is_no_exception_of_the_program(wrapper: str) -> None:
+    f = assess(_alone("Traceback (most recent call last):\n" + wrapper))
+    assert f.rule is not None and f.rule.id != "python.exception"
