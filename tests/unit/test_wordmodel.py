@@ -101,10 +101,9 @@ def test_a_root_only_a_carrier_exception_read_takes_the_category_its_words_say()
     assert any("its words are those of gpu_oom failures" in e for e in v.evidence)
 
 
-def test_words_that_say_too_little_leave_the_generic_reading() -> None:
-    text = "meshrt.errors.MeshError: shard writer was refused: denied by the volume's access policy"
-    _guess, margin = MODEL.category_guess(text)
-    assert margin <= engine.WORDS_CATEGORY_MARGIN
+def test_words_the_model_does_not_know_leave_the_generic_reading() -> None:
+    text = "MeshrtZzq: qzvx wkkq"
+    assert MODEL.category_guess(text) == (None, 0.0)
     v = decide(cascade(text, GLOO_PEER))
     assert (v.category, v.rule) == ("user_code", "python.exception")
 
