@@ -224,7 +224,9 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
                 text3 = f"worker rank {grank3} died of {SIGNAL_NAMES.get(-code3, f'signal {-code3}')} (no error file)"
             if r3 is not None and r3.is_primary and not r3.weak:
                 out.append(_Cand("log", r3, text3, exception_type_of(exc3) if exc3 else "", grank3))
-    elif log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and explained_abort):
+    elif (
+        log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and explained_abort)
+    ):
         sig = -log.agent_exitcode
         r = rules.classify_signal(sig)
         if r is not None:

@@ -1423,7 +1423,7 @@ def test_an_npu_core_s_exception_is_a_kernel_s_crash_not_the_device(words: str) 
     """An Ascend AI core's exception is a kernel of the program's that faulted as it ran (CANN's guide: an illegal
     instruction, an access out of bounds, the operator's logic): a crash, not retryable, below 0.9 — not the program's
     Python error, whatever class torch_npu raises after it, and not the device."""
-    log = f"step 3\n{words}Traceback (most recent call last):\n  File \"train.py\", line 5, in <module>\n" + (
+    log = f'step 3\n{words}Traceback (most recent call last):\n  File "train.py", line 5, in <module>\n' + (
         "RuntimeError: The Inner error is reported as above.\n"
     )
     v = _three(TORN, log, TORN)
@@ -1435,14 +1435,15 @@ def test_an_npu_core_s_exception_is_a_kernel_s_crash_not_the_device(words: str) 
     "line",
     [
         # SageMaker's Python SDK reporting the training job's failure reason, in its older and newer forms
-        "ValueError: Error for Training job lm-2030-01-01: Failed Reason: CapacityError: Unable to provision requested ML "
-        "compute capacity. Please retry using a different ML instance type.",
-        "sagemaker.exceptions.CapacityError: Error for Training job lm-2030-01-01: Failed. Reason: CapacityError: Unable "
-        "to provision requested ML compute capacity.",
+        "ValueError: Error for Training job lm-2030-01-01: Failed Reason: CapacityError: Unable to provision "
+        "requested ML compute capacity. Please retry using a different ML instance type.",
+        "sagemaker.exceptions.CapacityError: Error for Training job lm-2030-01-01: Failed. Reason: CapacityError: "
+        "Unable to provision requested ML compute capacity.",
         # EC2's and Compute Engine's words for no capacity, and EC2's for the account's limit reached
         "botocore.exceptions.ClientError: An error occurred (InsufficientInstanceCapacity) when calling the "
         "RunInstances operation: We currently do not have sufficient p4d.24xlarge capacity in the zone you requested.",
-        "botocore.exceptions.ClientError: An error occurred (VcpuLimitExceeded) when calling the RunInstances operation",
+        "botocore.exceptions.ClientError: An error occurred (VcpuLimitExceeded) when calling the RunInstances "
+        "operation",
         "RuntimeError: ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/p/zones/us-central1-a' does not have enough "
         "resources available to fulfill the request. Try a different zone, or try again later.",
     ],
@@ -1460,7 +1461,7 @@ def test_a_platform_client_s_report_of_its_remote_job_is_not_the_program_s_own_e
     whatever its reason names — not a program error of the worker's own at 0.9."""
     line = (
         "ValueError: Error for Training job lm-2030-01-01: Failed. Reason: AlgorithmError: ExecuteUserScriptError: "
-        "Command \"/usr/bin/python3 train.py\""
+        'Command "/usr/bin/python3 train.py"'
     )
     v = _three(TORN, f"{TB}{line}\n", TORN)
     assert v.pod == "llm-worker-1"
