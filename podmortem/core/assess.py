@@ -185,8 +185,10 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
     # shows the member lost a peer or timed out is that echo, not a crash of its own. ProcessGroupNCCL's
     # heartbeat monitor aborts the process whose own watchdog got stuck the same way: beside a hang of its
     # own, the abort is how that hang ended.
-    echo_abort = log.log_rule is not None and (
-        log.log_rule[0].secondary in ("timeout", "peer", "store") or log.log_rule[0].category == "hang"
+    # A runtime that found its device faulted aborts the process the same way (ROCm's prints its hardware exception,
+    # then std::abort()): beside a device fault in its own log, the abort is how that fault ended.
+    explained_abort = log.log_rule is not None and (
+        log.log_rule[0].secondary in ("timeout", "peer", "store") or log.log_rule[0].category in ("hang", "hardware")
     )
     if log.summary_exitcode is not None:
         code, grank = log.summary_exitcode, log.summary_rank
@@ -194,7 +196,7 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         exc = exc or log.summary_exception
         if code < 0:
             sig = -code
-            r = None if (sig == 6 and echo_abort) else rules.classify_signal(sig)
+            r = None if (sig == 6 and explained_abort) else rules.classify_signal(sig)
             if r is not None:
                 name = SIGNAL_NAMES.get(sig, f"signal {sig}")
                 out.append(_Cand("log", r, f"worker rank {grank} died of {name} (no error file)", "", grank))
@@ -217,12 +219,14 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
             if exc3:
                 r3 = rules.classify_message(exc3, exception_type_of(exc3))
                 text3 = exc3
-            elif code3 is not None and code3 < 0 and not (code3 == -6 and echo_abort):
+            elif code3 is not None and code3 < 0 and not (code3 == -6 and explained_abort):
                 r3 = rules.classify_signal(-code3)
                 text3 = f"worker rank {grank3} died of {SIGNAL_NAMES.get(-code3, f'signal {-code3}')} (no error file)"
             if r3 is not None and r3.is_primary and not r3.weak:
                 out.append(_Cand("log", r3, text3, exception_type_of(exc3) if exc3 else "", grank3))
-    elif log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and echo_abort):
+    elif (
+        log.agent_exitcode is not None and log.agent_exitcode < 0 and not (log.agent_exitcode == -6 and explained_abort)
+    ):
         sig = -log.agent_exitcode
         r = rules.classify_signal(sig)
         if r is not None:
@@ -280,7 +284,7 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         if r is not None:
             out.append(_Cand("termination", r, f"container {t.reason} (exit code {t.exit_code})"))
         code2 = t.exit_code if t.exit_code is not None else (128 + t.signal if t.signal else None)
-        if code2 and not (code2 == 128 + 6 and echo_abort):
+        if code2 and not (code2 == 128 + 6 and explained_abort):
             r = rules.classify_exit_code(code2)
             if (
                 r is not None

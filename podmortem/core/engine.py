@@ -259,18 +259,31 @@ def _failed_check_in_worker(root: Finding) -> bool:
     )
 
 
+# A platform client reporting that the job it launched failed there, as its status check raises it: SageMaker's Python
+# SDK ("Error for Training job NAME: Failed. Reason: AlgorithmError: ..."; sagemaker-core's common_utils.py,
+# _check_job_status, raising UnexpectedStatusException, a ValueError by class, as older SDKs raised ValueError itself).
+# The class is the client's, the failure the remote job's, whatever its reason names: not the program's own logic.
+_REMOTE_JOB_FAILED = re.compile(r"\bError for [A-Z][\w ]{0,40} job \S+: \w+\.? Reason: ")
+
+
+def _reports_remote_job(root: Finding) -> bool:
+    return _REMOTE_JOB_FAILED.search(root.text) is not None
+
+
 def _clear_own_exception(root: Finding, ordered: Sequence[Finding], others_echo: bool) -> bool:
     """The worker raised a program error of its own — in its error file, or as the traceback in its own log (torch's
     summary then shows `exitcode: 1` with no error file) —, nobody else failed on their own in words of their own (a
     peer's NCCL error its death explains is its echo: `_explained_by`), and
     every other member's failure is a known echo: the case a retry cannot fix, said plainly. Not an AssertionError a
-    DataLoader re-raised from its worker (`_failed_check_in_worker`)."""
+    DataLoader re-raised from its worker (`_failed_check_in_worker`), nor a platform client's report of a remote job's
+    failure (`_reports_remote_job`)."""
     return (
         others_echo
         and all(_only_exited(f) or _explained_by(f, root) for f in ordered[1:])
         and root.source in ("error file", "log")
         and root.exception_type.rsplit(".", 1)[-1] in PROGRAM_ERRORS
         and not _failed_check_in_worker(root)
+        and not _reports_remote_job(root)
     )
 
 

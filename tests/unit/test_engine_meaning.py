@@ -13,6 +13,7 @@ from podmortem.core.engine import decide
 from podmortem.core.model import Incident, JobRef, Member, Termination, Verdict
 
 T0 = 1_800_000_000.0
+TB = 'step 40 loss 2.21\nTraceback (most recent call last):\n  File "train.py", line 88, in <module>\n'
 
 
 def _alone(log: str, exit_code: int = 1) -> Member:
@@ -1378,6 +1379,100 @@ def test_a_tpu_that_halted_on_the_program_s_own_check_is_a_crash_not_the_chip(li
 def test_a_gpu_queue_found_hung_stays_the_device_s() -> None:
     line = "HW Exception by GPU node-2 (Agent handle: 0x5f) reason :GPU Hang"
     assert _read(f"step 1\n{line}\n")[1] == "hardware"
+
+
+@pytest.mark.parametrize("reason", ["GPU Hang", "ECC"])
+def test_the_abort_rocm_ends_a_device_fault_with_is_that_fault_not_a_crash(reason: str) -> None:
+    """ROCm's runtime prints its hardware exception and then aborts the process: torchrun's word that the worker died
+    of SIGABRT (-6), the container's 134, are how the device fault ended — the device's, retryable, below 0.9."""
+    log = (
+        "step 9120 loss 1.02\n"
+        f"HW Exception by GPU node-3 (Agent handle: 0x7f3a) reason :{reason}\n"
+        "E0101 10:00:00.100000 77 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) "
+        "local_rank: 0 (pid: 78) of binary: /usr/bin/python\n"
+    )
+    f = assess(_alone(log, exit_code=134))
+    assert (f.role, f.category) == ("primary", "hardware")
+    v = _three(TORN, log, TORN)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "hardware", True)
+    assert v.confidence < 0.9
+
+
+def test_a_bare_abort_with_no_device_fault_beside_it_stays_a_crash() -> None:
+    """The same agent line without the runtime's hardware exception: the abort is the process's own crash."""
+    log = (
+        "step 9120 loss 1.02\n"
+        "E0101 10:00:00.100000 77 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) "
+        "local_rank: 0 (pid: 78) of binary: /usr/bin/python\n"
+    )
+    assert _read(log)[1] == "crash"
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        # the hardware task scheduler's exception record, then torch_npu's carrier exception
+        "EXCEPTION STREAM:\n  Message info[0]:RTS_HWTS: aicore exception, slot_id=4, stream_id=2\n",
+        # CANN's error code with the core's exception, a vector core's as well
+        "EZ9999: Inner Error!\nEZ9999: The error from device(chipid:1, dieId:0), serial number is 7, there is an aivec "
+        "error exception, core id is 2, error code = 0x10\n",
+        "[ERROR] RUNTIME Aicore kernel execute failed, device_id=1, stream_id=9, task_id=31\n",
+    ],
+)
+def test_an_npu_core_s_exception_is_a_kernel_s_crash_not_the_device(words: str) -> None:
+    """An Ascend AI core's exception is a kernel of the program's that faulted as it ran (CANN's guide: an illegal
+    instruction, an access out of bounds, the operator's logic): a crash, not retryable, below 0.9 — not the program's
+    Python error, whatever class torch_npu raises after it, and not the device."""
+    log = f'step 3\n{words}Traceback (most recent call last):\n  File "train.py", line 5, in <module>\n' + (
+        "RuntimeError: The Inner error is reported as above.\n"
+    )
+    v = _three(TORN, log, TORN)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "crash", False)
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # SageMaker's Python SDK reporting the training job's failure reason, in its older and newer forms
+        "ValueError: Error for Training job lm-2030-01-01: Failed Reason: CapacityError: Unable to provision "
+        "requested ML compute capacity. Please retry using a different ML instance type.",
+        "sagemaker.exceptions.CapacityError: Error for Training job lm-2030-01-01: Failed. Reason: CapacityError: "
+        "Unable to provision requested ML compute capacity.",
+        # EC2's and Compute Engine's words for no capacity, and EC2's for the account's limit reached
+        "botocore.exceptions.ClientError: An error occurred (InsufficientInstanceCapacity) when calling the "
+        "RunInstances operation: We currently do not have sufficient p4d.24xlarge capacity in the zone you requested.",
+        "botocore.exceptions.ClientError: An error occurred (VcpuLimitExceeded) when calling the RunInstances "
+        "operation",
+        "RuntimeError: ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/p/zones/us-central1-a' does not have enough "
+        "resources available to fulfill the request. Try a different zone, or try again later.",
+    ],
+)
+def test_a_cloud_with_no_capacity_for_the_job_is_the_platform_not_the_program(line: str) -> None:
+    """A cloud's or its training service's word that it had no machines (or no quota left) for the job: the platform,
+    retryable, whatever client class carried it — never the program's own error at 0.9."""
+    v = _three(TORN, f"{TB}{line}\n", TORN)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "infra", True)
+    assert v.confidence < 0.9
+
+
+def test_a_platform_client_s_report_of_its_remote_job_is_not_the_program_s_own_error() -> None:
+    """SageMaker's SDK raises the remote job's failure as a ValueError by class: the client's class, the job's failure,
+    whatever its reason names — not a program error of the worker's own at 0.9."""
+    line = (
+        "ValueError: Error for Training job lm-2030-01-01: Failed. Reason: AlgorithmError: ExecuteUserScriptError: "
+        'Command "/usr/bin/python3 train.py"'
+    )
+    v = _three(TORN, f"{TB}{line}\n", TORN)
+    assert v.pod == "llm-worker-1"
+    assert v.confidence < 0.9
+
+
+def test_the_program_s_own_value_error_stays_clear() -> None:
+    """A ValueError of the program's own logic, in the same place, is still said plainly."""
+    v = _three(TORN, f"{TB}ValueError: expected a batch of 8 sequences, got 7\n", TORN)
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert v.confidence >= 0.9
 
 
 @pytest.mark.parametrize(

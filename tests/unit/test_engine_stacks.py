@@ -182,11 +182,11 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
             "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1234, emitted seq=1236",
             "hardware",
         ),
-        # an Ascend AI core's exception (a kernel that faulted on the NPU)
+        # an Ascend AI core's exception: a kernel of the program's that faulted on the NPU, not the device
         (
             "EZ9999: Inner Error!\nEZ9999: [PID: 4411] The error from device(chipId:0, dieId:0), serial number is 3, "
             "there is an aicore error exception, core id is 5, error code = 0x800000",
-            "hardware",
+            "crash",
         ),
         # Level Zero's device lost: hung, reset or removed
         (
@@ -202,7 +202,7 @@ def test_a_device_named_as_failing_in_its_stack_s_words_is_hardware(text: str) -
         # the CANN runtime's reason for an AI core's exception
         (
             "EZ9999: Inner Error!\n        rtStreamSynchronize execute failed, reason=[aicore exception]",
-            "hardware",
+            "crash",
         ),
         # torch_npu's suspected (not confirmed) memory error
         (

@@ -157,7 +157,9 @@ RULE_PRECISION_FLOOR = 0.99
 # 87/177 = 0.49 (84 right), then 84/177 = 0.47, all right, once its three wrong answers at the threshold were capped;
 # fresh16 scored once, blind, at 6504f67: 40/138 = 0.29 (39 right), then 60/138 = 0.43, all right, after the rules
 # written from its misses; fresh17 scored once, blind, at 39d8ac7: 99/171 = 0.58 (96 right), then 96/171 = 0.56, all
-# right, once its three wrong answers at the threshold (MPI_Init's fatal handler read as the environment) were capped
+# right, once its three wrong answers at the threshold (MPI_Init's fatal handler read as the environment) were capped;
+# fresh18 scored once, blind, at 9a5b76c: 84/159 = 0.53 (81 right), then 81/159 = 0.51, all right, once SageMaker's
+# CapacityError (a platform client's ValueError) was read as the cloud's capacity below the threshold
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -178,12 +180,13 @@ COVERAGE_FLOORS = {
     "fresh15": 0.47,
     "fresh16": 0.40,
     "fresh17": 0.53,
+    "fresh18": 0.50,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 18))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 19))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
