@@ -1,8 +1,9 @@
 """A failure of the pod's own in the words of a stack other than torch on CUDA: ROCm/HIP, Ascend NPUs (CANN, torch_npu,
-MindSpore), Habana Gaudi (synapse), TPUs and XLA, TensorFlow, PaddlePaddle, Intel XPU (Level Zero / Unified Runtime).
-Each stack prints the same families in words of its own: its accelerator's memory exhausted, its device or the device's
-links failing, no device to use, its launcher's word on a worker's end. The texts are written for these tests in the
-formats those tools print; each member is read the way a pod watch sees it (the log tail and the exit code)."""
+MindSpore), Habana Gaudi (synapse), TPUs and XLA, TensorFlow, PaddlePaddle, Intel XPU (Level Zero / Unified Runtime),
+and other languages' training (Rust, Julia, Lua) with the shell that runs it. Each stack prints the same families in
+words of its own: its accelerator's memory exhausted, its device or the device's links failing, no device to use, its
+launcher's word on a worker's end, its runtime's uncaught error. The texts are written for these tests in the formats
+those tools print; each member is read the way a pod watch sees it (the log tail and the exit code)."""
 
 from __future__ import annotations
 
@@ -593,3 +594,104 @@ def test_an_object_store_or_a_file_system_refusing_the_job_s_identity_is_the_pla
     v = _verdict(text + "\n")
     assert (v.pod, v.category, v.retryable) == ("w-1", "infra", True)
     assert v.confidence < PERMANENT_CONFIDENCE
+
+
+# --- other languages' training, and the shell that runs it --------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Rust's default panic hook since 1.73: the location on the first line, the message on the next
+        "epoch 2 step 310 loss 1.92\nthread 'main' panicked at src/trainer/step.rs:211:30:\n"
+        "gradient buffer length 4096 does not match parameter length 2048\n"
+        "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace",
+        # the older hook's one line, from an unnamed worker thread of a crate the trainer links
+        "thread '<unnamed>' panicked at 'called `Option::unwrap()` on a `None` value', "
+        "/root/.cargo/registry/src/github.com-1ecc6299db9ec823/tensor-graph-0.4.1/src/backward.rs:77:41\n"
+        "stack backtrace:\n   0: rust_begin_unwind",
+    ],
+)
+def test_a_rust_panic_is_a_native_crash_of_its_own_below_the_threshold(text: str) -> None:
+    """A panic is a Rust program's failed assertion, its own or a linked crate's: a native crash, the same on a
+    retry; an unwrap() of an error the environment caused reads the same, so it stays below the threshold."""
+    v = _verdict(text, exit_code=101)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "crash", False)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Julia's top-level error in a script (include's LoadError around the error, then its stack trace)
+        "ERROR: LoadError: MethodError: no method matching update!(::Adam, ::Chain{Tuple{Dense}}, ::Nothing)\n"
+        "Stacktrace:\n [1] train_epoch(model::Chain{Tuple{Dense}}, opt::Adam)\n   @ Main ~/run/train.jl:41\n"
+        "in expression starting at /home/u/run/train.jl:60",
+        # and an error thrown outside include: the type, its message, the stack trace after a blank line
+        "ERROR: BoundsError: attempt to access 3-element Vector{Float32} at index [4]\n\nStacktrace:\n"
+        " [1] getindex\n   @ ./essentials.jl:13 [inlined]",
+        # Lua's standalone interpreter ending on a script's error, with its traceback
+        "/opt/torch/bin/luajit: ./model.lua:88: attempt to index field 'weight' (a nil value)\nstack traceback:\n"
+        "        ./model.lua:88: in function 'build'\n        [C]: in function 'dofile'",
+    ],
+)
+def test_another_language_s_uncaught_error_is_the_program_s_own_below_the_threshold(text: str) -> None:
+    """Julia's and Lua's runtimes report a script's uncaught error in forms of their own: like a Python exception,
+    the program's own to fix."""
+    v = _verdict(text)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "THCudaCheck FAIL file=/build/cutorch/lib/THC/generic/THCTensorMath.cu line=141 error=8 : invalid device "
+        "function\n/usr/local/bin/luajit: cuda runtime error (8) : invalid device function at "
+        "/build/cutorch/lib/THC/generic/THCTensorMath.cu:141",
+        "terminate called after throwing an instance of 'std::runtime_error'\n  what():  launch of fused_adam failed: "
+        "cudaErrorNoKernelImageForDevice",
+        "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
+    ],
+)
+def test_a_gpu_kernel_with_no_code_for_the_device_is_the_image_s_build(text: str) -> None:
+    """A kernel the program ships that was not built for the GPU's architecture: the image's build, the same on a
+    retry on that node (a scheduler that placed it on another GPU model shares the words: below the threshold)."""
+    v = _verdict(text, exit_code=134 if "terminate" in text else 1)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Initializing distributed tasks at: 10.1.2.3:29500\nbash: torchrun: command not found",
+        "Launching on 2 nodes\n/bin/sh: 1: deepspeed: not found",
+        "sudo: accelerate: command not found",
+        "zsh: command not found: horovodrun",
+        # bash in a Chinese (mainland and Taiwan) or Russian locale
+        "bash: torchrun: 未找到命令",
+        "bash: mpirun\uff1a指令找不到",  # the Taiwanese translation's colon is full-width
+        "bash: torchrun: команда не найдена",
+    ],
+)
+def test_a_command_the_job_runs_missing_from_its_path_is_the_job_s(text: str) -> None:
+    """The shell (or sudo) could not find the launcher or program the job runs on the PATH it runs with: the image or
+    the command line, the same on a retry."""
+    v = _verdict(text)
+    assert (v.pod, v.category, v.retryable) == ("w-1", "user_code", False)
+    assert v.confidence < PERMANENT_CONFIDENCE
+
+
+def test_an_optional_tool_s_probe_not_found_before_a_peer_s_timeout_is_that_timeout() -> None:
+    """A healthy run's probe for a monitoring tool the image lacks prints the same words; the member's timeout after
+    it says what ended it."""
+    probe = "step 900 loss 0.8\n/bin/sh: nvidia-smi: command not found\n" + WATCHDOG.format(r=0)
+    f = assess(member("w-0", 0, probe))
+    assert (f.role, f.secondary) == ("secondary", "timeout")
+
+
+@pytest.mark.parametrize("word", ["已杀死", "Убит", "Tué", "Abgebrochen (Killed)", "Ucciso", "Morto (Killed)"])
+def test_the_shell_s_killed_in_another_locale_is_the_host_s_memory(word: str) -> None:
+    """bash's word for its job's SIGKILL in a translated locale, on a line of its own as in English: the kernel's OOM
+    killer, as the English word is read."""
+    v = _verdict(f"Writing metrics: /runs/exp7/metrics.jsonl\nepoch 4 step 1200 loss 0.31\n{word}")
+    assert (v.pod, v.category, v.retryable) == ("w-1", "host_oom", False)
