@@ -585,32 +585,31 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
     # OOM killer ended the worker). The caller only lost that process, but when nobody failed on their own it is the
     # one account of the death that started the job's end, and of what ended it.
     reported = [f for f in failed if f.secondary == "peer" and _RAY_KILLED_FOR_MEMORY.search(log_text(f.member))]
-    if reported:
-        f = min(reported, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
-        return _Root(
-            f,
+    torn = [f for f in failed if f.secondary == "teardown"]
+    for group, category, rule_id, decided_by, confidence, head in (
+        (
+            reported,
             "host_oom",
-            RETRYABLE["host_oom"],
             "engine.reported-death",
             "a death it reports",
             CONF_REPORTED_DEATH,
             "reports a process of the job killed by the system, its memory named first (Ray's worker exit detail); "
             "the process itself may run in another pod",
-            ("only echoes; this one reports a worker killed, most likely by the OOM killer",),
-        )
-    torn = [f for f in failed if f.secondary == "teardown"]
-    if torn:
-        f = min(torn, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
-        return _Root(
-            f,
+        ),
+        (
+            torn,
             "preemption",
-            RETRYABLE["preemption"],
             "engine.terminated-first",
             "first torn down",
             CONF_FIRST_TORN_DOWN,
             "was the first member terminated from outside (SIGTERM, no DisruptionTarget recorded)",
-            (f"first SIGTERM at {_fmt_time(f.time)}",),
-        )
+        ),
+    ):
+        if group:
+            f = min(group, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
+            said = "reports a worker killed, most likely by the OOM killer" if group is reported else "SIGTERM"
+            ev = (f"first {said} at {_fmt_time(f.time)}",)
+            return _Root(f, category, RETRYABLE[category], rule_id, decided_by, confidence, head, ev)
     f = min(failed, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
     return _Root(
         f,
