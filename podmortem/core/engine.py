@@ -586,7 +586,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
     # one account of the death that started the job's end, and of what ended it.
     reported = [f for f in failed if f.secondary == "peer" and _RAY_KILLED_FOR_MEMORY.search(log_text(f.member))]
     torn = [f for f in failed if f.secondary == "teardown"]
-    for group, category, rule_id, decided_by, confidence, head in (
+    paths: tuple[tuple[list[Finding], Category, str, str, float, str], ...] = (
         (
             reported,
             "host_oom",
@@ -604,7 +604,8 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             CONF_FIRST_TORN_DOWN,
             "was the first member terminated from outside (SIGTERM, no DisruptionTarget recorded)",
         ),
-    ):
+    )
+    for group, category, rule_id, decided_by, confidence, head in paths:
         if group:
             f = min(group, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
             said = "reports a worker killed, most likely by the OOM killer" if group is reported else "SIGTERM"
