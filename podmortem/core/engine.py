@@ -107,6 +107,7 @@ CONF_LAUNCHER_REPORT = 0.6
 CONF_NAMED_TERMINATED = 0.5  # named by victims, and it was torn down from outside
 CONF_NAMED_PEER = 0.4  # named by victims, its own failure not recorded
 CONF_FIRST_TORN_DOWN = 0.4  # only echoes; the first member SIGTERMed from outside
+CONF_REPORTED_DEATH = 0.4  # only echoes; one reports a process of the job killed, the node's memory named first
 CONF_UNREPORTED = 0.2  # only echoes; blame a member that has not reported
 CONF_EARLIEST_ECHO = 0.15  # only echoes from everyone: the earliest echo
 CONF_NO_FAILURE_PENDING = 0.5  # nothing failed, but some members have not reported
@@ -385,7 +386,15 @@ def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int
 # signal SIGTERM": its default after one of its own workers failed, in a hang most often that worker's timeout), and a
 # stop a session sends every process alike (SIGHUP as a terminal or ssh session ends, SIGINT as a user interrupts; the
 # agent's "Received 1 death signal" and the SIGHUP it forwards). The stop the kubelet sends a pod is SIGTERM.
-_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|\bSIG(HUP|INT)\b|Received [12] death signal")
+# DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) logs "Killing subprocess N" for each local rank
+# when one of them exited non-zero, as the agent's closing signal; when its own process was sent SIGTERM from outside
+# it also logs "Main process received SIGTERM": that stop, which a rank that never timed out gets too, stays a sign.
+_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|\bSIG(HUP|INT)\b|Received [12] death signal|Killing subprocess \d")
+_LAUNCHER_STOPPED_FROM_OUTSIDE = re.compile(r"Main process received SIGTERM")
+_RAY_KILLED_FOR_MEMORY = re.compile(r"The process is killed by SIGKILL by OOM killer due to high memory usage")
+# A member whose words say the other end of its connection dropped it (urllib3's "Connection aborted.", http.client's
+# "Remote end closed connection", a socket reset by its peer) lost the one it talked to: it did not go silent itself.
+_LOST_ITS_REMOTE = re.compile(r"Connection aborted\.|Remote end closed connection|Connection reset by peer")
 
 
 def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, str]]:
@@ -399,9 +408,20 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
         elif f.role == "secondary" and f.secondary == "timeout" and f.desync:
             works = ", ".join(f"rank {r} in {op} #{seq}" for r, seq, op in f.desync[:4])
             out.append((3, f, f"its own ranks timed out in different collectives ({works}): they are out of step"))
-        elif f.role == "secondary" and f.secondary == "teardown" and not _AGENT_OR_SESSION_STOP.search(f.text):
+        elif (
+            f.role == "secondary"
+            and f.secondary == "teardown"
+            and not (
+                _AGENT_OR_SESSION_STOP.search(f.text) and not _LAUNCHER_STOPPED_FROM_OUTSIDE.search(log_text(f.member))
+            )
+        ):
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
-        elif f.role == "primary" and f.weak and f.source == "termination":
+        elif (
+            f.role == "primary"
+            and f.weak
+            and f.source == "termination"
+            and not _LOST_ITS_REMOTE.search(log_text(f.member))
+        ):
             out.append((2, f, "exited without a message of its own while its peers timed out"))
         elif f.role == "unknown" and f.source == _NEVER_REPORTED:
             out.append((1, f, "never reported (neither its sidecar nor the pod's status) while every peer timed out"))
@@ -572,19 +592,38 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             "has not reported; every other failure is an echo of a peer's",
             (f"{len(unknown)} member(s) have not reported",),
         )
+    # Ray's caller of an actor or task whose worker process died (ray.get raising ActorDiedError / RayActorError): its
+    # exit detail for a worker whose connection ended without an exit of its own lists the OOM killer's SIGKILL first
+    # (the raylet's words; Ray's "Detecting Out-of-Memory errors" gives them as what ray.get raises when the kernel's
+    # OOM killer ended the worker). The caller only lost that process, but when nobody failed on their own it is the
+    # one account of the death that started the job's end, and of what ended it.
+    reported = [f for f in failed if f.secondary == "peer" and _RAY_KILLED_FOR_MEMORY.search(log_text(f.member))]
     torn = [f for f in failed if f.secondary == "teardown"]
-    if torn:
-        f = min(torn, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
-        return _Root(
-            f,
+    paths: tuple[tuple[list[Finding], Category, str, str, float, str], ...] = (
+        (
+            reported,
+            "host_oom",
+            "engine.reported-death",
+            "a death it reports",
+            CONF_REPORTED_DEATH,
+            "reports a process of the job killed by the system, its memory named first (Ray's worker exit detail); "
+            "the process itself may run in another pod",
+        ),
+        (
+            torn,
             "preemption",
-            RETRYABLE["preemption"],
             "engine.terminated-first",
             "first torn down",
             CONF_FIRST_TORN_DOWN,
             "was the first member terminated from outside (SIGTERM, no DisruptionTarget recorded)",
-            (f"first SIGTERM at {_fmt_time(f.time)}",),
-        )
+        ),
+    )
+    for group, category, rule_id, decided_by, confidence, head in paths:
+        if group:
+            f = min(group, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
+            said = "reports a worker killed, most likely by the OOM killer" if group is reported else "SIGTERM"
+            ev = (f"first {said} at {_fmt_time(f.time)}",)
+            return _Root(f, category, RETRYABLE[category], rule_id, decided_by, confidence, head, ev)
     f = min(failed, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
     return _Root(
         f,

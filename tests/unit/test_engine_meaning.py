@@ -821,12 +821,59 @@ CLOSED = (
         "shutting down workers\n",
         "W1127 06:40:02.118000 41 torch/distributed/elastic/agent/server/api.py:723] Received Signals.SIGINT death "
         "signal, shutting down workers\n",
+        # DeepSpeed's launcher killing its local ranks after one of them exited non-zero, with or without pdsh's host
+        "[2026-11-27 06:40:02,118] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 4101\n"
+        "[2026-11-27 06:40:02,120] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 4102\n",
+        "10.0.4.7: [2026-11-27 06:40:02,118] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 77\n",
     ],
 )
 def test_a_teardown_that_is_no_sign_of_a_stuck_rank_does_not_take_a_hang_s_root(stopped: str) -> None:
     """The member that timed out waited for a rank; the others were stopped in ways every rank is, stuck or not."""
     v = _three(stopped, WAITED.format(r=1), "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset")
     assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+def test_deepspeed_s_launcher_stopped_from_outside_is_still_where_a_hang_is_looked_for() -> None:
+    """The launcher kills its ranks the same way when its own process is sent SIGTERM: a stop from outside, which the
+    rank that never timed out gets too."""
+    stopped = (
+        "[2026-11-27 06:40:02,118] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 4101\n"
+        "[2026-11-27 06:40:02,121] [INFO] [launch.py:328:sigkill_handler] Main process received SIGTERM, exiting\n"
+    )
+    v = _three(WAITED.format(r=0), stopped, WAITED.format(r=2))
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [
+        # a federated client whose upload its server cut, as its own logger reports it
+        "2026-11-27 06:40:00,118 flclient ERROR - Cannot send the round's weights: ('Connection aborted.', "
+        "RemoteDisconnected('Remote end closed connection without response'))",
+        # a reporting thread whose collector went away
+        "step 1210 loss 0.409\nmetrics push failed: [Errno 104] Connection reset by peer",
+    ],
+)
+def test_a_member_whose_remote_end_dropped_it_is_no_silent_rank_of_a_hang(dropped: str) -> None:
+    """It exited with no failure any rule reads, but its words say the other end of its connection went away: it lost
+    the one it talked to, it did not stop itself. The one that timed out is where the hang is looked for."""
+    v = _three(dropped, WAITED.format(r=1), "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset")
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "[Rank 3] Watchdog caught collective\noperation timeout: WorkNCCL(SeqNum=12, OpType=BROADCAST, "
+        "Timeout(ms)=600000) ran for 600210 milliseconds before timing out.",
+        "Watchdog caught collective\n operation timeout: WorkNCCL(SeqNum=7, OpType=ALLGATHER, Timeout(ms)=600000)",
+    ],
+)
+def test_a_communicator_aborted_for_its_own_watchdog_s_timeout_waited(reason: str) -> None:
+    """torch aborts the communicator with the reason its watchdog found, and repeats it on the next call: the rank
+    timed out waiting in a collective, however the reason's words are broken over lines."""
+    text = f"RuntimeError: NCCL communicator was aborted on rank 3.  Original reason for failure was: {reason}"
+    assert assess(_alone(text)).secondary == "timeout"
 
 
 def test_the_pod_stopped_from_outside_without_timing_out_is_still_where_a_hang_is_looked_for() -> None:

@@ -1037,6 +1037,41 @@ def test_an_actor_s_death_as_its_caller_sees_it_stays_the_peer_s_echo() -> None:
     assert (assess(member("v", 0, caller)).secondary) == "peer"
 
 
+CALLER_OF_A_KILLED_ACTOR = (
+    '  File "/srv/rl/controller.py", line 88, in step\n    out = ray.get(refs)\n'
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: Learner\n"
+    "\tip: 10.0.3.12\nThe actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker "
+    "exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential "
+    "root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is "
+    "called. (3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected errors."
+)
+
+
+@pytest.mark.parametrize(
+    "others",
+    [
+        # the rest of the job's pods torn down after it, and after it the store's clients that lost their server
+        "[2026-11-27 06:40:02,118] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 4101",
+        "torch.distributed.DistStoreError: Socket Timeout",
+    ],
+)
+def test_when_only_echoes_remain_the_caller_s_report_of_a_worker_killed_for_memory_says_what_ended_it(
+    others: str,
+) -> None:
+    """The caller only lost its actor, and it stays an echo; but when nobody failed on their own, its report of the
+    worker killed — the OOM killer named first — is the one account of the death and its cause. Only likely."""
+    assert assess(member("v", 0, CALLER_OF_A_KILLED_ACTOR)).secondary == "peer"
+    v = decide(cascade(CALLER_OF_A_KILLED_ACTOR, others, victim_first=False))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "host_oom", False)
+    assert v.confidence < 0.7
+
+
+def test_the_caller_s_report_of_a_killed_worker_yields_to_a_failure_of_a_member_s_own() -> None:
+    own = 'Traceback (most recent call last):\n  File "/srv/rl/learner.py", line 40, in update\nKeyError: "advantages"'
+    v = decide(cascade(own, CALLER_OF_A_KILLED_ACTOR))
+    assert (v.pod, v.category) == ("llm-worker-1", "user_code")
+
+
 @pytest.mark.parametrize(
     "said",
     [
