@@ -78,6 +78,9 @@ FLOORS = {
     # scored once, blind, at 9a5b76c: 0.91 / 0.84 / 0.88 (n=159; docs/engine.md, "fresh18's one scoring"); a development
     # set since: provisional floors below those figures
     "fresh18": (0.89, 0.82, 0.86),
+    # scored once, blind, at 82c95c8: 0.66 / 0.71 / 0.91 (n=153; docs/engine.md, "fresh19's one scoring"); a development
+    # set since: provisional floors below its figures with the word model refitted on it (0.73 / 0.73 / 0.92)
+    "fresh19": (0.70, 0.70, 0.90),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -115,7 +118,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 19))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 20))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
