@@ -26,7 +26,8 @@ error file at all. So the engine decides in two steps:
    first one torn down from outside. Everything else becomes the list of secondary members, each with
    why it is judged a victim.
 
-Linear in the number of members (one pass to assess, one to decide); log tails are scanned once.
+Linear in the number of members (one pass to assess, one to decide; a second decision when words no rule knows
+took a member for an echo, `bench/engine_speed.py --unknown-words`); log tails are scanned once.
 
 Step 1 lives in `podmortem.core.assess`; this module is step 2. It stays one module over ~500 lines on
 purpose: its three choosers (own failures, hang, echoes), the confidence table they share and the

@@ -1281,3 +1281,109 @@ def test_a_feeder_whose_consumer_took_nothing_in_time_is_the_timeout_echo(victim
 def test_a_worker_tag_before_the_shell_s_terminated_and_a_doubled_space_change_no_reading(victim: str) -> None:
     kind = "teardown" if "Terminated" in victim else "peer"
     assert_echo_beside_any_root(victim, kind)
+
+
+# --- a socket channel's check that its transfer to a named peer moved nothing, TensorFlow's derived and closed-session
+# cancellations: echoes; a segfault inside a peer receive and C++'s bad_alloc: crash and host memory below 0.9 ------
+
+SOCKET_CHANNEL_ABORT = (
+    "F1127 06:40:00.118200    57 SocketChannel.cpp:101] Check failed: len > 0  peer=10.4.0.7 curIov=3 iovCnt=40 "
+    "iovs[curIov].base=0x7f00aa11c0de iovs[curIov].iov_len=65536\n"
+    "*** Check failure stack trace: ***\n"
+    "    @     0x7f4dc82b827d  google::LogMessage::Fail()\n"
+    "    @     0x7f4dc81153c1  paddle::SocketChannel::writev()\n"
+    "    @     0x7f4dc81163a2  paddle::ProtoClient::send()\n"
+    "Aborted (core dumped)"
+)
+
+
+@pytest.mark.parametrize("code", [134, 1])
+def test_a_native_check_that_a_socket_transfer_to_its_peer_moved_nothing_is_the_peer_s_echo(code: int) -> None:
+    """Paddle's socket channel checks the bytes each readv/writev to the peer it names moved; none moved and no errno
+    after the check is the connection to that peer closed: the abort (exit 134 or not) carries the peer's echo."""
+    f = assess(member("v", 0, SOCKET_CHANNEL_ABORT, exit_code=code))
+    assert (f.role, f.secondary) == ("secondary", "peer")
+    v = decide(
+        Incident(
+            JobRef("ml", "llm"),
+            3,
+            (
+                member("llm-worker-0", 0, SOCKET_CHANNEL_ABORT, exit_code=code, finished=T0 - 1),
+                member("llm-worker-1", 1, DEVICE_OOM_ROOT),
+                member("llm-worker-2", 2, SOCKET_CHANNEL_ABORT, exit_code=code, finished=T0 - 1),
+            ),
+        )
+    )
+    assert (v.pod, v.category) == ("llm-worker-1", "gpu_oom")
+
+
+def test_the_same_check_naming_an_errno_is_not_read_as_the_closed_connection() -> None:
+    # the errno says what failed (a timeout on the socket is not the peer closing it): other rules read it
+    timed_out = SOCKET_CHANNEL_ABORT.replace(
+        "iovs[curIov].iov_len=65536\n", "iovs[curIov].iov_len=65536: Connection timed out [110]\n"
+    )
+    f = assess(member("v", 0, timed_out, exit_code=134))
+    assert f.rule is not None and f.rule.id != "paddle.socket-peer-closed"
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # a step whose cross-device receive TensorFlow cancelled as the step was aborted for another op's failure
+        "tensorflow.python.framework.errors_impl.CancelledError:  [_Derived_]RecvAsync is cancelled.\n"
+        "\t [[{{node replica_1/loss/Mean/_88}}]] [Op:__inference_train_function_4411]",
+        # ...the same status without the marker (later TensorFlow keeps it out of the message)
+        "tensorflow.python.framework.errors_impl.CancelledError: RecvAsync is cancelled.",
+        # ...any status TensorFlow marks as derived from another
+        "tensorflow.python.framework.errors_impl.CancelledError: [_Derived_]Cancelled",
+    ],
+)
+def test_a_status_tensorflow_says_derives_from_another_failure_is_the_peer_s_echo(victim: str) -> None:
+    assert_echo_beside_any_root(victim, "peer")
+
+
+def test_a_step_cancelled_because_its_session_was_closed_is_the_teardown() -> None:
+    victim = (
+        '  File "/opt/venv/lib/python3.6/site-packages/tensorflow/python/training/queue_runner_impl.py", line 238, '
+        "in _run\n    enqueue_callable()\n"
+        "tensorflow.python.framework.errors_impl.CancelledError: Step was cancelled by an explicit call to "
+        "`Session::Close()`."
+    )
+    assert_echo_beside_any_root(victim, "teardown")
+
+
+def test_a_segfault_inside_a_receive_from_a_peer_is_a_crash_below_the_permanent_threshold() -> None:
+    """The guide's native row: a SIGSEGV is the process's own crash; inside its receive from a peer the peer's loss may
+    have set it off, which the words do not tell, so below 0.9."""
+    segv = (
+        '*** Aborted at 1795761600 (unix time) try "date -d @1795761600" if you are using GNU date ***\n'
+        "PC: @                0x0 (unknown)\n"
+        "*** SIGSEGV (@0x10) received by PID 4411 (TID 0x7f00aa11c700) from PID 16; stack trace: ***\n"
+        "    @     0x7f00aa000160 (unknown)\n"
+        "    @     0x7f00ab1170d2 rt::RpcClient::recv()\n"
+        "    @     0x7f00ab2270d2 rt::ParameterClient::pull()\n"
+    )
+    f = assess(member("v", 0, segv, exit_code=139))
+    assert (f.role, f.category) == ("primary", "crash")
+    v = decide(cascade(segv, GLOO_PEER, root_exit=139))
+    assert (v.pod, v.category) == ("llm-worker-1", "crash")
+    assert v.confidence < PERMANENT
+    # a segfault elsewhere stays the crash it is, at the threshold
+    own = segv.replace("rt::RpcClient::recv()", "rt::Tensor::Reshape()")
+    f = assess(member("v", 0, own, exit_code=139))
+    assert (f.role, f.category) == ("primary", "crash")
+    assert f.rule is not None and f.rule.max_confidence >= PERMANENT
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted",
+        "RuntimeError: std::bad_alloc",
+    ],
+)
+def test_cpp_s_bad_alloc_is_the_host_s_memory_below_the_permanent_threshold(said: str) -> None:
+    """operator new failing: the host's memory short, or a size no host has; the words alone do not say which."""
+    v = decide(cascade(said, GLOO_PEER))
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+    assert v.confidence < PERMANENT
