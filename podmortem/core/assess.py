@@ -99,6 +99,9 @@ _ERROR_LINE = re.compile(
 CRASH_STATUS_BESIDE_ERROR_CAP = 0.85
 # An exception known only from the `raise` statement a cut-off traceback ends at (LogFacts.raised_at_cut).
 RAISED_AT_CUT_CAP = 0.85
+# An exception known only from Python 2's form of a built-in class (LogFacts.py2_type_form): read by meaning, on words
+# no development line reached the threshold with.
+PY2_TYPE_FORM_CAP = 0.85
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,8 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         # one whose own detail (the lines after it) is an echo's words carries that echo (torch_npu's "NPU function
         # error: ..., error code is N" and the runtime's reason printed under it).
         if r is not None and not (r.generic and (log.stopped_first or _carries_echo(text, exc, log))):
+            if exc in log.py2_type_form:
+                r = dataclasses.replace(r, max_confidence=min(r.max_confidence, PY2_TYPE_FORM_CAP))
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
     elif log.summary_exitcode is None and log.raised_at_cut:
         # A traceback cut off after its last frame's `raise` statement: that statement names what the process died of,

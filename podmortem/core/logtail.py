@@ -37,7 +37,10 @@ _RAISE = re.compile(r"^\s*raise ((?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?:\((.*?)\)?)?\s*(
 # An exception's class as str(type(e)) prints it, the way a framework logs one it catches and re-raises: OneFlow's
 # nn.Graph logs "build graph got error: " + sys_exc_error_msg(), which is str(exc_info[0]) + " " + str(exc_info[1])
 # (python/oneflow/nn/graph/util.py) — "<class 'oneflow._oneflow_internal.exception.CheckFailedException'> ...".
-_CLASS_REPR = re.compile(r"<class '((?:[A-Za-z_]\w*\.)*[A-Z]\w*)'>")
+# Python 2 prints a built-in class as a "type" of its module "exceptions" ("<type 'exceptions.UnboundLocalError'>": a
+# type's repr is "<%s '%s.%s'>" with "type" for a built-in one, "class" for one defined in Python, as Jython's PyType
+# copies CPython 2's): the same class, named as Python 3 names it.
+_CLASS_REPR = re.compile(r"<(?:class|type) '(?:exceptions\.)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*)'>")
 # ...read as the process's failure where the words before it report an error (TensorFlow's Coordinator: "Error reported
 # to Coordinator: %s, %s" with type(ex), tensorflow/python/training/coordinator.py), not where a class is only named
 # ("retrying after <class 'ConnectionResetError'>").
@@ -316,6 +319,8 @@ class LogFacts:
     loose_exceptions: tuple[str, ...] = ()  # exception lines with no rank prefix (not the agent's wrapper)
     # The tail ends at a traceback's `raise` statement, its exception line cut off: "Type: arguments as written".
     raised_at_cut: str = ""
+    # Exception lines read from Python 2's form of a built-in class ("<type 'exceptions.ValueError'> ...").
+    py2_type_form: tuple[str, ...] = ()
     ranks_seen: frozenset[int] = frozenset()
     log_rule: tuple[Rule, str] | None = None  # first line matched by a `log` rule
     agent_exitcode: int | None = None  # the first worker exit code the agent logged (negative: a signal)
@@ -573,6 +578,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
     exceptions: dict[int, str] = {}
     order: list[int] = []
     loose: list[str] = []
+    py2: list[str] = []
     ranks: set[int] = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_MENTION.finditer(text)}
     summary: dict[str, list[str]] | None = None
     others: list[dict[str, list[str]]] = []  # entries of the summary's "Failures:" section
@@ -621,7 +627,9 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         elif after_frame and "raise " in body and (rs := _RAISE.match(body)) and exception_type_of(rs.group(1)):
             cls, args = rs.group(1), rs.group(2) or ""
             raised = None if cls.endswith(_AGENT_WRAPPERS) else (n, f"{cls}: {args}".rstrip(": "))
-        if "<class '" in body and (said := _class_said(body)):
+        if ("<class '" in body or "<type '" in body) and (said := _class_said(body)):
+            if "<type '" in body:
+                py2.append(said)
             if rm:
                 r = int(rm.group(1))
                 if r not in exceptions:
@@ -694,6 +702,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         exception_order=tuple(order),
         loose_exceptions=tuple(loose),
         raised_at_cut=raised_at_cut,
+        py2_type_form=tuple(py2),
         ranks_seen=frozenset(ranks),
         log_rule=log_rule,
         other_failures=other_failures,
@@ -727,6 +736,7 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
         exception_order=tuple(order),
         loose_exceptions=tuple(loose),
         raised_at_cut=raised_at_cut,
+        py2_type_form=tuple(py2),
         ranks_seen=frozenset(ranks),
         log_rule=log_rule,
         other_failures=other_failures,

@@ -2701,3 +2701,89 @@ def test_a_traceback_s_raise_statement_names_the_exception_its_cut_off_line_woul
 def test_a_launcher_s_wrapper_named_in_another_form_is_no_exception_of_the_program(wrapper: str) -> None:
     f = assess(_alone("Traceback (most recent call last):\n" + wrapper))
     assert f.rule is not None and f.rule.id != "python.exception"
+
+
+@pytest.mark.parametrize(
+    "warn",
+    [
+        # NCCL's socket layer refusing an address that is neither IPv4 nor IPv6 before any system call, in each
+        # release's words (socket.cc's ncclSocketInit; 2.8-2.11's connectAddress; older releases' "Error : ...")
+        "NCCL WARN ncclSocketInit: connecting to address  with family 0 is neither AF_INET(2) nor AF_INET6(10)",
+        "NCCL WARN Net : connecting to address <unknown> with family 44021 is neither AF_INET(2) nor AF_INET6(10)",
+        "NCCL WARN Error : connecting to address with family 7 is neither AF_INET(2) nor AF_INET6(10)",
+    ],
+)
+def test_nccl_handed_no_ip_address_to_connect_to_is_the_network_set_up_not_its_assertion(warn: str) -> None:
+    """The check returns NCCL's internal error, whose "Last error" is this line: the address, not the library."""
+    own = (
+        f"node3:77:91 [1] {warn}\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 12, in <module>\n'
+        "    dist.barrier()\n"
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, internal "
+        "error - please report this issue to the NCCL developers, NCCL version 2.18.1\n"
+        "ncclInternalError: Internal check failed.\n"
+        f"Last error:\n{warn.split('WARN ', 1)[1]}"
+    )
+    assert _read(own)[:2] == ("primary", "network")
+    v = _three(WAITED.format(r=0), own, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    ("said", "exception_type", "category"),
+    [
+        ("<type 'exceptions.KeyError'> : 'label'", "KeyError", "user_code"),
+        ("<type 'exceptions.MemoryError'> : ", "MemoryError", "host_oom"),
+        ("<class 'reader.BadRecordError'> : record 12 has 3 fields", "reader.BadRecordError", "user_code"),
+    ],
+)
+def test_a_native_check_that_carries_a_python_2_exception_is_that_exception(
+    said: str, exception_type: str, category: str
+) -> None:
+    """A C++ check over a Python callback quotes what the callback raised, in Python 2's form of its class: the class
+    decides, not the check that aborted on it."""
+    own = (
+        f"F0101 10:00:00.000000  4242 provider.cpp:88] Check failed: (ret) != nullptr Python Error: {said}\n"
+        "*** Check failure stack trace: ***\n"
+        "    @     0x7f00deadbeef  google::LogMessage::Fail()\n"
+    )
+    f = assess(_alone(own))
+    assert (f.role, f.category, f.exception_type) == ("primary", category, exception_type)
+    v = _three("step 9", own, "step 9")
+    assert (v.pod, v.category) == ("llm-worker-1", category)
+    assert v.confidence < 0.9 or not said.startswith("<type ")
+
+
+HDFS_UPLOAD = (
+    "25/01/01 10:00:00 INFO hdfs.DFSClient: Exception in createBlockOutputStream 10.1.0.4:50010 "
+    "java.io.IOException: Bad connect ack with firstBadLink as 10.1.0.9:50010\n"
+    "25/01/01 10:00:00 INFO hdfs.DFSClient: Abandoning block blk_-42_1001\n"
+    "25/01/01 10:00:00 INFO hdfs.DFSClient: Excluding datanode 10.1.0.9:50010\n"
+)
+
+
+def test_hdfs_unable_to_reach_a_datanode_for_an_upload_is_the_storage_below_the_threshold() -> None:
+    assert _read(HDFS_UPLOAD)[:2] == ("primary", "infra")
+    v = _three("step 9", HDFS_UPLOAD, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "infra", True)
+    assert v.confidence < 0.9
+
+
+def test_an_upload_the_hdfs_client_retried_is_no_cause_beside_the_program_s_own_failure() -> None:
+    """The client excludes the datanode and goes on: the exception the program raised after it is what it died of."""
+    own = HDFS_UPLOAD + TB + "    check(batch)\nValueError: batch 3 has 0 rows"
+    assert _read(own)[:2] == ("primary", "user_code")
+
+
+@pytest.mark.parametrize("exit_code", [1, 134])
+def test_a_crash_handler_re_raising_sigabrt_is_the_process_s_own_abort(exit_code: int) -> None:
+    """absl's raw log as the handler dies of the signal it caught: 6 is an abort, below the threshold."""
+    own = (
+        "E0101 10:00:00.100000  4242 coredump_hook.cc:411] RAW: Skipping coredump since rlimit was 0 at start.\n"
+        "E0101 10:00:00.200000  4242 process_state.cc:771] RAW: Raising signal 6 with default behavior\n"
+    )
+    f = assess(_alone(own, exit_code=exit_code))
+    assert (f.role, f.category, f.secondary) == ("primary", "crash", None)
+    assert f.rule is not None and f.rule.id == ("log.abort" if exit_code == 1 else "exit.abort")
