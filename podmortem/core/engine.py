@@ -117,7 +117,7 @@ CONF_MIN = 0.05
 # Words no rule knows (podmortem.core.wordmodel): a member whose failure only a reading of last resort found is taken
 # for a victim when its words are a victim's by this many log odds more than another failed member's; a root whose
 # category only such a reading gave takes the category its words are of by this margin over the next. Set on the
-# blind splits replayed at the commit that first saw each (docs/engine.md, "Words no rule knows").
+# blind splits replayed at the commit that first saw each (docs/engine.md, "Round 19: words no rule knows").
 WORDS_ECHO_MARGIN = 4.0
 WORDS_CATEGORY_MARGIN = 2.0
 # ...and says it at this confidence: how often such verdicts were right (pod and category) at first sight on the
@@ -600,7 +600,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
     # one account of the death that started the job's end, and of what ended it.
     reported = [f for f in failed if f.secondary == "peer" and _RAY_KILLED_FOR_MEMORY.search(log_text(f.member))]
     torn = [f for f in failed if f.secondary == "teardown"]
-    paths: tuple[tuple[list[Finding], Category, str, str, float, str], ...] = (
+    paths: tuple[tuple[list[Finding], Category, str, str, float, str, str], ...] = (
         (
             reported,
             "host_oom",
@@ -609,6 +609,7 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             CONF_REPORTED_DEATH,
             "reports a process of the job killed by the system, its memory named first (Ray's worker exit detail); "
             "the process itself may run in another pod",
+            "reports a worker killed, most likely by the OOM killer",
         ),
         (
             torn,
@@ -617,12 +618,12 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
             "first torn down",
             CONF_FIRST_TORN_DOWN,
             "was the first member terminated from outside (SIGTERM, no DisruptionTarget recorded)",
+            "SIGTERM",
         ),
     )
-    for group, category, rule_id, decided_by, confidence, head in paths:
+    for group, category, rule_id, decided_by, confidence, head, said in paths:
         if group:
             f = min(group, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))
-            said = "reports a worker killed, most likely by the OOM killer" if group is reported else "SIGTERM"
             ev = (f"first {said} at {_fmt_time(f.time)}",)
             return _Root(f, category, RETRYABLE[category], rule_id, decided_by, confidence, head, ev)
     f = min(failed, key=lambda x: (x.time if x.time is not None else math.inf, x.member.pod))

@@ -10,8 +10,8 @@ and "allocate"), read as `user_code`.
 This module holds a word model fitted on the corpus (`podmortem/offline/wordfit.py` writes `wordmodel.json`): for
 each word, how many excerpts of each kind (primary, secondary) and of each category held it. Words are the runs of
 letters of a log, split at case changes (`ConnectionResetError` -> connection, reset, error), lower-cased; only words
-that occur in excerpts from at least `min_threads` different threads are kept, so that one thread's names and paths
-say nothing. Two readings, each a naive-Bayes score over the words present:
+that occur in excerpts from at least `wordfit.MIN_THREADS` different threads are kept, so that one thread's names and
+paths say nothing. Two readings, each a naive-Bayes score over the words present:
 
 - `victim_score(text)`: log odds that the text is a victim's rather than a failure's own (> 0: a victim's).
 - `category_guess(text)`: the category whose excerpts hold these words most, and its margin in log odds over the next.
