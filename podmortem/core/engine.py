@@ -190,6 +190,27 @@ def _only_exited(f: Finding) -> bool:
     return f.weak and f.source == "termination"
 
 
+# Words by which a log says that something went wrong (a training loop's progress lines, which a rank that hung
+# leaves as its tail, say none of them).
+_SAYS_SOMETHING_FAILED = re.compile(
+    r"(?i)\b(?:error|exception|traceback|fatal|fail(?:ed|ure)?|abort(?:ed)?|assert(?:ion)?|panic(?:ked)?|killed|"
+    r"not found|no such|cannot|can't|unable|invalid|denied|refused|unexpected)\b|错误|失败|异常|杀死|エラー|失敗"
+)
+
+
+def _exited_in_words_of_its_own(f: Finding) -> bool:
+    """A member known to have failed only by its exit code, whose log says something failed in words that are those
+    of a failure of its own: not a victim's (`WordModel.victim_score` below zero), and of a category other than
+    `hang` by `WORDS_CATEGORY_MARGIN`."""
+    if not _only_exited(f):
+        return False
+    text = log_text(f.member)
+    if not text or not _SAYS_SOMETHING_FAILED.search(text) or WORDS.victim_score(text) >= 0:
+        return False
+    guess, margin = WORDS.category_guess(text)
+    return guess is not None and guess != "hang" and margin > WORDS_CATEGORY_MARGIN
+
+
 def _explained_by(f: Finding, root: Finding) -> bool:
     """`f` is a weak network failure (NCCL's remote error or its generic system error: a connection to a peer broke, or
     a socket call on it failed) and `root` failed on its own: a process that died is the remote process whose exit
@@ -964,6 +985,11 @@ def _decide(incident: Incident, ruleset: RuleSet, findings: list[Finding], ceili
         # No member failed in words of its own, and an MPI launcher reports a process's death: that process's own
         # failure, not a hang among its peers that waited for it.
         root = reported
+    elif timeouts and (spoken := [f for f in weak if _exited_in_words_of_its_own(f)]):
+        # A member that exited while its peers waited, in words no rule knows but that are a failure's of its own
+        # (not a victim's, not a hang's): a process that died, the classic start of a cascade of timeouts; a rank
+        # that hung stays silent, or its words are a stuck collective's.
+        root = _choose_primary(spoken, named, _others_echo(findings) and len(weak) == 1)
     elif timeouts:
         # A hung rank may hide in a pod whose other ranks timed out: now read those logs in full.
         findings = [

@@ -29,6 +29,20 @@ LOST_WORKER = (
 ALLOCATOR = "meshrt.errors.MeshError: allocator exhausted: tried to reserve more than the capacity left unallocated"
 
 
+# Words no rule knows, of a failure of the process's own (not an exception's form: the rules read only its exit code).
+EXHAUSTED = "meshrt: allocator exhausted: failed to reserve more than the capacity left unallocated"
+# A training loop's progress lines: what a rank that hung leaves as its log's tail.
+PROGRESS = (
+    "[2026-11-27 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 1] step=100, skipped=0, lr=[0.0001]\n"
+    "[2026-11-27 10:00:05,000] [INFO] [timer.py:260:stop] epoch=0/micro_step=100/global_step=100, "
+    "RunningAvgSamplesPerSec=12.3, CurrSamplesPerSec=12.1, MemAllocated=10.2GB, MaxMemAllocated=20.1GB"
+)
+WAITED = (
+    "[rank{r}]:[E1127 10:10:00.1 ProcessGroupNCCL.cpp:600] [Rank {r}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=88, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."
+)
+
+
 def cascade(root_log: str, victim_log: str) -> Incident:
     """A root beside two copies of one victim that end a second earlier (times give no help)."""
     return Incident(
@@ -71,6 +85,9 @@ def test_the_rules_do_not_know_these_texts() -> None:
     for text in (LOST_WORKER, ALLOCATOR):
         f = assess(member("w", 0, text))
         assert (f.role, f.rule.id if f.rule else None) == ("primary", "python.exception")
+    for text in (EXHAUSTED, PROGRESS):
+        f = assess(member("w", 0, text))
+        assert (f.role, f.rule.id if f.rule else None, f.source) == ("primary", "exit.nonzero", "termination")
 
 
 def test_an_echo_in_words_no_rule_knows_does_not_out_time_the_member_it_lost() -> None:
@@ -123,3 +140,40 @@ def test_words_never_make_a_verdict_surer_than_the_rules_alone(monkeypatch: pyte
     without = decide(cascade(root, LOST_WORKER))
     assert (with_words.pod, with_words.category) == (without.pod, without.category) == ("llm-worker-1", "gpu_oom")
     assert with_words.confidence == without.confidence < PERMANENT
+
+
+def waited_on(root_log: str) -> Incident:
+    """`root_log`'s pod exited 1 while its two peers timed out in a collective, ending after it (times give no help)."""
+    return Incident(
+        JobRef("ml", "llm"),
+        3,
+        (
+            member("llm-worker-0", 0, WAITED.format(r=0), finished=T0 + 1),
+            member("llm-worker-1", 1, root_log),
+            member("llm-worker-2", 2, WAITED.format(r=2), finished=T0 + 1),
+        ),
+    )
+
+
+def test_a_member_that_exited_in_words_of_a_failure_of_its_own_while_its_peers_waited_failed_not_hung() -> None:
+    """The classic cascade: a process died of something no rule knows, and its peers timed out waiting for it."""
+    assert MODEL.victim_score(EXHAUSTED) < 0 and MODEL.category_guess(EXHAUSTED)[0] == "gpu_oom"
+    v = decide(waited_on(EXHAUSTED))
+    assert (v.pod, v.category, v.retryable, v.rule) == ("llm-worker-1", "gpu_oom", False, "words.category")
+    assert v.confidence < PERMANENT
+
+
+def test_a_member_that_exited_on_progress_lines_while_its_peers_waited_is_the_hang() -> None:
+    """A rank that hung says nothing failed: its tail is its last progress, whatever category its words lean to."""
+    guess, margin = MODEL.category_guess(PROGRESS)
+    assert guess != "hang" and margin > engine.WORDS_CATEGORY_MARGIN and MODEL.victim_score(PROGRESS) < 0
+    v = decide(waited_on(PROGRESS))
+    assert (v.pod, v.category, v.rule) == ("llm-worker-1", "hang", "engine.hang")
+
+
+def test_without_the_words_the_member_that_exited_while_its_peers_waited_is_read_as_hung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(engine, "WORDS_CATEGORY_MARGIN", float("inf"))
+    v = decide(waited_on(EXHAUSTED))
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
