@@ -41,7 +41,7 @@ class Excerpt:
     retryable: bool | None
     exit_code: int | None
     text: str
-    split: str  # train | heldout | fresh | fresh2 | ... | fresh20
+    split: str  # train | heldout | fresh | fresh2 | ... | fresh21
 
 
 @dataclass(frozen=True)
