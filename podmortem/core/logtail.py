@@ -396,6 +396,17 @@ _RETRIED_REQUEST = re.compile(
 _C10D_DEBUG = re.compile(r"^[^\n]*\[c10d - debug\][^\n]*\n?", re.M)
 
 
+# srun's report of tasks that ended by SIGKILL (src/srun/launch.c, _task_finish: "<hosts>: task(s) <ids>: " and
+# strsignal's "Killed"; a cgroup's OOM kill has words of its own there, "Out Of Memory"). A SIGKILL no one explains is
+# the host's OOM killer (log.host-oom) — unless the step was stopped before it: slurmstepd's "*** STEP <id> ON <node>
+# CANCELLED AT <time> ***" (src/slurmd/slurmstepd/req.c, as it signals the step's processes; "DUE TO TIME LIMIT",
+# "PREEMPTION", "NODE FAILURE" after it when those are why) or srun terminating the step after a task's bad exit
+# (launch.c, _step_signal: "Terminating StepId=..."). Then the kills are the stop's, and the log is read without them.
+_SRUN_KILLED = re.compile(r"\btasks? [\d,\[\]-]{1,200}: Killed\b")
+_SRUN_KILLED_LINE = re.compile(r"^[^\n]*\btasks? [\d,\[\]-]{1,200}: Killed\b[^\n]*\n?", re.M)
+_STEP_STOPPED = re.compile(r"CANCELLED AT \S{1,40}( DUE TO [A-Z ,]{1,80})? \*\*\*|_step_signal: Terminating StepId")
+
+
 def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     """The first log rule (rule order is precedence) matching the tail, and the line it matched."""
     if "Retrying (Retry(" in text or "thrown while requesting" in text or "automatically retried in" in text:
@@ -407,6 +418,9 @@ def _log_rule(text: str, rules: RuleSet) -> tuple[Rule, str] | None:
     if lr is None or hit is None:
         return None
     line = _line_at(text, hit.start(), hit.end())
+    if lr.category == "host_oom" and _SRUN_KILLED.search(line) and _STEP_STOPPED.search(text, 0, hit.start()):
+        # Every task srun saw SIGKILLed was killed after the step was stopped: the step's teardown, read without them.
+        return _log_rule(_SRUN_KILLED_LINE.sub("", text), rules)
     if (lr.category == "crash" or (lr.category == "hang" and lr.weak)) and (
         _ABORT.search(line) or _EXIT_ABORT.search(line)
     ):

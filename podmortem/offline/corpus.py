@@ -30,6 +30,12 @@ T0 = 1_800_000_000.0
 PODS = 3
 
 
+# Splits whose one blind scoring is still to come: bench.realworld scores them only with --blind-once and lists none
+# of their misses (rules are written without reading them), and the word model is never fitted on them
+# (podmortem.offline.wordfit); take a split off this set in the commit that records its scoring.
+BLIND: frozenset[str] = frozenset({"fresh21"})
+
+
 @dataclass(frozen=True)
 class Excerpt:
     id: str
@@ -41,7 +47,7 @@ class Excerpt:
     retryable: bool | None
     exit_code: int | None
     text: str
-    split: str  # train | heldout | fresh | fresh2 | ... | fresh20
+    split: str  # train | heldout | fresh | fresh2 | ... | fresh21
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
     python -m podmortem.offline.wordfit [--corpus tests/corpus-realworld/excerpts.jsonl] [--skip SPLIT ...] [--write]
 
-Fits on every split but the skipped ones — a split kept blind (bench/realworld.py's BLIND) must be skipped, so that
-its one scoring measures words the model never saw — and prints the model's size; `--write` writes
+Fits on every split but the blind ones (`corpus.BLIND`: a split's one scoring measures words the model never saw) and
+the skipped ones, and prints the model's size; `--write` writes
 podmortem/core/wordmodel.json, which records the splits it was fitted on (tests/unit/test_wordmodel.py refits from
 them and compares).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core.wordmodel import words
-from podmortem.offline.corpus import Excerpt, load
+from podmortem.offline.corpus import BLIND, Excerpt, load
 
 ALPHA = 0.5
 MIN_THREADS = 3  # a word says something only when excerpts of this many different threads hold it
@@ -60,6 +60,11 @@ def fit(excerpts: Iterable[Excerpt], splits: Iterable[str]) -> dict[str, Any]:
     }
 
 
+def development_splits(excerpts: Iterable[Excerpt], skip: Iterable[str] = ()) -> list[str]:
+    """The splits the model is fitted on: every split of the corpus but the blind ones and `skip`."""
+    return sorted({e.split for e in excerpts} - BLIND - set(skip))
+
+
 def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -71,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--write", action="store_true", help=f"write {MODEL_PATH.name}")
     ns = ap.parse_args(argv)
     excerpts = load(ns.corpus)
-    splits = sorted({e.split for e in excerpts} - set(ns.skip))
+    splits = development_splits(excerpts, ns.skip)
     doc = fit(excerpts, splits)
     print(
         f"fitted on {len(splits)} splits: {doc['kinds']} excerpts, {len(doc['by_kind'])} words "

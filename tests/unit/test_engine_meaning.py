@@ -2789,6 +2789,68 @@ def test_a_crash_handler_re_raising_sigabrt_is_the_process_s_own_abort(exit_code
     assert f.rule is not None and f.rule.id == ("log.abort" if exit_code == 1 else "exit.abort")
 
 
+SLURM_CANCELLED = "slurmstepd: error: *** STEP 4711.0 ON gpu-17 CANCELLED AT 2026-11-27T10:00:00{why} ***\n"
+SRUN_KILLED = "srun: error: gpu-17: tasks 0-2,4: Killed\nsrun: error: gpu-18: task 7: Killed\n"
+
+
+def test_tasks_srun_saw_killed_after_the_step_was_cancelled_are_its_teardown() -> None:
+    """slurmstepd cancels the step and SIGKILLs what is left: the kills are the stop's, not the host's memory."""
+    tail = SLURM_CANCELLED.format(why="") + SRUN_KILLED + "srun: Force Terminated StepId=4711.0\n"
+    f = assess(_alone(tail))
+    assert (f.role, f.secondary, f.rule.id if f.rule else None) == ("secondary", "teardown", "log.teardown")
+    stopped_by_srun = "srun: launch/slurm: _step_signal: Terminating StepId=4711.0\n" + SRUN_KILLED
+    assert assess(_alone(stopped_by_srun)).secondary == "teardown"
+
+
+def test_a_task_srun_saw_killed_before_any_stop_is_the_host_s_memory() -> None:
+    """A SIGKILL nobody explains is the OOM killer's, also when the step is cancelled after it."""
+    first = "srun: error: gpu-17: task 3: Killed\n"
+    cancelled = SLURM_CANCELLED.format(why="") + SRUN_KILLED
+    for tail in (first + "srun: Force Terminated StepId=4711.0\n", first + cancelled):
+        assert _read(tail)[:2] == ("primary", "host_oom")
+    v = _three(cancelled, first, cancelled)
+    assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
+
+
+def test_kills_after_a_step_cancelled_for_its_time_limit_are_that_limit() -> None:
+    tail = SLURM_CANCELLED.format(why=" DUE TO TIME LIMIT") + SRUN_KILLED
+    assert _read(tail) == ("primary", "preemption", "log.scheduler")
+
+
+GLOO_SIZE_CHECK = (
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+    "  what():  [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= "
+    "op.nbytes. 8192 vs 4096\n"
+)
+
+
+@pytest.mark.parametrize("exit_code", [1, 134])
+def test_gloo_s_receive_size_check_is_the_ranks_collectives_differing(exit_code: int) -> None:
+    """A peer sent more than this rank posted for the slot: the program's calls differ, below the threshold."""
+    f = assess(_alone(GLOO_SIZE_CHECK, exit_code=exit_code))
+    assert (f.role, f.category) == ("primary", "user_code")
+    v = _three("step 9", GLOO_SIZE_CHECK, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False)
+    assert v.confidence < 0.9
+
+
+THREAD_EAGAIN = (
+    "(pid=4242) terminate called after throwing an instance of 'std::system_error'\n"
+    "(pid=4242)   what():  Resource temporarily unavailable\n"
+)
+
+
+def test_a_thread_the_process_could_not_start_is_the_node_s_limit() -> None:
+    assert _read(THREAD_EAGAIN) == ("primary", "infra", "log.thread-limit")
+    v = _three("step 9", THREAD_EAGAIN, "step 9")
+    assert (v.category, v.retryable) == ("infra", True) and v.confidence < 0.9
+
+
+def test_std_system_error_of_another_kind_stays_the_native_crash() -> None:
+    other = THREAD_EAGAIN.replace("Resource temporarily unavailable", "Invalid argument")
+    assert _read(other) == ("primary", "crash", "log.native-crash")
+
+
 @pytest.mark.parametrize(
     ("line", "category", "rule"),
     [

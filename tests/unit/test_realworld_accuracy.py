@@ -81,6 +81,10 @@ FLOORS = {
     # scored once, blind, at 82c95c8: 0.66 / 0.71 / 0.91 (n=153; docs/engine.md, "fresh19's one scoring"); a development
     # set since: provisional floors below its figures with the word model refitted on it (0.73 / 0.73 / 0.92)
     "fresh19": (0.70, 0.70, 0.90),
+    # scored once, blind, at 81c6884: 0.78 / 0.75 / 0.88 (n=216; docs/engine.md, "fresh20's one scoring"); a development
+    # set since: provisional floors below its figures with the word model refitted on it and its ten wrong answers at
+    # the threshold read by what they mean (0.92 / 0.86 / 0.92)
+    "fresh20": (0.89, 0.83, 0.89),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -108,7 +112,7 @@ def test_the_corpus_is_sound() -> None:
     excerpts = load(CORPUS)
     assert len(excerpts) >= 300
     assert len({e.id for e in excerpts}) == len(excerpts)
-    splits = {"train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 21))}
+    splits = {"train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 22))}
     assert {e.split for e in excerpts} == splits
     # A thread's excerpts are all on one side of the split.
     sides: dict[str, set[str]] = {}
@@ -118,7 +122,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 20))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 21))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -162,7 +166,9 @@ RULE_PRECISION_FLOOR = 0.99
 # written from its misses; fresh17 scored once, blind, at 39d8ac7: 99/171 = 0.58 (96 right), then 96/171 = 0.56, all
 # right, once its three wrong answers at the threshold (MPI_Init's fatal handler read as the environment) were capped;
 # fresh18 scored once, blind, at 9a5b76c: 84/159 = 0.53 (81 right), then 81/159 = 0.51, all right, once SageMaker's
-# CapacityError (a platform client's ValueError) was read as the cloud's capacity below the threshold
+# CapacityError (a platform client's ValueError) was read as the cloud's capacity below the threshold; fresh20 scored
+# once, blind, at 81c6884: 72/216 = 0.33 (62 right), then 72/216, all right, once srun's kills after a step was stopped
+# were read as its teardown, and gloo's size check and a thread's EAGAIN under `terminate called` by what they mean
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -185,12 +191,13 @@ COVERAGE_FLOORS = {
     "fresh17": 0.53,
     "fresh18": 0.50,
     "fresh19": 0.45,
+    "fresh20": 0.31,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 20))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 21))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)

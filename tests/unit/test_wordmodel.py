@@ -12,14 +12,13 @@ import pytest
 from support.common import GLOO_PEER
 from support.members import T0, member
 
-from bench.realworld import BLIND
 from podmortem.core import engine
 from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident, JobRef
 from podmortem.core.wordmodel import MODEL, words
-from podmortem.offline.corpus import load
-from podmortem.offline.wordfit import CORPUS, MODEL_PATH, dumps, fit
+from podmortem.offline.corpus import BLIND, load
+from podmortem.offline.wordfit import CORPUS, MODEL_PATH, development_splits, dumps, fit
 
 PERMANENT = 0.9
 SILENT = "step 1200 loss 2.314 lr 3.0e-4\nstep 1210 loss 2.301 lr 3.0e-4"
@@ -66,6 +65,12 @@ def test_the_model_is_fitted_on_every_development_split_and_no_blind_one() -> No
     splits = set(json.loads(MODEL_PATH.read_text(encoding="utf-8"))["splits"])
     assert not splits & BLIND
     assert splits == {e.split for e in load(CORPUS)} - BLIND  # unblinding a split refits the model
+
+
+def test_a_refit_never_takes_a_blind_split_unless_it_is_unblinded() -> None:
+    excerpts = load(CORPUS)
+    assert set(development_splits(excerpts)) == {e.split for e in excerpts} - BLIND
+    assert "train" not in development_splits(excerpts, skip=["train"])
 
 
 def test_words_are_runs_of_letters_split_at_case_changes() -> None:
