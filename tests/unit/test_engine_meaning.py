@@ -2849,3 +2849,133 @@ def test_a_thread_the_process_could_not_start_is_the_node_s_limit() -> None:
 def test_std_system_error_of_another_kind_stays_the_native_crash() -> None:
     other = THREAD_EAGAIN.replace("Resource temporarily unavailable", "Invalid argument")
     assert _read(other) == ("primary", "crash", "log.native-crash")
+
+
+@pytest.mark.parametrize(
+    ("line", "category", "rule"),
+    [
+        (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer "
+            "execution failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+            "gpu_oom",
+            "log.metal-device-oom",
+        ),
+        (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer "
+            "execution failed: Caused GPU Timeout Error (00000002:kIOGPUCommandBufferCallbackErrorTimeout)",
+            "crash",
+            "log.metal-command-buffer",
+        ),
+    ],
+)
+def test_a_metal_command_buffer_mlx_could_not_run_says_why_in_metal_s_words(
+    line: str, category: str, rule: str
+) -> None:
+    log = f"Iter 120: Train loss 1.912, It/sec 0.41\n{line}\nzsh: abort      python -m mlx_lm.lora --train\n"
+    role, cat, _, rid = _aborted(log)
+    assert (role, cat, rid) == ("primary", category, rule)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Horovod passing NCCL's result string on after the call's name
+        "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled cuda error",
+        # TensorFlow's NcclManager status on a MirroredStrategy all-reduce
+        "tensorflow.python.framework.errors_impl.InternalError: 2 root error(s) found.\n"
+        "  (0) Internal:  unhandled cuda error\n\t [[node SGD/NcclAllReduce (defined at train.py:40) ]]",
+        # a C++ caller's own wording around it
+        "terminate called after throwing an instance of 'std::runtime_error'\n"
+        "  what():  NCCL Error 1: unhandled cuda error",
+    ],
+)
+def test_nccl_s_unhandled_cuda_error_in_any_framework_s_words_is_the_node_s_cuda_stack(line: str) -> None:
+    assert _read(f"{TB}{line}\n")[:2] == ("primary", "infra")
+
+
+def test_kunlun_s_collective_library_unable_to_set_up_a_rank_is_the_network_below_the_threshold() -> None:
+    log = (
+        "Error Message Summary:\n----------------------\n"
+        "PreconditionNotMetError: bkcl_init_rank failed, got wrong value [3].\n"
+        "  [Hint: Expected ret == BKCL_SUCCESS, but received ret:3 != BKCL_SUCCESS:0.] (at /paddle/fluid/platform/"
+        "collective_helper.cc:120)\n"
+    )
+    assert _read(log) == ("primary", "network", "bkcl.init-failed")
+    v = decide(Incident(JobRef("ml", "j"), 1, (_alone(log),)))
+    assert v.confidence < 0.9
+
+
+def test_a_host_of_a_tpu_pod_that_sees_no_tpu_is_the_node_s_accelerator_set_up() -> None:
+    log = (
+        '10.0.0.12 [2]   File "/opt/pl/utilities/device_parser.py", line 104, in parse_tpu_cores\n'
+        "10.0.0.12 [2]     raise MisconfigurationException('No TPU devices were found.')\n"
+        "10.0.0.12 [2] pytorch_lightning.utilities.exceptions.MisconfigurationException: No TPU devices were found.\n"
+    )
+    assert _read(log) == ("primary", "infra", "tpu.no-device")
+
+
+def test_a_training_task_whose_parent_reports_return_code_minus_9_is_the_oom_killer_below_the_threshold() -> None:
+    log = "Iteration 4200, lr = 0.0001\nIteration 4200, loss = 1.72\nERROR: error code -9\n"
+    assert _read(log) == ("primary", "host_oom", "log.subprocess-sigkill")
+    v = decide(Incident(JobRef("ml", "j"), 1, (_alone(log),)))
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize("signal", ["Aborted", "Segmentation fault (core dumped)", "Illegal instruction"])
+def test_srun_s_first_tasks_dead_of_a_fatal_signal_are_a_crash_not_the_step_s_teardown(signal: str) -> None:
+    log = f"srun: error: gpu-node-07: tasks 0,2: {signal}\nsrun: Terminating StepId=4411.0\n"
+    assert _read(log) == ("primary", "crash", "log.srun-task-fault")
+
+
+@pytest.mark.parametrize(
+    ("log", "kind"),
+    [
+        # checked socket writes whose peers closed their end (glog's PCHECK appends the errno), in Paddle's channel,
+        # two threads' lines run together as they fail at once
+        (
+            "F0102 03:04:05.123456  4411 SocketChannel.cpp:101] Check failed: len > 0  peer=10.1.2.3 curIov=0 "
+            "iovCnt=4 iovs[curIov].iov_len=16: Broken pipe [32]F0102 03:04:05.123499  4412 SocketChannel.cpp:101] "
+            "Check failed: len > 0  peer=10.1.2.4 curIov=0 iovCnt=4 iovs[curIov].iov_len=16: Broken pipe [32]\n"
+            "*** Check failure stack trace: ***\n",
+            "peer",
+        ),
+        # x-deeplearning's client losing the parameter server, then giving up on reconnecting
+        (
+            "Disconnected By read errno 104\nDisconnected By read errno 111\n"
+            'Traceback (most recent call last):\n  File "train.py", line 80, in <module>\n'
+            "xdl.python.lib.error.InternalError: ErrorCode[3], ErrorMsg[restart client failed]\n",
+            "peer",
+        ),
+        # TensorFlowOnSpark's driver: its reservation server (the cluster's rendezvous) giving up on executors
+        (
+            'Traceback (most recent call last):\n  File "tfspark.zip/tensorflowonspark/reservation.py", line 121, in '
+            "await_reservations\nException: timed out waiting for reservations to complete\n",
+            "store",
+        ),
+        # a Paddle v1 trainer retrying a parameter server that is not up
+        (
+            "I0101 10:00:00.000001  77 ParameterClient2.cpp:113] pserver 0 10.0.0.9:7164\n"
+            "W0101 10:00:00.000002  77 LightNetwork.cpp:397] connection refused by pserver, try again!\n" * 3,
+            "peer",
+        ),
+        # a Spark executor told by its driver to stop
+        (
+            "25/01/01 10:00:00 INFO executor.Executor: Executor is trying to kill task 3.0 in stage 1.0 (TID 9)\n"
+            "25/01/01 10:00:00 INFO executor.CoarseGrainedExecutorBackend: Driver commanded a shutdown\n"
+            "25/01/01 10:00:00 INFO util.ShutdownHookManager: Shutdown hook called\n",
+            "teardown",
+        ),
+    ],
+)
+def test_a_member_that_lost_its_parameter_server_rendezvous_or_driver_is_that_echo(log: str, kind: str) -> None:
+    f = assess(_alone(log))
+    assert (f.role, f.secondary) == ("secondary", kind)
+
+
+def test_a_rank_s_floating_point_exception_beside_its_peers_broken_pipes_is_the_crash() -> None:
+    log = (
+        "F0102 03:04:05.1 4411 SocketChannel.cpp:99] Check failed: len > 0  peer=10.1.2.3 curIov=0 iovCnt=4: "
+        "Broken pipe [32]\n"
+        "./train.sh: line 20:  2666 Floating point exception ./paddle_trainer --trainer_id=4\n"
+    )
+    assert _read(log)[:2] == ("primary", "crash")
