@@ -1,6 +1,6 @@
 """Score the engine on 3-pod incidents composed from the real-world corpus (tests/corpus-realworld/).
 
-    python -m bench.realworld [--split train|heldout|both|fresh|fresh2|...|fresh21] [--seeds N] [--misses]
+    python -m bench.realworld [--split train|heldout|both|fresh|fresh2|...|fresh22] [--seeds N] [--misses]
                               [--from-line N] [--cross] [--unknown-victims] [--blind-once]
 
 Each primary excerpt becomes an incident whose root's log tail is that excerpt and whose two victims'
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=REALWORLD_CORPUS)
     ap.add_argument(
         "--split",
-        choices=("train", "heldout", "both", "fresh", *(f"fresh{n}" for n in range(2, 22))),
+        choices=("train", "heldout", "both", "fresh", *(f"fresh{n}" for n in range(2, 23))),
         default="train",
         help="both = train and heldout; fresh = the split started with issue 25, scored once at its end; "
         "fresh2 = the split started with issue 34, scored once at its end; "
@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         "six people before the nineteenth round; fresh19 = an eighteenth, collected the same way by three people "
         "after fresh18's scoring, before the twenty-first round's rules; fresh20 = a nineteenth, collected the same "
         "way by four people after fresh19's scoring, before the twenty-third round's rules; fresh21 = a twentieth, "
-        "collected the same way by four people during the twenty-third round, before the twenty-fourth round's rules",
+        "collected the same way by four people during the twenty-third round, before the twenty-fourth round's rules; "
+        "fresh22 = a twenty-first, collected the same way by four people during the twenty-fourth round, before the "
+        "twenty-fifth round's rules",
     )
     ap.add_argument("--seeds", type=int, default=3, help="compositions per primary (different victims/order)")
     ap.add_argument(

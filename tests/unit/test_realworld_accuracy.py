@@ -112,7 +112,7 @@ def test_the_corpus_is_sound() -> None:
     excerpts = load(CORPUS)
     assert len(excerpts) >= 300
     assert len({e.id for e in excerpts}) == len(excerpts)
-    splits = {"train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 22))}
+    splits = {"train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 23))}
     assert {e.split for e in excerpts} == splits
     # A thread's excerpts are all on one side of the split.
     sides: dict[str, set[str]] = {}
