@@ -85,6 +85,9 @@ FLOORS = {
     # set since: provisional floors below its figures with the word model refitted on it and its ten wrong answers at
     # the threshold read by what they mean (0.92 / 0.86 / 0.92)
     "fresh20": (0.89, 0.83, 0.89),
+    # scored once, blind, at 8166d87: 0.90 / 0.84 / 0.90 (n=234; docs/engine.md, "fresh21's one scoring"); a development
+    # set since: provisional floors below its figures with the word model refitted on it (0.90 / 0.86 / 0.91)
+    "fresh21": (0.87, 0.83, 0.88),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -122,7 +125,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 21))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 22))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -168,7 +171,8 @@ RULE_PRECISION_FLOOR = 0.99
 # fresh18 scored once, blind, at 9a5b76c: 84/159 = 0.53 (81 right), then 81/159 = 0.51, all right, once SageMaker's
 # CapacityError (a platform client's ValueError) was read as the cloud's capacity below the threshold; fresh20 scored
 # once, blind, at 81c6884: 72/216 = 0.33 (62 right), then 72/216, all right, once srun's kills after a step was stopped
-# were read as its teardown, and gloo's size check and a thread's EAGAIN under `terminate called` by what they mean
+# were read as its teardown, and gloo's size check and a thread's EAGAIN under `terminate called` by what they mean;
+# fresh21 scored once, blind, at 8166d87: 107/234 = 0.46, all right
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -192,12 +196,13 @@ COVERAGE_FLOORS = {
     "fresh18": 0.50,
     "fresh19": 0.45,
     "fresh20": 0.31,
+    "fresh21": 0.43,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 21))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 22))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
