@@ -3009,3 +3009,166 @@ def test_the_agent_s_exception_for_a_sigterm_still_reads_as_a_stop_from_outside(
     stopped = AGENT_SIGNALLED.format(name="SIGTERM", num=15)
     peer = "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset"
     assert _three(peer, stopped, peer).category == "preemption"
+
+
+# --- round 25, b: fresh21's category misses by family -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # a bar redrawn with carriage returns and never ended, then the shell's job report in a Chinese locale
+        "[>>>>>>>>>>>>>>>>          ] 1200/3000, 3.1 task/s, elapsed: 390s, ETA:   580s已杀死\n",
+        # Keras' bar, then the shell's word in English
+        "1200/5000 [=====>........................] - ETA: 41sKilled\n",
+    ],
+)
+def test_a_kill_report_glued_to_a_progress_bar_is_the_host_s_memory(log: str) -> None:
+    assert _read(log) == ("primary", "host_oom", "log.killed-after-progress")
+    v = _three("step 9", log, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "host_oom", False) and v.confidence < 0.9
+
+
+def test_killed_inside_a_sentence_is_not_the_shell_s_report() -> None:
+    assert _read("worker 3 was Killed by the scheduler at step 41, see its log\n")[2] != "log.killed-after-progress"
+
+
+@pytest.mark.parametrize("verb", ["failed", "exited", "terminated"])
+def test_a_wrapper_reporting_its_child_s_status_minus_nine_is_the_host_s_memory(verb: str) -> None:
+    log = f"step 2200/9000 loss 1.21\nfine-tune {verb} with exit code -9\nsee logs/run-7.log\n"
+    assert _read(log) == ("primary", "host_oom", "log.subprocess-sigkill")
+    assert _read(log.replace("-9", "-11"))[1] != "host_oom"
+
+
+THREAD_EAGAIN_PYBIND = (
+    "Traceback (most recent call last):\n"
+    '  File "rollout.py", line 88, in <module>\n'
+    "    sim.advance(1)\n"
+    '  File "/opt/venv/lib/python3.10/site-packages/trafficsim/world.py", line 204, in advance\n'
+    "    self._engine.tick()\n"
+    "RuntimeError: Resource temporarily unavailable\n"
+)
+
+
+def test_a_native_extension_s_eagain_raised_through_its_binding_is_the_node_s_thread_limit() -> None:
+    """pybind11 turns a std::system_error from std::thread into RuntimeError(what()): nothing but strerror(EAGAIN)."""
+    assert _read(THREAD_EAGAIN_PYBIND) == ("primary", "infra", "log.thread-limit")
+    v = _three("step 9", THREAD_EAGAIN_PYBIND, "step 9")
+    assert (v.category, v.retryable) == ("infra", True) and v.confidence < 0.9
+
+
+def test_torch_s_own_eagain_while_the_group_forms_is_not_read_as_the_thread_limit() -> None:
+    """Old torch's c10d store raised the same words for a socket read that timed out: the store, not threads."""
+    log = THREAD_EAGAIN_PYBIND.replace(
+        "/opt/venv/lib/python3.10/site-packages/trafficsim/world.py",
+        "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py",
+    )
+    assert _read(log)[2] != "log.thread-limit"
+    # nor Python's own EAGAIN on a non-blocking socket, which carries its errno
+    assert _read("BlockingIOError: [Errno 11] Resource temporarily unavailable\n")[2] != "log.thread-limit"
+
+
+MSMPI_CONNECT_TIMEOUT = (
+    "job aborted:\n[ranks] message\n\n[0] fatal error\nFatal error in MPI_Bcast: Other MPI error, error stack:\n"
+    "[ch3:sock] failed to connnect to remote process 0f0e-77:1\n"
+    "unable to connect to 192.168.5.20 on port 50100, exhausted all endpoints\n"
+    "unable to connect to 192.168.5.20 on port 50100, A connection attempt failed because the connected party did not "
+    "properly respond after a period of time, or established connection failed because connected host has failed to "
+    "respond.  (errno 10060)\n\n[1] terminated\n"
+)
+
+
+def test_ms_mpi_s_connect_that_timed_out_is_the_network_also_among_waiters() -> None:
+    assert _read(MSMPI_CONNECT_TIMEOUT) == ("primary", "network", "log.socket-connect-timeout")
+    v = _three(WAITED.format(r=0), MSMPI_CONNECT_TIMEOUT, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "network", True)
+
+
+def test_winsock_s_timeout_in_python_s_words_is_the_network() -> None:
+    log = "ConnectionError: [WinError 10060] A connection attempt failed because the connected party did not respond\n"
+    assert _read(log)[:2] == ("primary", "network")
+
+
+NAN_PROGRESS = [
+    " Epoch[ 2 of 5]-Minibatch[ 701- 710, 35.10%]: loss = 0.4121 * 2560; err = 11.2% * 2560; time = 0.9s\n"
+    " Epoch[ 2 of 5]-Minibatch[ 711- 720, 35.60%]: loss = nan * 2560; err = 88.0% * 2560; time = 0.9s\n",
+    "120/500 [=====>........] - ETA: 41s - loss: nan - accuracy: 0.1002\n",
+    "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.31}\n",
+]
+
+
+@pytest.mark.parametrize("log", NAN_PROGRESS)
+def test_a_progress_line_with_a_nan_loss_is_the_program_s_numerics_also_among_waiters(log: str) -> None:
+    assert _read(log) == ("primary", "user_code", "log.nan-loss-progress")
+    v = _three(WAITED.format(r=0), log, WAITED.format(r=2))
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "user_code", False) and v.confidence < 0.9
+
+
+def test_a_finite_loss_in_the_same_progress_line_says_nothing_failed() -> None:
+    assert _read(NAN_PROGRESS[0].split("\n")[0] + "\n")[2] != "log.nan-loss-progress"
+
+
+PADDLE_NCCL_SHM = (
+    "OSError: (External)  Nccl error, unhandled system error, detail: {errno}\n"
+    "Please try one of the following solutions:\n1. export NCCL_SHM_DISABLE=1;\n"
+    "  [operator < c_allreduce_sum > error]\n"
+    "FatalError: `Process abort signal` is detected by the operating system.\n"
+    "  [SignalInfo: *** SIGABRT (@0x1f) received by PID 31 (TID 0x7f01) from PID 31 ***]\n"
+)
+
+
+@pytest.mark.parametrize("errno", ["Resource temporarily unavailable", "No space left on device"])
+def test_paddle_s_nccl_error_with_its_shared_memory_errno_is_the_pod_s_shared_memory(errno: str) -> None:
+    log = PADDLE_NCCL_SHM.format(errno=errno)
+    assert _aborted(log)[:2] == ("primary", "infra")
+    v = _three("step 9", log, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "infra", True)
+    # ENOSPC's words are storage's own (log.shm, at the threshold); EAGAIN's only Paddle's hint makes shared memory's
+    assert v.confidence < 0.9 or errno == "No space left on device"
+
+
+def test_paddle_s_nccl_error_without_the_errno_stays_the_abort_or_the_network() -> None:
+    log = PADDLE_NCCL_SHM.replace(", detail: {errno}", "")
+    assert _aborted(log)[1] != "infra"
+
+
+@pytest.mark.parametrize("tail", [".", ": Access violation."])
+def test_cntk_s_report_of_a_win32_structured_exception_is_a_native_crash_not_the_teardown(tail: str) -> None:
+    log = (
+        f"Finished Epoch[ 1 of 3]\n\nCNTK: Caught Win32 exception 0xc06d007f{tail}\n\njob aborted:\n[ranks] message\n\n"
+        "[0] process exited without calling finalize\n\n[1] terminated\n"
+    )
+    assert _read(log) == ("primary", "crash", "log.win32-exception")
+    v = _three("step 9", log, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "crash", False) and v.confidence < 0.9
+
+
+def test_cntk_s_module_not_found_is_not_read_as_a_fault() -> None:
+    log = "CNTK: Caught Win32 exception 0xc06d007e: Module not found.\n"
+    assert _read(log)[2] != "log.win32-exception"
+
+
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        "FATAL:   container creation failed: mount hook function failure: mount /scratch->/scratch error: "
+        "while mounting "
+        "/scratch: destination /scratch doesn't exist in container",
+        "FATAL:   container creation failed: while running prestart hook: exit status 1",
+    ],
+)
+def test_apptainer_unable_to_create_the_job_s_container_is_the_node_s_runtime(fatal: str) -> None:
+    log = f"srun: launching task 0\nINFO:    Converting SIF file to temporary sandbox...\n{fatal}\n"
+    assert _read(log) == ("primary", "infra", "log.container-create-failed")
+    v = _three("step 9", log, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "infra", True) and v.confidence < 0.9
+
+
+def test_javacpp_refusing_an_off_heap_allocation_is_the_host_s_memory() -> None:
+    log = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 9.0 failed 4 times, most "
+        "recent failure: Lost task 3.3 in stage 9.0 (TID 77, 10.1.1.4, executor 2): java.lang.OutOfMemoryError: "
+        "Cannot allocate new DoublePointer(1048576): totalBytes = 4G, physicalBytes = 9G\n"
+        "\tat org.bytedeco.javacpp.DoublePointer.<init>(DoublePointer.java:80)\n"
+    )
+    assert _read(log) == ("primary", "host_oom", "log.javacpp-no-memory")
