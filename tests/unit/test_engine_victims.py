@@ -1437,3 +1437,38 @@ def test_a_client_that_lost_its_server_or_a_runtime_that_waited_is_an_echo(victi
     assert (f.role, f.secondary) == ("secondary", kind), f.rule
     v = decide(cascade("", victim))
     assert v.pod == "llm-worker-1"
+
+
+# old torch's rendezvous, its socket read timing out while the process group formed (the errno's words, raised bare)
+OLD_TORCH_STORE_EAGAIN = (
+    "Traceback (most recent call last):\n"
+    '  File "pretrain.py", line 77, in <module>\n'
+    "    dist.init_process_group(backend='gloo', init_method=args.dist_url, rank=rank, world_size=world)\n"
+    '  File "/usr/local/lib/python3.6/dist-packages/torch/distributed/distributed_c10d.py", line 354, in '
+    "init_process_group\n"
+    "    store, rank, world_size = next(rendezvous(url))\n"
+    '  File "/usr/local/lib/python3.6/dist-packages/torch/distributed/rendezvous.py", line 95, in '
+    "_tcp_rendezvous_handler\n"
+    "    store = TCPStore(result.hostname, result.port, world_size, start_daemon)\n"
+    "RuntimeError: Resource temporarily unavailable\n"
+)
+
+
+def test_a_store_read_that_timed_out_as_the_group_formed_is_the_store_s_echo() -> None:
+    """torch's socket layer raises the errno of a receive whose timeout ran out (EAGAIN) as its bare words: from
+    torch's rendezvous frame, the store or its peers did not answer in time. The member that failed on its own, with
+    no more than its exit code and a second later, is the root."""
+    f = assess(member("v", 0, OLD_TORCH_STORE_EAGAIN))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+    assert decide(cascade("", OLD_TORCH_STORE_EAGAIN)).pod == "llm-worker-1"
+
+
+def test_the_same_errno_raised_from_the_program_s_own_frame_is_no_store_echo() -> None:
+    """The bare words alone name no store: raised from the program's own call, the process failed on its own."""
+    own = (
+        "Traceback (most recent call last):\n"
+        '  File "pretrain.py", line 120, in <module>\n'
+        "    batch = loader.next_batch()\n"
+        "RuntimeError: Resource temporarily unavailable\n"
+    )
+    assert assess(member("p", 0, own)).role == "primary"
