@@ -251,8 +251,11 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
         r = rules.classify_message(exc, exception_type_of(exc))
         # An exception whose words name no cause, printed after the pod was told to stop, is that stop's consequence;
         # one whose own detail (the lines after it) is an echo's words carries that echo (torch_npu's "NPU function
-        # error: ..., error code is N" and the runtime's reason printed under it).
-        if r is not None and not (r.generic and (log.stopped_first or _carries_echo(text, exc, log))):
+        # error: ..., error code is N" and the runtime's reason printed under it); one an echo's log rule read together
+        # with the frame that raised it is that echo (a bare errno raised from torch's rendezvous).
+        if r is not None and not (
+            r.generic and (log.stopped_first or _carries_echo(text, exc, log) or _read_as_echo(exc, log))
+        ):
             if exc in log.py2_type_form:
                 r = dataclasses.replace(r, max_confidence=min(r.max_confidence, PY2_TYPE_FORM_CAP))
             out.append(_Cand("log", r, exc, exception_type_of(exc), grank2))
@@ -303,6 +306,16 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
             if r is not None:
                 out.append(_Cand("termination", r, f"container exit code {code2}"))
     return out
+
+
+def _read_as_echo(exc: str, log: LogFacts) -> bool:
+    """The exception line `exc` is part of what the log's echo rule matched (its frames and the exception together)."""
+    return (
+        log.log_rule is not None
+        and log.log_rule[0].secondary in ("timeout", "peer", "store")
+        and "\n" in log.log_rule[1]
+        and exc in log.log_rule[1]
+    )
 
 
 def _carries_echo(text: str, exc: str, log: LogFacts) -> bool:

@@ -407,11 +407,14 @@ def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int
 # A teardown that is no sign of a stuck rank: torch elastic's agent closing its workers ("Sending process N closing
 # signal SIGTERM": its default after one of its own workers failed, in a hang most often that worker's timeout), and a
 # stop a session sends every process alike (SIGHUP as a terminal or ssh session ends, SIGINT as a user interrupts; the
-# agent's "Received 1 death signal" and the SIGHUP it forwards). The stop the kubelet sends a pod is SIGTERM.
+# agent's "Received 1 death signal", the SIGHUP it forwards, and the SignalException its handler raises for either:
+# torch/distributed/elastic/multiprocessing/api.py, _terminate_process_handler: "Process N got signal: 1", the signal's
+# number). The stop the kubelet sends a pod is SIGTERM.
 # DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) logs "Killing subprocess N" for each local rank
 # when one of them exited non-zero, as the agent's closing signal; when its own process was sent SIGTERM from outside
 # it also logs "Main process received SIGTERM": that stop, which a rank that never timed out gets too, stays a sign.
-_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|\bSIG(HUP|INT)\b|Received [12] death signal|Killing subprocess \d")
+_SESSION_STOP = re.compile(r"\bSIG(HUP|INT)\b|Received [12] death signal|got signal: ?[12]\b")
+_AGENT_OR_SESSION_STOP = re.compile(r"closing signal|Killing subprocess \d|" + _SESSION_STOP.pattern)
 _LAUNCHER_STOPPED_FROM_OUTSIDE = re.compile(r"Main process received SIGTERM")
 _RAY_KILLED_FOR_MEMORY = re.compile(r"The process is killed by SIGKILL by OOM killer due to high memory usage")
 # A member whose words say the other end of its connection dropped it (urllib3's "Connection aborted.", http.client's
@@ -620,7 +623,9 @@ def _choose_echo(failed: Sequence[Finding], findings: Sequence[Finding], named: 
     # OOM killer ended the worker). The caller only lost that process, but when nobody failed on their own it is the
     # one account of the death that started the job's end, and of what ended it.
     reported = [f for f in failed if f.secondary == "peer" and _RAY_KILLED_FOR_MEMORY.search(log_text(f.member))]
-    torn = [f for f in failed if f.secondary == "teardown"]
+    # (a stop every process of a session gets alike, SIGHUP or SIGINT, is no stop of this pod from outside: the
+    # kubelet's is SIGTERM)
+    torn = [f for f in failed if f.secondary == "teardown" and not _SESSION_STOP.search(f.text)]
     paths: tuple[tuple[list[Finding], Category, str, str, float, str, str], ...] = (
         (
             reported,

@@ -2981,6 +2981,36 @@ def test_a_rank_s_floating_point_exception_beside_its_peers_broken_pipes_is_the_
     assert _read(log)[:2] == ("primary", "crash")
 
 
+# torch elastic's agent, sent a hang-up or an interrupt, raises its SignalException with the signal's number
+AGENT_SIGNALLED = (
+    "W0312 21:14:09.410000 9051 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 9060 closing "
+    "signal {name}\nTraceback (most recent call last):\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/agent/server/api.py", line 870, in '
+    "_invoke_run\n    time.sleep(monitor_interval)\n"
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 9051 got signal: {num}\n"
+)
+
+
+@pytest.mark.parametrize(("name", "num"), [("SIGHUP", 1), ("SIGINT", 2)])
+def test_an_agent_s_exception_for_a_session_s_signal_is_no_hang_suspect_and_no_preemption(name: str, num: int) -> None:
+    """The session that ends (a terminal, an ssh connection) or a user's interrupt stops every process alike, stuck
+    or not, and it is not the SIGTERM a pod is stopped with from outside: among ranks that timed out, the one that
+    waited is still where a hang is looked for; among echoes alone, nobody is called preempted for it."""
+    stopped = AGENT_SIGNALLED.format(name=name, num=num)
+    assert assess(member("w-0", 0, stopped)).secondary == "teardown"
+    v = _three(stopped, WAITED.format(r=1), "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset")
+    assert (v.pod, v.category) == ("llm-worker-1", "hang")
+    peer = "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset"
+    assert _three(peer, stopped, peer).category != "preemption"
+
+
+def test_the_agent_s_exception_for_a_sigterm_still_reads_as_a_stop_from_outside() -> None:
+    """The same exception for SIGTERM (15) is the stop a pod gets from outside: alone among echoes, a preemption."""
+    stopped = AGENT_SIGNALLED.format(name="SIGTERM", num=15)
+    peer = "[W101 10:00:00.4 TCPStore.cpp:125] recvValue failed: Connection reset"
+    assert _three(peer, stopped, peer).category == "preemption"
+
+
 # --- round 25, b: fresh21's category misses by family -------------------------------------------------------------
 
 

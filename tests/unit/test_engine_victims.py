@@ -1387,3 +1387,88 @@ def test_cpp_s_bad_alloc_is_the_host_s_memory_below_the_permanent_threshold(said
     v = decide(cascade(said, GLOO_PEER))
     assert (v.pod, v.category) == ("llm-worker-1", "host_oom")
     assert v.confidence < PERMANENT
+
+
+# --- a parameter server's client, or a runtime's wait, that only lost another member ---------------------------
+
+# PaddlePaddle's parameter-server client logging each call its gRPC channel could not complete, before the trainer's
+# executor raises: the variable it sent or fetched, the server's endpoint, the status's message
+PADDLE_RPC = (
+    "I0722 04:18:40.101200  4410 send_op.cc:51] sending conv2d_3.w_0@GRAD to 10.3.0.12:7164\n"
+    "E0722 04:18:40.117733  4410 grpc_client.cc:204] proc param error:name:[conv2d_3.w_0@GRAD] "
+    "ep:[10.3.0.12:7164] grpc error:{status}\n"
+    "Traceback (most recent call last):\n"
+    '  File "dist_train.py", line 131, in <module>\n'
+    "    exe.run(trainer_prog, feed=feeder.feed(batch), fetch_list=[loss])\n"
+)
+# newer Paddle's form of the same client, with the status's code
+PADDLE_RPC_CODED = (
+    "F0722 04:18:40.117733  4410 grpc_client.cc:431] SendRPC name:[conv2d_3.w_0@GRAD], ep:[10.3.0.12:7164], "
+    "status:[-1] meets grpc error, error_code:{code} error_message:{status} error_details:\n"
+    "*** Check failure stack trace: ***\n"
+)
+# OneFlow's eager runtime giving up on the instructions it waits for (its optimizer's step in a job of two machines)
+ONEFLOW_WAIT = (
+    "Traceback (most recent call last):\n"
+    '  File "train_eager.py", line 212, in train_one_epoch\n'
+    "    self.optimizer.step()\n"
+    '  File "/usr/local/lib/python3.7/site-packages/oneflow/framework/op_expr_util.py", line 29, in user_op_expr_call\n'
+    "    results = self.apply(args, attrs)\n"
+    "oneflow._oneflow_internal.exception.TimeoutException: \n"
+    '  File "/src/oneflow/oneflow/api/python/framework/op_expr.cpp", line 48, in Interpret\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("victim", "kind"),
+    [
+        (PADDLE_RPC.format(status="Connect Failed"), "peer"),
+        (PADDLE_RPC.format(status="failed to connect to all addresses"), "peer"),
+        (PADDLE_RPC_CODED.format(code=14, status="Connect Failed"), "peer"),
+        (PADDLE_RPC.format(status="Deadline Exceeded"), "timeout"),
+        (ONEFLOW_WAIT, "timeout"),
+    ],
+)
+def test_a_client_that_lost_its_server_or_a_runtime_that_waited_is_an_echo(victim: str, kind: str) -> None:
+    """The trainer could not reach the server it sends to, or its call ran out of time; OneFlow's runtime waited for
+    instructions that depend on the other machines: each only lost or waited for another member. The member that
+    failed on its own, even with no more than its exit code and a second later, is the root."""
+    f = assess(member("v", 0, victim))
+    assert (f.role, f.secondary) == ("secondary", kind), f.rule
+    v = decide(cascade("", victim))
+    assert v.pod == "llm-worker-1"
+
+
+# old torch's rendezvous, its socket read timing out while the process group formed (the errno's words, raised bare)
+OLD_TORCH_STORE_EAGAIN = (
+    "Traceback (most recent call last):\n"
+    '  File "pretrain.py", line 77, in <module>\n'
+    "    dist.init_process_group(backend='gloo', init_method=args.dist_url, rank=rank, world_size=world)\n"
+    '  File "/usr/local/lib/python3.6/dist-packages/torch/distributed/distributed_c10d.py", line 354, in '
+    "init_process_group\n"
+    "    store, rank, world_size = next(rendezvous(url))\n"
+    '  File "/usr/local/lib/python3.6/dist-packages/torch/distributed/rendezvous.py", line 95, in '
+    "_tcp_rendezvous_handler\n"
+    "    store = TCPStore(result.hostname, result.port, world_size, start_daemon)\n"
+    "RuntimeError: Resource temporarily unavailable\n"
+)
+
+
+def test_a_store_read_that_timed_out_as_the_group_formed_is_the_store_s_echo() -> None:
+    """torch's socket layer raises the errno of a receive whose timeout ran out (EAGAIN) as its bare words: from
+    torch's rendezvous frame, the store or its peers did not answer in time. The member that failed on its own, with
+    no more than its exit code and a second later, is the root."""
+    f = assess(member("v", 0, OLD_TORCH_STORE_EAGAIN))
+    assert (f.role, f.secondary) == ("secondary", "store"), f.rule
+    assert decide(cascade("", OLD_TORCH_STORE_EAGAIN)).pod == "llm-worker-1"
+
+
+def test_the_same_errno_raised_from_the_program_s_own_frame_is_no_store_echo() -> None:
+    """The bare words alone name no store: raised from the program's own call, the process failed on its own."""
+    own = (
+        "Traceback (most recent call last):\n"
+        '  File "pretrain.py", line 120, in <module>\n'
+        "    batch = loader.next_batch()\n"
+        "RuntimeError: Resource temporarily unavailable\n"
+    )
+    assert assess(member("p", 0, own)).role == "primary"
