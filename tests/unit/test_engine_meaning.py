@@ -3172,3 +3172,22 @@ def test_javacpp_refusing_an_off_heap_allocation_is_the_host_s_memory() -> None:
         "\tat org.bytedeco.javacpp.DoublePointer.<init>(DoublePointer.java:80)\n"
     )
     assert _read(log) == ("primary", "host_oom", "log.javacpp-no-memory")
+
+
+CUDA_ERROR_2 = (
+    "terminate called after throwing an instance of 'gpulib::CudaException'\n"
+    "  what():  gpulib/kernels/hash_table.cu:88: CUDA error 2: out of memory\n"
+    "[node-3:4242] *** Process received signal ***\n"
+    "[node-3:4242] Signal: Aborted (6)\n"
+)
+
+
+@pytest.mark.parametrize("exit_code", [1, 134])
+def test_the_cuda_runtime_s_error_2_is_the_device_s_memory_also_with_its_number(exit_code: int) -> None:
+    """cudaErrorMemoryAllocation in a library's check macro ("CUDA error <code>: <cudaGetErrorString>"), carried by the
+    abort it ends in: the device's memory, not a native crash."""
+    f = assess(_alone(CUDA_ERROR_2, exit_code=exit_code))
+    assert (f.role, f.category) == ("primary", "gpu_oom")
+    assert _read("RuntimeError: hash_table.cu:88: CUDA error 2: out of memory")[:2] == ("primary", "gpu_oom")
+    v = _three("step 9", CUDA_ERROR_2, "step 9")
+    assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "gpu_oom", False)

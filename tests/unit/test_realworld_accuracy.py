@@ -87,6 +87,10 @@ FLOORS = {
     # scored once, blind, at 8166d87: 0.90 / 0.84 / 0.90 (n=234; docs/engine.md, "fresh21's one scoring"); a development
     # set since: floors below its figures after the rules written from its misses (0.97 / 0.99 / 0.99)
     "fresh21": (0.94, 0.96, 0.96),
+    # scored once, blind, at 3bf1b2b: 0.91 / 0.89 / 0.94 (n=195; docs/engine.md, "fresh22's one scoring"); a development
+    # set since: provisional floors below its figures once its one line wrong at the threshold was read by what it
+    # says (0.91 / 0.91 / 0.94)
+    "fresh22": (0.88, 0.88, 0.92),
 }
 # The fresh splits were each scored once, blind, when they were started (the figures are in docs/engine.md);
 # their floors guard them from here on, and they are no longer blind.
@@ -124,7 +128,7 @@ def test_the_corpus_is_sound() -> None:
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 22))])
+@pytest.mark.parametrize("split", ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 23))])
 def test_accuracy_floor_and_beats_the_earliest_baseline(split: str) -> None:
     cases = _cases(split)
     engine, baseline = score(cases, _engine)["ALL"], score(cases, _earliest)["ALL"]
@@ -172,7 +176,8 @@ RULE_PRECISION_FLOOR = 0.99
 # once, blind, at 81c6884: 72/216 = 0.33 (62 right), then 72/216, all right, once srun's kills after a step was stopped
 # were read as its teardown, and gloo's size check and a thread's EAGAIN under `terminate called` by what they mean;
 # fresh21 scored once, blind, at 8166d87: 107/234 = 0.46, all right; after the rules written from the misses of both,
-# fresh20 96/216 = 0.44 and fresh21 129/234 = 0.55, all right
+# fresh20 96/216 = 0.44 and fresh21 129/234 = 0.55, all right; fresh22 scored once, blind, at 3bf1b2b: 83/195 = 0.43
+# (80 right), then 83/195, all right, once "CUDA error 2: out of memory" under an abort was read as the device's memory
 COVERAGE_FLOORS = {
     "train": 0.81,
     "heldout": 0.85,
@@ -197,12 +202,13 @@ COVERAGE_FLOORS = {
     "fresh19": 0.45,
     "fresh20": 0.42,
     "fresh21": 0.53,
+    "fresh22": 0.40,
 }
 
 
 @pytest.mark.parametrize(
     "split",
-    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 22))],
+    ["train", "heldout", "fresh", *(f"fresh{n}" for n in range(2, 23))],
 )
 def test_each_rule_that_reaches_the_permanent_threshold_is_right_there(split: str) -> None:
     n, rows = at_threshold(_cases(split), decide, PERMANENT_CONFIDENCE)
