@@ -416,6 +416,20 @@ def _never_reported(incident: Incident, pods: Sequence[str], ranks: Sequence[int
 _SESSION_STOP = re.compile(r"\bSIG(HUP|INT)\b|Received [12] death signal|got signal: ?[12]\b")
 _AGENT_OR_SESSION_STOP = re.compile(r"closing signal|Killing subprocess \d|" + _SESSION_STOP.pattern)
 _LAUNCHER_STOPPED_FROM_OUTSIDE = re.compile(r"Main process received SIGTERM")
+# A SIGTERM that a failure-signal handler reports with its sender (glog's and PaddlePaddle's: "*** SIGTERM (@0x...)
+# received by PID 13245 (TID 0x...) from PID 13203 ***", the sender's si_pid as the receiver's PID namespace sees it).
+# The kubelet's stop comes from outside the container's namespace, where the kernel reports the sender as PID 0
+# (kernel/signal.c fills si_pid with task_tgid_nr_ns(current, the receiver's namespace), 0 for a task it cannot see);
+# a sender with a PID of the pod's own other than the receiver is a process of the pod: its launcher stopping its
+# workers (PaddlePaddle's terminate_local_procs and spawn's parent, after one of its own workers failed or as it
+# passes a stop on) — the agent's closing signal in other words, no sign of a stuck rank.
+_SIGTERM_FROM = re.compile(r"\*\*\* SIGTERM \(@0x[0-9a-f]+\) received by PID (\d+) \(TID 0x[0-9a-f]+\) from PID (\d+)")
+
+
+def _stopped_by_its_own_launcher(text: str) -> bool:
+    return any(m[2] != "0" and m[2] != m[1] for m in _SIGTERM_FROM.finditer(text))
+
+
 _RAY_KILLED_FOR_MEMORY = re.compile(r"The process is killed by SIGKILL by OOM killer due to high memory usage")
 # A member whose words say the other end of its connection dropped it (urllib3's "Connection aborted.", http.client's
 # "Remote end closed connection", a socket reset by its peer) lost the one it talked to: it did not go silent itself.
@@ -439,6 +453,7 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
             and not (
                 _AGENT_OR_SESSION_STOP.search(f.text) and not _LAUNCHER_STOPPED_FROM_OUTSIDE.search(log_text(f.member))
             )
+            and not _stopped_by_its_own_launcher(log_text(f.member))
         ):
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
         elif (

@@ -3191,3 +3191,114 @@ def test_the_cuda_runtime_s_error_2_is_the_device_s_memory_also_with_its_number(
     assert _read("RuntimeError: hash_table.cu:88: CUDA error 2: out of memory")[:2] == ("primary", "gpu_oom")
     v = _three("step 9", CUDA_ERROR_2, "step 9")
     assert (v.pod, v.category, v.retryable) == ("llm-worker-1", "gpu_oom", False)
+
+
+# --- round 26, b: fresh22's victims read by what their words mean ---------------------------------------------------
+
+WAITED_ON_THE_UNIQUE_ID = (
+    "[rank5]: torch.distributed.DistBackendError: [5] is setting up NCCL communicator and retrieving ncclUniqueId from "
+    "[0] via c10d key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms\n"
+    "[rank5]: . This may indicate a possible application crash on rank 0 or a network set up issue.\n"
+)
+PS_NEVER_READY = (
+    "Traceback (most recent call last):\n"
+    '  File "/work/trainer/worker/main.py", line 48, in main\n'
+    "    ps_client = build_ps_client(args.ps_addrs, logger)\n"
+    "TimeoutError: Time out to connect pod mnist-train-ps-1 with 3 retries\n"
+)
+NO_GROUP_FORMED = (
+    "[ERROR] [hivemind.averaging.averager._step:478] Averaging step failed: could not find a group\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.10/site-packages/hivemind/averaging/averager.py", line 448, in _step\n'
+    "hivemind.averaging.partition.AllreduceException: Averaging step failed: could not find a group\n"
+)
+OWN_FAILURE = "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\nKeyError: 'labels'\n"
+
+
+@pytest.mark.parametrize(
+    ("echo", "secondary"),
+    [
+        # the hint torch appends to a failed fetch of the communicator's id, even with the store's own words cut off
+        (WAITED_ON_THE_UNIQUE_ID.split("\n", 1)[1], "store"),
+        (WAITED_ON_THE_UNIQUE_ID, "store"),
+        (PS_NEVER_READY, "store"),
+        (NO_GROUP_FORMED, "timeout"),
+    ],
+)
+def test_a_member_that_waited_for_another_to_answer_or_join_is_its_echo(echo: str, secondary: str) -> None:
+    """A rank that could not get rank 0's unique id, a worker whose parameter-server pod never became reachable, a peer
+    that found no one to average with: each waited on another member, and the one that failed on its own is the root."""
+    f = assess(_alone(echo))
+    assert (f.role, f.secondary) == ("secondary", secondary)
+    v = _three(echo, OWN_FAILURE, echo)
+    assert (v.pod, v.category) == ("llm-worker-1", "user_code")
+
+
+def _paddle_sigterm(sender: int) -> str:
+    return (
+        "----------------------\nError Message Summary:\n----------------------\n"
+        "FatalError: `Termination signal` is detected by the operating system.\n"
+        '  [TimeInfo: *** Aborted at 1700000000 (unix time) try "date -d @1700000000" if you are using GNU '
+        "date ***]\n"
+        f"  [SignalInfo: *** SIGTERM (@0x{sender:x}) received by PID 4321 (TID 0x7f00aa11b740) from PID {sender} ***]\n"
+    )
+
+
+def test_a_rank_its_own_launcher_stopped_is_no_stuck_rank_beside_one_that_timed_out() -> None:
+    """A SIGTERM from a process of the pod's own (the launcher stopping its workers) says nothing of where the job
+    hung: the member whose collective timed out stays the one named. From PID 0 (outside the container: the pod's
+    stop) the member was still running when the job was torn down, a sign it may be the stuck one."""
+    timed_out = WAITED.format(r=1)
+    own = _three(_paddle_sigterm(4300), timed_out, "step 12 loss 1.9\n")
+    assert own.pod != "llm-worker-0"
+    outside = _three(_paddle_sigterm(0), timed_out, "step 12 loss 1.9\n")
+    assert outside.pod == "llm-worker-0"
+
+
+BINDING_CALLED_WRONG = (
+    "TypeError: __init__(): incompatible constructor arguments. The following argument types are supported:\n"
+    "    1. torch._C._distributed_c10d.TCPStore(host_name: str, port: int, world_size: int, is_master: bool)\n"
+    "\n"
+    "Invoked with: '10.0.0.1', 29500, 2, True; kwargs: use_libuv=True\n"
+)
+
+
+def test_a_native_binding_called_with_arguments_it_does_not_take_is_the_program_not_the_store() -> None:
+    """pybind11's TypeError names the binding it could not call (here the store's constructor): the program's call,
+    not a store it lost — the root over a rank that timed out in a collective, below 0.9."""
+    role, category, rule = _read(BINDING_CALLED_WRONG)
+    assert (role, category, rule) == ("primary", "user_code", "python.binding-arguments")
+    gloo = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:136] Timed out waiting 1800000ms for send operation"
+    v = _three(gloo, BINDING_CALLED_WRONG, gloo)
+    assert (v.pod, v.category) == ("llm-worker-1", "user_code")
+    assert v.confidence < 0.9
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # bash's report of a child that aborted without leaving a core
+        "epoch 1 batch 40\nbash: line 1:  4711 Aborted                 python train.py --kv-store dist_sync\n",
+        # ZeroMQ's errno assertion before its abort
+        "start with arguments Namespace(kv_store='dist_sync')\nInvalid argument (src/stream_engine.cpp:301)\n",
+        "Assertion failed: !more (src/fq.cpp:117)\n",
+    ],
+)
+def test_an_abort_a_shell_or_zeromq_reports_is_a_crash_below_the_threshold(log: str) -> None:
+    f = assess(_alone(log))
+    assert (f.role, f.category) == ("primary", "crash")
+    assert f.rule is not None and f.rule.max_confidence < 0.9
+
+
+def test_cudnn_failing_to_run_its_kernel_is_a_crash_unless_the_device_faulted() -> None:
+    jax = (
+        "jaxlib.xla_extension.XlaRuntimeError: UNKNOWN: CUDNN_STATUS_EXECUTION_FAILED\n"
+        "in external/xla/xla/stream_executor/cuda/cuda_dnn.cc(6523): 'status': while running replica 0\n"
+    )
+    assert _read(jax) == ("primary", "crash", "log.cudnn-execution-failed")
+    assert _read("RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED\n")[:2] == ("primary", "crash")
+    faulted = (
+        "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED\n"
+        "THCudaCheck FAIL file=DataChannelNccl.cpp line=195 error=77 : an illegal memory access was encountered\n"
+    )
+    assert _read(faulted)[:2] == ("primary", "hardware")
