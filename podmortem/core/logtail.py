@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from podmortem.core.errorfile import exception_type_of
@@ -403,7 +403,7 @@ _C10D_DEBUG = re.compile(r"^[^\n]*\[c10d - debug\][^\n]*\n?", re.M)
 # "PREEMPTION", "NODE FAILURE" after it when those are why) or srun terminating the step after a task's bad exit
 # (launch.c, _step_signal: "Terminating StepId=..."). Then the kills are the stop's, and the log is read without them.
 _SRUN_KILLED = re.compile(r"\btasks? [\d,\[\]-]{1,200}: Killed\b")
-_SRUN_KILLED_LINE = re.compile(r"^[^\n]*\btasks? [\d,\[\]-]{1,200}: Killed\b[^\n]*\n?", re.M)
+_SRUN_KILLED_LINE = re.compile(r"^[^\n]*" + _SRUN_KILLED.pattern + r"[^\n]*\n?", re.M)
 _STEP_STOPPED = re.compile(r"CANCELLED AT \S{1,40}( DUE TO [A-Z ,]{1,80})? \*\*\*|_step_signal: Terminating StepId")
 
 
@@ -732,26 +732,12 @@ def parse_log(text: str, near: float | None, rules: RuleSet = DEFAULT_RULES, ful
             s_time = None
     s_rank, s_code, exc_line = _entry(summary)
     err_file = (summary.get("error_file") or [""])[0].strip()
-    if s_rank is not None:
-        ranks.add(s_rank)
-    return LogFacts(
-        report=report,
-        stopped_first=stopped_first,
-        desync=desync,
-        agent_exitcode=agent_code,
-        first_failure_at=first_failure,
-        teardown_at=teardown,
+    return replace(
+        facts,
         summary_time=s_time,
         summary_rank=s_rank,
         summary_exitcode=s_code,
         summary_has_error_file=bool(err_file) and err_file != "<N/A>",
         summary_exception=exc_line,
-        exceptions=exceptions,
-        exception_order=tuple(order),
-        loose_exceptions=tuple(loose),
-        raised_at_cut=raised_at_cut,
-        py2_type_form=tuple(py2),
-        ranks_seen=frozenset(ranks),
-        log_rule=log_rule,
-        other_failures=other_failures,
+        ranks_seen=facts.ranks_seen if s_rank is None else facts.ranks_seen | {s_rank},
     )
