@@ -190,8 +190,8 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
     # own, the abort is how that hang ended.
     # A runtime that found its device faulted aborts the process the same way (ROCm's prints its hardware exception,
     # then std::abort()): beside a device fault in its own log, the abort is how that fault ended.
-    explained_abort = log.log_rule is not None and (
-        log.log_rule[0].secondary in ("timeout", "peer", "store") or log.log_rule[0].category in ("hang", "hardware")
+    explained_abort = _echo_line(log) is not None or (
+        log.log_rule is not None and log.log_rule[0].category in ("hang", "hardware")
     )
     if log.summary_exitcode is not None:
         code, grank = log.summary_exitcode, log.summary_rank
@@ -308,26 +308,29 @@ def _candidates(member: Member, text: str, log: LogFacts, rules: RuleSet, err_ru
     return out
 
 
+def _echo_line(log: LogFacts) -> str | None:
+    """What the log's first log rule matched when that rule reads a member that waited or lost another (a timeout, a
+    lost peer or store); None otherwise."""
+    if log.log_rule is None or log.log_rule[0].secondary not in ("timeout", "peer", "store"):
+        return None
+    return log.log_rule[1]
+
+
 def _read_as_echo(exc: str, log: LogFacts) -> bool:
     """The exception line `exc` is part of what the log's echo rule matched (its frames and the exception together)."""
-    return (
-        log.log_rule is not None
-        and log.log_rule[0].secondary in ("timeout", "peer", "store")
-        and "\n" in log.log_rule[1]
-        and exc in log.log_rule[1]
-    )
+    echo = _echo_line(log)
+    return echo is not None and "\n" in echo and exc in echo
 
 
 def _carries_echo(text: str, exc: str, log: LogFacts) -> bool:
     """The exception line `exc` of the member's output `text` (`log_text`) is of a carrier class (not a program error:
     PROGRAM_ERRORS) and the log's echo words (a timeout, a lost peer or store) follow it within its own detail:
     DETAIL_LINES at most, before any other traceback, and printed by the same process (no other rank's prefix)."""
-    if log.log_rule is None or log.log_rule[0].secondary not in ("timeout", "peer", "store"):
-        return False
-    if exception_type_of(exc).rsplit(".", 1)[-1] in PROGRAM_ERRORS:
+    said = _echo_line(log)
+    if said is None or exception_type_of(exc).rsplit(".", 1)[-1] in PROGRAM_ERRORS:
         return False
     at = text.find(exc)
-    echo = text.find(log.log_rule[1], at + len(exc)) if at >= 0 else -1
+    echo = text.find(said, at + len(exc)) if at >= 0 else -1
     if echo < 0:
         return False
     between = _NATIVE_STACK.sub("", text[at + len(exc) : echo])
@@ -336,7 +339,7 @@ def _carries_echo(text: str, exc: str, log: LogFacts) -> bool:
     # ...printed by the same process: no line of another rank's ([rankN]: prefix) between, nor the echo itself
     own = _RANK_PREFIX.match(text, text.rfind("\n", 0, at) + 1)
     mine = own.group(0) if own else ""
-    lines = [*between.split("\n")[1:], log.log_rule[1]]
+    lines = [*between.split("\n")[1:], said]
     return all((m.group(0) if (m := _RANK_PREFIX.match(line)) else mine) == mine for line in lines)
 
 

@@ -430,6 +430,15 @@ def _stopped_by_its_own_launcher(text: str) -> bool:
     return any(m[2] != "0" and m[2] != m[1] for m in _SIGTERM_FROM.finditer(text))
 
 
+def _stop_is_no_sign(f: Finding) -> bool:
+    """A teardown that says nothing of a stuck rank: the agent's or a session's stop (unless its launcher says it was
+    stopped from outside), or its own launcher's SIGTERM."""
+    text = log_text(f.member)
+    return (
+        bool(_AGENT_OR_SESSION_STOP.search(f.text)) and not _LAUNCHER_STOPPED_FROM_OUTSIDE.search(text)
+    ) or _stopped_by_its_own_launcher(text)
+
+
 _RAY_KILLED_FOR_MEMORY = re.compile(r"The process is killed by SIGKILL by OOM killer due to high memory usage")
 # A member whose words say the other end of its connection dropped it (urllib3's "Connection aborted.", http.client's
 # "Remote end closed connection", a socket reset by its peer) lost the one it talked to: it did not go silent itself.
@@ -447,14 +456,7 @@ def _hang_candidates(findings: Sequence[Finding]) -> list[tuple[int, Finding, st
         elif f.role == "secondary" and f.secondary == "timeout" and f.desync:
             works = ", ".join(f"rank {r} in {op} #{seq}" for r, seq, op in f.desync[:4])
             out.append((3, f, f"its own ranks timed out in different collectives ({works}): they are out of step"))
-        elif (
-            f.role == "secondary"
-            and f.secondary == "teardown"
-            and not (
-                _AGENT_OR_SESSION_STOP.search(f.text) and not _LAUNCHER_STOPPED_FROM_OUTSIDE.search(log_text(f.member))
-            )
-            and not _stopped_by_its_own_launcher(log_text(f.member))
-        ):
+        elif f.role == "secondary" and f.secondary == "teardown" and not _stop_is_no_sign(f):
             out.append((2, f, "did not time out: it was still inside the collective when the job was torn down"))
         elif (
             f.role == "primary"
