@@ -36,6 +36,12 @@ PODS = 3
 BLIND: frozenset[str] = frozenset()
 
 
+def thread_of(source: str) -> str:
+    """The thread an excerpt comes from: its source URL without a fragment or a trailing slash (a thread's excerpts are
+    all on one side of the splits, and the word model counts a word's threads)."""
+    return source.split("#", 1)[0].rstrip("/")
+
+
 @dataclass(frozen=True)
 class Excerpt:
     id: str

@@ -18,16 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.core.wordmodel import words
-from podmortem.offline.corpus import BLIND, Excerpt, load
+from podmortem.offline.corpus import BLIND, Excerpt, load, thread_of
 
 ALPHA = 0.5
 MIN_THREADS = 3  # a word says something only when excerpts of this many different threads hold it
 MODEL_PATH = Path(__file__).resolve().parents[1] / "core" / "wordmodel.json"
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "corpus-realworld" / "excerpts.jsonl"
-
-
-def _thread(source: str) -> str:
-    return source.split("#", 1)[0].rstrip("/")
 
 
 def fit(excerpts: Iterable[Excerpt], splits: Iterable[str]) -> dict[str, Any]:
@@ -44,7 +40,7 @@ def fit(excerpts: Iterable[Excerpt], splits: Iterable[str]) -> dict[str, Any]:
         if e.kind == "primary" and e.category is not None:
             categories[e.category] += 1
         for w in words(e.text):
-            threads[w].add(_thread(e.source))
+            threads[w].add(thread_of(e.source))
             by_kind[w][e.kind] += 1
             if e.kind == "primary" and e.category is not None:
                 by_category[w][e.category] += 1

@@ -18,7 +18,7 @@ from podmortem.core.assess import assess
 from podmortem.core.engine import decide
 from podmortem.core.model import Incident, Verdict
 from podmortem.offline import analyze
-from podmortem.offline.corpus import Answer, Case, at_threshold, compose, load, score, write_bundle
+from podmortem.offline.corpus import Answer, Case, at_threshold, compose, load, score, thread_of, write_bundle
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus-realworld" / "excerpts.jsonl"
 SEEDS = range(3)
@@ -123,7 +123,7 @@ def test_the_corpus_is_sound() -> None:
     # A thread's excerpts are all on one side of the split.
     sides: dict[str, set[str]] = {}
     for e in excerpts:
-        sides.setdefault(e.source.split("#")[0], set()).add(e.split)
+        sides.setdefault(thread_of(e.source), set()).add(e.split)
     assert all(len(s) == 1 for s in sides.values())
     assert all(e.source.startswith("https://") and e.text.strip() for e in excerpts)
 
